@@ -1,0 +1,919 @@
+//! The election engine: one task per election (DESIGN §2).
+//!
+//! The task reads and writes the lease through a [`LeaseStore`] and publishes
+//! its state on a `watch` channel, so the HTTP server, the metrics and the
+//! child supervisor observe it without ever locking or slowing the engine.
+//! Elections are independent tasks: a slow request in one never delays
+//! another's renewal.
+//!
+//! Timing, all on the boot-time [`Clock`]:
+//! - follower: takes over an `rvn` only after it stayed unchanged for
+//!   `lease_ms·(1+D)` since the response that first showed it arrived;
+//! - leader: valid until `send time of last successful write + L·(1−D) − M`;
+//!   renews every R, retries every P, and at `validity − G` without a renew it
+//!   enters [`Role::Stopping`] (the child must stop), at validity it is a
+//!   follower again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::clock::{self, Clock, Instant};
+use crate::lease::{
+    Condition, HolderMeta, Lease, LeaseStore, Record, StoreError, WriteOutcome, new_rvn,
+};
+
+/// Timing and identity of one election.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionConfig {
+    /// The election's name (the lease record's key).
+    pub name: String,
+    /// Our identity, written as `holder`.
+    pub identity: String,
+    /// L: the lease we promise to honour.
+    pub lease_duration: Duration,
+    /// R: how often the leader renews.
+    pub renew_interval: Duration,
+    /// P: follower poll and renew retry interval.
+    pub retry_interval: Duration,
+    /// G: time between the stop signal and the kill, before validity ends.
+    pub kill_grace: Duration,
+    /// D: the clock-rate drift we tolerate, as a fraction (0.01 = 1%).
+    pub max_clock_drift: f64,
+    /// M: margin subtracted from the leader's validity.
+    pub safety_margin: Duration,
+    /// After creating a missing item, wait L·(1+D) (renewing) before leading.
+    pub strict_new_lease: bool,
+    /// Advertised in the lease record.
+    pub holder_meta: Option<HolderMeta>,
+}
+
+impl ElectionConfig {
+    /// A config with DESIGN's defaults for everything but name and identity.
+    pub fn with_defaults(name: impl Into<String>, identity: impl Into<String>) -> Self {
+        ElectionConfig {
+            name: name.into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(5),
+            retry_interval: Duration::from_secs(1),
+            kill_grace: Duration::from_secs(2),
+            max_clock_drift: 0.01,
+            safety_margin: Duration::from_millis(200),
+            strict_new_lease: false,
+            holder_meta: None,
+        }
+    }
+
+    /// Check the timing invariant of DESIGN §2: R + G + M + L·D < L.
+    /// The error is one line naming the values.
+    pub fn validate(&self) -> Result<(), String> {
+        let l = self.lease_duration;
+        let name = &self.name;
+        if l.is_zero() {
+            return Err(format!("election `{name}`: lease duration must be above zero"));
+        }
+        if self.renew_interval.is_zero() || self.retry_interval.is_zero() {
+            return Err(format!(
+                "election `{name}`: renew_interval and retry_interval must be above zero"
+            ));
+        }
+        if !(0.0..0.5).contains(&self.max_clock_drift) {
+            return Err(format!(
+                "election `{name}`: max_clock_drift = {} must be in [0, 0.5)",
+                self.max_clock_drift
+            ));
+        }
+        if self.renew_interval >= l {
+            return Err(format!(
+                "election `{name}`: renew_interval ({}) must be shorter than lease duration ({})",
+                fmt_d(self.renew_interval),
+                fmt_d(l)
+            ));
+        }
+        let drift = l.mul_f64(self.max_clock_drift);
+        let sum = self.renew_interval + self.kill_grace + self.safety_margin + drift;
+        if sum >= l {
+            return Err(format!(
+                "election `{name}`: timing invariant R + G + M + L·D < L violated: renew_interval {} + kill_grace {} + safety_margin {} + lease_duration·max_clock_drift {} = {} is not below lease_duration {}",
+                fmt_d(self.renew_interval),
+                fmt_d(self.kill_grace),
+                fmt_d(self.safety_margin),
+                fmt_d(drift),
+                fmt_d(sum),
+                fmt_d(l)
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many renew retries fit between a missed renew and the stop signal.
+    /// DESIGN asks for a warning when fewer than two fit.
+    pub fn retries_that_fit(&self) -> u32 {
+        let window = self.validity().saturating_sub(self.kill_grace + self.renew_interval);
+        (window.as_secs_f64() / self.retry_interval.as_secs_f64()).floor() as u32
+    }
+
+    /// L·(1−D) − M: how long a successful write keeps the leader valid.
+    pub fn validity(&self) -> Duration {
+        self.lease_duration
+            .mul_f64(1.0 - self.max_clock_drift)
+            .saturating_sub(self.safety_margin)
+    }
+
+    /// How long a follower waits on an unchanged rvn whose holder promised `lease_ms`.
+    pub fn takeover_wait(&self, lease_ms: u64) -> Duration {
+        Duration::from_millis(lease_ms).mul_f64(1.0 + self.max_clock_drift)
+    }
+
+    fn request_budget(&self) -> Duration {
+        self.renew_interval
+    }
+}
+
+fn fmt_d(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+}
+
+/// Where this instance stands in one election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Not leading; polling the record.
+    Follower,
+    /// Created the item under `strict_new_lease`; renewing but not leading yet.
+    Confirming,
+    /// Leading, inside validity.
+    Leader,
+    /// Lost the lease or could not renew in time: the child must stop now and be
+    /// killed by `Tenure::valid_until`. Not leading.
+    Stopping,
+}
+
+/// One term of leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// The fencing token of this tenure.
+    pub fencing_token: u64,
+    /// Unix ms when it began (for humans).
+    pub since_unix_ms: u64,
+    /// Boot-clock instant it began.
+    pub since: Instant,
+    /// The end of validity: the child must be dead by then.
+    pub valid_until: Instant,
+    /// `valid_until − G`: the stop signal is due then unless renewed.
+    pub stop_at: Instant,
+    /// Counts tenures in this process: a new number is a new tenure.
+    pub seq: u64,
+    /// Lease duration promised in the record, ms.
+    pub lease_ms: u64,
+}
+
+/// The engine's published state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionState {
+    /// Election name.
+    pub election: String,
+    /// Our identity.
+    pub identity: String,
+    /// Our role.
+    pub role: Role,
+    /// Present while `Leader`, `Confirming` or `Stopping`.
+    pub tenure: Option<Tenure>,
+    /// The holder as last observed (ourselves while leading).
+    pub leader: Option<String>,
+    /// The fencing token as last observed.
+    pub fencing_token: Option<u64>,
+    /// Boot instant of the last successful store answer.
+    pub observed_at: Option<Instant>,
+    /// Unix ms of the same, for humans.
+    pub observed_at_unix_ms: Option<u64>,
+    /// The class of the last store error, cleared by the next success.
+    pub last_error: Option<String>,
+    /// What is wrong with the stored record, if it is malformed.
+    pub malformed: Option<String>,
+    /// Boot instant at which the campaign loop last made progress.
+    pub heartbeat: Instant,
+    /// True once the first read of the record has been answered.
+    pub first_observation_done: bool,
+    /// True once the task has ended (after a final release).
+    pub finished: bool,
+}
+
+impl ElectionState {
+    /// Whether we lead at `now`: role `Leader` and before the stop time. Callers
+    /// pass the current clock reading so a stalled engine cannot make a stale
+    /// state look valid.
+    pub fn is_leader_at(&self, now: Instant) -> bool {
+        self.role == Role::Leader && self.tenure.as_ref().is_some_and(|t| now < t.stop_at)
+    }
+
+    /// Validity left at `now` while leading, else zero.
+    pub fn lease_remaining(&self, now: Instant) -> Duration {
+        match &self.tenure {
+            Some(t) if self.is_leader_at(now) => t.valid_until - now,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// What a renew, acquire or store call came to, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    /// Done.
+    Ok,
+    /// Someone else wrote (condition failed).
+    Lost,
+    /// A store error.
+    Failed(&'a StoreError),
+}
+
+impl Outcome<'_> {
+    /// Label in DESIGN §5 terms: ok, lost, throttled, timeout, error.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Lost => "lost",
+            Outcome::Failed(e) => e.renew_label(),
+        }
+    }
+}
+
+/// Leadership changes, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Became leader.
+    Gained,
+    /// Stopped leading (lost, expired, released or resigned).
+    Lost,
+}
+
+/// Receives the engine's events; `crate::metrics` implements it. Methods are
+/// called from the election task and must not block.
+pub trait Observer: Send + Sync + 'static {
+    /// A store request finished after `took`.
+    fn store_request(&self, _election: &str, _op: &'static str, _took: Duration, _outcome: Outcome<'_>) {}
+    /// An acquisition attempt (create, take over) ended.
+    fn acquire_attempt(&self, _election: &str, _outcome: Outcome<'_>) {}
+    /// A renew ended.
+    fn renew(&self, _election: &str, _outcome: Outcome<'_>) {}
+    /// Leadership changed.
+    fn transition(&self, _election: &str, _t: Transition) {}
+    /// A malformed record was seen.
+    fn malformed_record(&self, _election: &str) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// What to do after a voluntary release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRelease {
+    /// End the election task.
+    Exit,
+    /// Sit out this long, then campaign again.
+    SitOut(Duration),
+}
+
+/// Requests to the election task.
+#[derive(Debug)]
+pub enum Command {
+    /// Give the lease up (the caller stopped the child first), then act as said.
+    /// `done` is answered once the release was attempted.
+    Release {
+        /// What to do afterwards.
+        then: AfterRelease,
+        /// Answered with whether a lease was released.
+        done: oneshot::Sender<bool>,
+    },
+}
+
+/// Handle to a running election task.
+#[derive(Debug)]
+pub struct ElectionHandle {
+    /// The published state.
+    pub state: watch::Receiver<ElectionState>,
+    commands: mpsc::Sender<Command>,
+    task: JoinHandle<()>,
+}
+
+impl ElectionHandle {
+    /// Release the lease if held, then act as said. Returns whether a lease
+    /// was released; `false` also when the task is gone.
+    pub async fn release(&self, then: AfterRelease) -> bool {
+        let (done, rx) = oneshot::channel();
+        if self.commands.send(Command::Release { then, done }).await.is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Whether the task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Wait for the task to end.
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+
+    /// Abort the task (no release).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Start the election task.
+pub fn spawn(
+    store: Arc<dyn LeaseStore>,
+    config: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+) -> ElectionHandle {
+    let now = clock.now();
+    let (state_tx, state) = watch::channel(ElectionState {
+        election: config.name.clone(),
+        identity: config.identity.clone(),
+        role: Role::Follower,
+        tenure: None,
+        leader: None,
+        fencing_token: None,
+        observed_at: None,
+        observed_at_unix_ms: None,
+        last_error: None,
+        malformed: None,
+        heartbeat: now,
+        first_observation_done: false,
+        finished: false,
+    });
+    let (commands, cmd_rx) = mpsc::channel(8);
+    let engine = Engine {
+        store,
+        cfg: config,
+        clock,
+        observer,
+        state_tx,
+        commands: cmd_rx,
+        observed: None,
+        own_rvns: Vec::new(),
+        last_token: None,
+        tenure_seq: 0,
+        warned_malformed: None,
+    };
+    let task = tokio::spawn(engine.run());
+    ElectionHandle {
+        state,
+        commands,
+        task,
+    }
+}
+
+/// The record version a follower is timing.
+#[derive(Debug, Clone)]
+struct Observed {
+    /// rvn, or `malformed:<fingerprint>` for a malformed item.
+    key: String,
+    first_seen: Instant,
+    lease_ms: u64,
+}
+
+/// The leader's private view of its tenure.
+#[derive(Debug, Clone)]
+struct Term {
+    lease: Lease,
+    last_send: Instant,
+    leads_from: Instant,
+    since: Instant,
+    seq: u64,
+}
+
+enum Step {
+    Follow,
+    Lead(Term),
+    /// Stop the child now; kill at the given instant; then follow.
+    Stopping(Term, Instant),
+    Exit,
+}
+
+struct Engine {
+    store: Arc<dyn LeaseStore>,
+    cfg: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+    state_tx: watch::Sender<ElectionState>,
+    commands: mpsc::Receiver<Command>,
+    observed: Option<Observed>,
+    /// rvns we wrote or may have written (an unanswered write): finding one of
+    /// these in the record means nobody else wrote since, so we may take it
+    /// back at once.
+    own_rvns: Vec<String>,
+    /// Highest fencing token seen in this process, to keep tokens increasing
+    /// across deletion of the item.
+    last_token: Option<u64>,
+    tenure_seq: u64,
+    warned_malformed: Option<String>,
+}
+
+impl Engine {
+    async fn run(mut self) {
+        let mut step = Step::Follow;
+        loop {
+            step = match step {
+                Step::Follow => self.follow().await,
+                Step::Lead(term) => self.lead(term).await,
+                Step::Stopping(term, kill_at) => self.stopping(term, kill_at).await,
+                Step::Exit => break,
+            };
+        }
+        self.state_tx.send_modify(|s| {
+            s.role = Role::Follower;
+            s.tenure = None;
+            s.finished = true;
+        });
+    }
+
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn beat(&self) {
+        let now = self.clock.now();
+        self.state_tx.send_modify(|s| s.heartbeat = now);
+    }
+
+    fn remember_own(&mut self, rvn: &str) {
+        self.own_rvns.push(rvn.to_owned());
+        if self.own_rvns.len() > 4 {
+            self.own_rvns.remove(0);
+        }
+    }
+
+    fn note_token(&mut self, token: u64) {
+        self.last_token = Some(self.last_token.map_or(token, |t| t.max(token)));
+    }
+
+    /// The token for a new tenure: above every token seen, and when there is no
+    /// previous item, at least the unix ms so it also exceeds tokens of items
+    /// deleted before this process started.
+    fn next_token(&self, previous: Option<u64>) -> u64 {
+        let floor = self.last_token.map_or(0, |t| t + 1);
+        match previous {
+            Some(p) => (p + 1).max(floor),
+            None => clock::unix_ms().max(floor),
+        }
+    }
+
+    fn store_error(&self, op: &'static str, e: &StoreError) {
+        tracing::warn!(election = %self.name(), identity = %self.cfg.identity, op, error = %e, class = e.metric_label(), "store request failed");
+        let label = e.metric_label().to_owned();
+        self.state_tx.send_modify(|s| s.last_error = Some(label));
+    }
+
+    fn observed_ok(&self, at: Instant, leader: Option<String>, token: Option<u64>, malformed: Option<String>) {
+        let unix = clock::unix_ms();
+        self.state_tx.send_modify(|s| {
+            s.observed_at = Some(at);
+            s.observed_at_unix_ms = Some(unix);
+            s.last_error = None;
+            s.first_observation_done = true;
+            s.leader = leader;
+            s.fencing_token = token;
+            s.malformed = malformed;
+        });
+    }
+
+    async fn timed_read(&self) -> (Instant, Result<Record, StoreError>) {
+        let start = self.clock.now();
+        let res = self.store.read(self.name(), self.cfg.request_budget()).await;
+        let end = self.clock.now();
+        let outcome = match &res {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::Failed(e),
+        };
+        self.observer.store_request(self.name(), "read", end - start, outcome);
+        (end, res)
+    }
+
+    async fn timed_write(
+        &self,
+        op: &'static str,
+        lease: &Lease,
+        cond: &Condition,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let start = self.clock.now();
+        let res = self.store.write(lease, cond, budget).await;
+        let outcome = match &res {
+            Ok(WriteOutcome::Applied) => Outcome::Ok,
+            Ok(WriteOutcome::ConditionFailed { .. }) => Outcome::Lost,
+            Err(e) => Outcome::Failed(e),
+        };
+        self.observer
+            .store_request(self.name(), op, self.clock.now() - start, outcome);
+        res
+    }
+
+    fn new_lease(&self, token: u64, acquired_at_ms: u64) -> Lease {
+        let now_ms = clock::unix_ms();
+        let lease_ms = self.cfg.lease_duration.as_millis() as u64;
+        Lease {
+            election: self.cfg.name.clone(),
+            holder: Some(self.cfg.identity.clone()),
+            rvn: new_rvn(),
+            fencing_token: token,
+            lease_ms,
+            acquired_at_ms,
+            renewed_at_ms: now_ms,
+            expires_at_s: (now_ms + lease_ms).div_ceil(1000),
+            holder_meta: self.cfg.holder_meta.clone(),
+        }
+    }
+
+    /// Wait until `until` or a command; handles the command. Returns
+    /// `Some(step)` if a command decided the next step.
+    async fn wait_follower(&mut self, until: Instant) -> Option<Step> {
+        tokio::select! {
+            _ = self.clock.sleep_until(until) => None,
+            cmd = self.commands.recv() => match cmd {
+                // Not leading: nothing to release.
+                Some(Command::Release { then, done }) => {
+                    let _ = done.send(false);
+                    Some(self.after_release(then).await)
+                }
+                None => Some(Step::Exit),
+            },
+        }
+    }
+
+    async fn after_release(&mut self, then: AfterRelease) -> Step {
+        match then {
+            AfterRelease::Exit => Step::Exit,
+            AfterRelease::SitOut(d) => {
+                self.observed = None;
+                let until = self.clock.now() + d;
+                tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %fmt_d(d), "sitting out before campaigning again");
+                loop {
+                    self.beat();
+                    let slice = (self.clock.now() + self.cfg.retry_interval).min(until);
+                    if let Some(step) = self.wait_follower(slice).await {
+                        return step;
+                    }
+                    if self.clock.now() >= until {
+                        return Step::Follow;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn follow(&mut self) -> Step {
+        loop {
+            self.beat();
+            let (at, res) = self.timed_read().await;
+            let mut next_poll = at + self.cfg.retry_interval;
+            match res {
+                Err(e) => self.store_error("read", &e),
+                Ok(Record::Absent) => {
+                    self.observed_ok(at, None, None, None);
+                    self.observed = None;
+                    let token = self.next_token(None);
+                    let lease = self.new_lease(token, clock::unix_ms());
+                    if let Some(step) = self.acquire("create", lease, Condition::NotExists).await {
+                        return step;
+                    }
+                    next_poll = self.clock.now();
+                }
+                Ok(Record::Valid(current)) => {
+                    self.note_token(current.fencing_token);
+                    self.observed_ok(at, current.holder.clone(), Some(current.fencing_token), None);
+                    let ours = current.holder.as_deref() == Some(self.cfg.identity.as_str())
+                        && self.own_rvns.contains(&current.rvn);
+                    let expired = self.expired(&current.rvn, current.lease_ms, at);
+                    if current.holder.is_none() || ours || expired {
+                        let token = self.next_token(Some(current.fencing_token));
+                        let lease = self.new_lease(token, clock::unix_ms());
+                        let cond = Condition::RvnIs(current.rvn.clone());
+                        if let Some(step) = self.acquire("take_over", lease, cond).await {
+                            return step;
+                        }
+                        next_poll = self.clock.now();
+                    } else if let Some(obs) = &self.observed {
+                        // Wake exactly when the takeover becomes allowed.
+                        let due = obs.first_seen + self.cfg.takeover_wait(obs.lease_ms);
+                        next_poll = next_poll.min(due.max(at));
+                    }
+                }
+                Ok(Record::Malformed(m)) => {
+                    if self.warned_malformed.as_deref() != Some(m.fingerprint.as_str()) {
+                        tracing::warn!(election = %self.name(), problem = %m.problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
+                        self.observer.malformed_record(self.name());
+                        self.warned_malformed = Some(m.fingerprint.clone());
+                    }
+                    if let Some(t) = m.fencing_token {
+                        self.note_token(t);
+                    }
+                    self.observed_ok(at, None, m.fencing_token, Some(m.problem.clone()));
+                    let key = format!("malformed:{}", m.fingerprint);
+                    let lease_ms = self.cfg.lease_duration.as_millis() as u64;
+                    if self.expired(&key, lease_ms, at) {
+                        // Treat an unreadable token as absent: unix ms keeps the
+                        // new token above any sane earlier one.
+                        let token = self.next_token(None).max(m.fencing_token.map_or(0, |t| t + 1));
+                        let lease = self.new_lease(token, clock::unix_ms());
+                        tracing::warn!(election = %self.name(), "overwriting a malformed lease record that stayed unchanged for a full lease");
+                        if let Some(step) = self.acquire("take_over", lease, Condition::Unchanged(m.guard.clone())).await {
+                            return step;
+                        }
+                        next_poll = self.clock.now();
+                    }
+                }
+            }
+            if let Some(step) = self.wait_follower(next_poll).await {
+                return step;
+            }
+        }
+    }
+
+    /// Track `key` (an rvn); true once it has stayed unchanged for the wait
+    /// its holder's `lease_ms` calls for. Time starts when the response that
+    /// first showed it arrived.
+    fn expired(&mut self, key: &str, lease_ms: u64, at: Instant) -> bool {
+        match &self.observed {
+            Some(obs) if obs.key == key => at - obs.first_seen >= self.cfg.takeover_wait(obs.lease_ms),
+            _ => {
+                self.observed = Some(Observed {
+                    key: key.to_owned(),
+                    first_seen: at,
+                    lease_ms,
+                });
+                false
+            }
+        }
+    }
+
+    /// Try to start a tenure with `lease` under `cond`. `Some(step)` when it
+    /// worked (or a command intervened).
+    async fn acquire(&mut self, op: &'static str, lease: Lease, cond: Condition) -> Option<Step> {
+        let send = self.clock.now();
+        self.remember_own(&lease.rvn);
+        let res = self
+            .timed_write(op, &lease, &cond, self.cfg.request_budget())
+            .await;
+        match res {
+            Ok(WriteOutcome::Applied) => {
+                self.observer.acquire_attempt(self.name(), Outcome::Ok);
+                self.note_token(lease.fencing_token);
+                self.observed = None;
+                self.tenure_seq += 1;
+                let leads_from = if op == "create" && self.cfg.strict_new_lease {
+                    send + self.cfg.takeover_wait(lease.lease_ms)
+                } else {
+                    send
+                };
+                let term = Term {
+                    since: send,
+                    leads_from,
+                    last_send: send,
+                    seq: self.tenure_seq,
+                    lease,
+                };
+                Some(Step::Lead(term))
+            }
+            Ok(WriteOutcome::ConditionFailed { .. }) => {
+                self.observer.acquire_attempt(self.name(), Outcome::Lost);
+                tracing::debug!(election = %self.name(), op, "acquisition lost the race");
+                self.observed = None;
+                None
+            }
+            Err(e) => {
+                self.observer.acquire_attempt(self.name(), Outcome::Failed(&e));
+                self.store_error(op, &e);
+                None
+            }
+        }
+    }
+
+    fn publish_term(&self, term: &Term, role: Role) {
+        let valid_until = term.last_send + self.cfg.validity();
+        let tenure = Tenure {
+            fencing_token: term.lease.fencing_token,
+            since_unix_ms: term.lease.acquired_at_ms,
+            since: term.since,
+            valid_until,
+            stop_at: valid_until.saturating_sub(self.cfg.kill_grace),
+            seq: term.seq,
+            lease_ms: term.lease.lease_ms,
+        };
+        let at = self.clock.now();
+        let unix = clock::unix_ms();
+        let me = self.cfg.identity.clone();
+        self.state_tx.send_modify(|s| {
+            s.role = role;
+            s.tenure = Some(tenure);
+            s.leader = Some(me);
+            s.fencing_token = Some(term.lease.fencing_token);
+            s.observed_at = Some(at);
+            s.observed_at_unix_ms = Some(unix);
+            s.last_error = None;
+            s.malformed = None;
+            s.first_observation_done = true;
+            s.heartbeat = at;
+        });
+    }
+
+    async fn lead(&mut self, mut term: Term) -> Step {
+        let mut role = if self.clock.now() < term.leads_from {
+            Role::Confirming
+        } else {
+            Role::Leader
+        };
+        self.publish_term(&term, role);
+        if role == Role::Leader {
+            self.announce_gain(&term);
+        }
+        let mut next_renew = term.last_send + self.cfg.renew_interval;
+        loop {
+            self.beat();
+            let valid_until = term.last_send + self.cfg.validity();
+            let stop_at = valid_until.saturating_sub(self.cfg.kill_grace);
+            if role == Role::Confirming && self.clock.now() >= term.leads_from {
+                role = Role::Leader;
+                self.publish_term(&term, role);
+                self.announce_gain(&term);
+            }
+            let wake = if role == Role::Confirming {
+                next_renew.min(stop_at).min(term.leads_from)
+            } else {
+                next_renew.min(stop_at)
+            };
+            tokio::select! {
+                _ = self.clock.sleep_until(wake) => {}
+                cmd = self.commands.recv() => {
+                    let (then, done) = match cmd {
+                        Some(Command::Release { then, done }) => (then, Some(done)),
+                        None => (AfterRelease::Exit, None),
+                    };
+                    self.release(&term, role).await;
+                    if let Some(done) = done {
+                        let _ = done.send(true);
+                    }
+                    return self.after_release(then).await;
+                }
+            }
+            let now = self.clock.now();
+            if now >= stop_at {
+                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, cause = "no successful renew before validity - kill_grace", "lease lost: stopping the child");
+                return Step::Stopping(term, valid_until);
+            }
+            if now < next_renew {
+                continue;
+            }
+            // Renew. The request may not outlive the stop time: past it the
+            // answer no longer matters to this tenure.
+            let mut renewed = term.lease.clone();
+            renewed.rvn = new_rvn();
+            let now_ms = clock::unix_ms();
+            renewed.renewed_at_ms = now_ms;
+            renewed.expires_at_s = (now_ms + renewed.lease_ms).div_ceil(1000);
+            let cond = Condition::HeldBy {
+                rvn: term.lease.rvn.clone(),
+                holder: self.cfg.identity.clone(),
+            };
+            self.remember_own(&renewed.rvn);
+            let send = self.clock.now();
+            let budget = self.cfg.request_budget().min(stop_at - send);
+            let res = self
+                .clock
+                .timeout_at(stop_at, self.timed_write("renew", &renewed, &cond, budget))
+                .await
+                .unwrap_or(Err(StoreError::Timeout(budget)));
+            match res {
+                Ok(WriteOutcome::Applied) => {
+                    self.observer.renew(self.name(), Outcome::Ok);
+                    term.lease = renewed;
+                    term.last_send = send;
+                    next_renew = send + self.cfg.renew_interval;
+                    self.publish_term(&term, role);
+                    tracing::debug!(election = %self.name(), fencing_token = term.lease.fencing_token, "renewed");
+                }
+                Ok(WriteOutcome::ConditionFailed { current }) => {
+                    self.observer.renew(self.name(), Outcome::Lost);
+                    let by = match &current {
+                        Some(Record::Valid(l)) => l.holder.clone().unwrap_or_else(|| "(released)".into()),
+                        Some(Record::Absent) => "(item deleted)".into(),
+                        Some(Record::Malformed(m)) => format!("(malformed: {})", m.problem),
+                        None => "(unknown)".into(),
+                    };
+                    tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, cause = "someone else wrote the lease record", written_by = %by, "lease lost: stopping the child");
+                    self.observed = None;
+                    let kill_at = (self.clock.now() + self.cfg.kill_grace).min(valid_until);
+                    return Step::Stopping(term, kill_at);
+                }
+                Err(e) => {
+                    self.observer.renew(self.name(), Outcome::Failed(&e));
+                    self.store_error("renew", &e);
+                    next_renew = self.clock.now() + self.cfg.retry_interval;
+                }
+            }
+        }
+    }
+
+    fn announce_gain(&self, term: &Term) {
+        self.observer.transition(self.name(), Transition::Gained);
+        tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "became leader");
+    }
+
+    async fn release(&mut self, term: &Term, role: Role) {
+        let mut released = term.lease.clone();
+        released.holder = None;
+        released.holder_meta = None;
+        released.rvn = new_rvn();
+        released.renewed_at_ms = clock::unix_ms();
+        released.expires_at_s = released.renewed_at_ms / 1000;
+        let cond = Condition::HeldBy {
+            rvn: term.lease.rvn.clone(),
+            holder: self.cfg.identity.clone(),
+        };
+        // Not leading from here on, whatever the store answers.
+        self.state_tx.send_modify(|s| {
+            s.role = Role::Follower;
+            s.tenure = None;
+            s.leader = None;
+        });
+        if role == Role::Leader {
+            self.observer.transition(self.name(), Transition::Lost);
+        }
+        let budget = self.cfg.request_budget();
+        match self.timed_write("release", &released, &cond, budget).await {
+            Ok(WriteOutcome::Applied) => {
+                tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "released the lease");
+            }
+            Ok(WriteOutcome::ConditionFailed { .. }) => {
+                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "release found the lease already taken by someone else");
+            }
+            Err(e) => {
+                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, error = %e, "release failed; the lease will expire on its own");
+            }
+        }
+        self.own_rvns.clear();
+        self.observed = None;
+    }
+
+    async fn stopping(&mut self, term: Term, kill_at: Instant) -> Step {
+        let mut tenure_state = {
+            let valid_until = term.last_send + self.cfg.validity();
+            Tenure {
+                fencing_token: term.lease.fencing_token,
+                since_unix_ms: term.lease.acquired_at_ms,
+                since: term.since,
+                valid_until: kill_at.min(valid_until),
+                stop_at: self.clock.now(),
+                seq: term.seq,
+                lease_ms: term.lease.lease_ms,
+            }
+        };
+        tenure_state.stop_at = tenure_state.stop_at.min(tenure_state.valid_until);
+        let was_leader = self.state_tx.borrow().role == Role::Leader;
+        self.state_tx.send_modify(|s| {
+            s.role = Role::Stopping;
+            s.tenure = Some(tenure_state.clone());
+        });
+        if was_leader {
+            self.observer.transition(self.name(), Transition::Lost);
+        }
+        loop {
+            self.beat();
+            let until = (self.clock.now() + self.cfg.retry_interval).min(tenure_state.valid_until);
+            tokio::select! {
+                _ = self.clock.sleep_until(until) => {}
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::Release { then, done }) => {
+                        // The caller stopped the child; the record may still be
+                        // ours, so release it if we can.
+                        self.release(&term, Role::Stopping).await;
+                        let _ = done.send(true);
+                        return self.after_release(then).await;
+                    }
+                    None => return Step::Exit,
+                },
+            }
+            if self.clock.now() >= tenure_state.valid_until {
+                break;
+            }
+        }
+        self.state_tx.send_modify(|s| {
+            s.role = Role::Follower;
+            s.tenure = None;
+        });
+        tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "tenure ended; campaigning again");
+        Step::Follow
+    }
+}
+
+#[cfg(test)]
+mod tests;

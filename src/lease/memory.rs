@@ -1,0 +1,157 @@
+//! An in-process lease store with the exact condition semantics of the real
+//! ones, plus fault injection. It backs the election engine's paused-clock
+//! tests; it is not selectable in the configuration.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Condition, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome};
+
+/// How the store misbehaves, set by tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Answer normally.
+    #[default]
+    None,
+    /// Refuse every request with a transport error.
+    Unreachable,
+    /// Never answer (the caller's budget runs out).
+    Blackhole,
+    /// Apply writes but answer with a timeout.
+    LoseWriteAnswers,
+}
+
+/// In-memory store; clones share the same data.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    items: BTreeMap<String, Record>,
+    fault: Fault,
+    writes: u64,
+    reads: u64,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set the fault mode.
+    pub fn set_fault(&self, fault: Fault) {
+        self.lock().fault = fault;
+    }
+
+    /// The stored record, bypassing faults.
+    pub fn get(&self, election: &str) -> Record {
+        self.lock()
+            .items
+            .get(election)
+            .cloned()
+            .unwrap_or(Record::Absent)
+    }
+
+    /// Replace or delete (with `Record::Absent`) an item, as another tool would.
+    pub fn set(&self, election: &str, record: Record) {
+        let mut inner = self.lock();
+        match record {
+            Record::Absent => inner.items.remove(election),
+            r => inner.items.insert(election.to_owned(), r),
+        };
+    }
+
+    /// Number of (reads, writes) answered so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let inner = self.lock();
+        (inner.reads, inner.writes)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock is a test failure already; keep going
+        // with the data as it is rather than poisoning every later call.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn fault(&self, budget: Duration) -> Result<Fault, StoreError> {
+        let fault = self.lock().fault;
+        match fault {
+            Fault::Unreachable => Err(StoreError::Transport("connection refused (injected)".into())),
+            Fault::Blackhole => {
+                tokio::time::sleep(budget).await;
+                Err(StoreError::Timeout(budget))
+            }
+            f => Ok(f),
+        }
+    }
+}
+
+fn holds(current: &Record, condition: &Condition) -> bool {
+    match (condition, current) {
+        (Condition::NotExists, Record::Absent) => true,
+        (Condition::RvnIs(rvn), Record::Valid(l)) => &l.rvn == rvn,
+        (Condition::HeldBy { rvn, holder }, Record::Valid(l)) => {
+            &l.rvn == rvn && l.holder.as_deref() == Some(holder.as_str())
+        }
+        (Condition::Unchanged(guard), Record::Malformed(m)) => &m.guard == guard,
+        (Condition::Unchanged(RvnGuard::Raw(raw)), Record::Valid(l)) => &l.rvn == raw,
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
+        self.fault(budget).await?;
+        let mut inner = self.lock();
+        inner.reads += 1;
+        Ok(inner.items.get(election).cloned().unwrap_or(Record::Absent))
+    }
+
+    async fn put(
+        &self,
+        lease: &Lease,
+        condition: &Condition,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let fault = self.fault(budget).await?;
+        let mut inner = self.lock();
+        inner.writes += 1;
+        let current = inner
+            .items
+            .get(&lease.election)
+            .cloned()
+            .unwrap_or(Record::Absent);
+        if !holds(&current, condition) {
+            return Ok(WriteOutcome::ConditionFailed {
+                current: Some(current),
+            });
+        }
+        inner
+            .items
+            .insert(lease.election.clone(), Record::Valid(lease.clone()));
+        if fault == Fault::LoseWriteAnswers {
+            return Err(StoreError::Timeout(budget));
+        }
+        Ok(WriteOutcome::Applied)
+    }
+
+    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        self.fault(budget).await?;
+        Ok(self.lock().items.values().cloned().collect())
+    }
+
+    async fn check(&self, budget: Duration) -> Result<(), StoreError> {
+        self.fault(budget).await.map(|_| ())
+    }
+}

@@ -1,0 +1,322 @@
+//! The lease record of DESIGN §1 and the store interface every backend
+//! implements with the same semantics.
+//!
+//! A store knows nothing about timing: it reads one record consistently and
+//! writes one record conditionally. Deciding *when* to write is the election
+//! engine's job (`crate::election`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub mod memory;
+
+/// One election's lease, as stored (DESIGN §1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The election's name (the key).
+    pub election: String,
+    /// Identity of the current leader; `None` once released.
+    pub holder: Option<String>,
+    /// Record version: fresh random value on every write.
+    pub rvn: String,
+    /// +1 (at least) on every new tenure, never on renew, never decreasing.
+    pub fencing_token: u64,
+    /// The lease duration the holder promises to honour, in ms.
+    pub lease_ms: u64,
+    /// Unix ms of the start of the tenure (for humans).
+    pub acquired_at_ms: u64,
+    /// Unix ms of the last write (for humans).
+    pub renewed_at_ms: u64,
+    /// Unix seconds after which the record is stale (for humans and TTL only).
+    pub expires_at_s: u64,
+    /// The holder's advertised address and labels, if any.
+    pub holder_meta: Option<HolderMeta>,
+}
+
+/// What a holder advertises about itself in the lease record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderMeta {
+    /// Where the holder can be reached (e.g. its HTTP address).
+    pub address: Option<String>,
+    /// Free-form labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A record whose attributes are missing or of the wrong type.
+///
+/// leaderd reports it and never overwrites it unless it stayed unchanged (same
+/// `fingerprint`) for a full lease; the write is then conditional on `guard`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    /// The election's name.
+    pub election: String,
+    /// What is wrong, naming the attribute, e.g. "attribute `rvn` is missing".
+    pub problem: String,
+    /// A digest of the whole stored item: changes whenever anything changes.
+    pub fingerprint: String,
+    /// The fencing token, when that one attribute could still be read.
+    pub fencing_token: Option<u64>,
+    /// Store-specific encoding of the item's `rvn` attribute, to make an
+    /// overwrite conditional on it.
+    pub guard: RvnGuard,
+}
+
+/// The raw `rvn` of a malformed record, in the store's own encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RvnGuard {
+    /// The item has no `rvn` attribute.
+    Missing,
+    /// The item's `rvn`, encoded by the store that read it.
+    Raw(String),
+}
+
+/// What a consistent read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// No item for this election.
+    Absent,
+    /// A well-formed lease (held or released).
+    Valid(Lease),
+    /// An item leaderd cannot interpret.
+    Malformed(Malformed),
+}
+
+impl Record {
+    /// The record's `rvn` if it is a well-formed lease.
+    pub fn rvn(&self) -> Option<&str> {
+        match self {
+            Record::Valid(l) => Some(&l.rvn),
+            _ => None,
+        }
+    }
+}
+
+/// The condition a write is made under (DESIGN §1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// Create: no item exists.
+    NotExists,
+    /// Take over a released or expired lease: the item still has this `rvn`.
+    RvnIs(String),
+    /// Renew or release: the item has this `rvn` and this holder.
+    HeldBy {
+        /// The rvn of the holder's last write.
+        rvn: String,
+        /// The holder's identity.
+        holder: String,
+    },
+    /// Overwrite a malformed item that still has this raw `rvn`.
+    Unchanged(RvnGuard),
+}
+
+/// The answer to a conditional write. A failed condition is an answer, not an
+/// error: someone else wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The write happened.
+    Applied,
+    /// The condition did not hold. `current` is the record the store returned
+    /// with its refusal, when it returns one (not every server does).
+    ConditionFailed {
+        /// The record as the store saw it, if it said.
+        current: Option<Record>,
+    },
+}
+
+/// Everything that can go wrong talking to a store, kept apart by class
+/// because each is logged, counted and retried differently.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// The store asked us to slow down; the request was not applied.
+    #[error("throttled by the store: {0}")]
+    Throttled(String),
+    /// No answer within the time budget; the request may have been applied.
+    #[error("store request timed out after {0:?}")]
+    Timeout(Duration),
+    /// Could not reach the store (connection refused, reset, DNS...).
+    #[error("store unreachable: {0}")]
+    Transport(String),
+    /// The store failed internally (HTTP 5xx); the request may have been applied.
+    #[error("store server error: {0}")]
+    Server(String),
+    /// Credentials missing, expired, or not allowed to do this.
+    #[error("store refused our credentials or permissions: {0}")]
+    Credentials(String),
+    /// The table does not exist.
+    #[error("table `{0}` does not exist (create it with `leaderd table create` or set store.create_table = true)")]
+    TableMissing(String),
+    /// The table exists but cannot be used yet.
+    #[error("table `{table}` is {status}, not ACTIVE yet")]
+    TableNotActive {
+        /// Table name.
+        table: String,
+        /// Its status, e.g. CREATING.
+        status: String,
+    },
+    /// The table's key schema is not the one leaderd needs.
+    #[error("table `{table}` has the wrong key schema: {detail}")]
+    WrongSchema {
+        /// Table name.
+        table: String,
+        /// What differs.
+        detail: String,
+    },
+    /// The request was rejected as invalid, or another unexpected answer.
+    #[error("store error: {0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// Label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            StoreError::Throttled(_) => "throttled",
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Transport(_) => "transport",
+            StoreError::Server(_) => "server",
+            StoreError::Credentials(_) => "credentials",
+            StoreError::TableMissing(_) => "table_missing",
+            StoreError::TableNotActive { .. } => "table_not_active",
+            StoreError::WrongSchema { .. } => "wrong_schema",
+            StoreError::Other(_) => "error",
+        }
+    }
+
+    /// The label in the `result` of `renew_total` (DESIGN §5): ok, lost,
+    /// throttled, timeout, error.
+    pub fn renew_label(&self) -> &'static str {
+        match self {
+            StoreError::Throttled(_) => "throttled",
+            StoreError::Timeout(_) => "timeout",
+            _ => "error",
+        }
+    }
+
+    /// Whether a write that failed this way may nevertheless have been applied,
+    /// so that only a consistent read-back can tell.
+    pub fn maybe_applied(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Server(_))
+    }
+}
+
+/// A lease store. Implementations give exactly the semantics of DESIGN §1:
+/// reads are strongly consistent, writes are conditional and atomic.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Short name for logs and metrics ("sqlite", "dynamodb", "memory").
+    fn kind(&self) -> &'static str;
+
+    /// Strongly consistent read of one election's record, within `budget`.
+    async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError>;
+
+    /// One conditional write of the whole record, within `budget`. Does not
+    /// resolve ambiguity: use [`LeaseStore::write`].
+    async fn put(
+        &self,
+        lease: &Lease,
+        condition: &Condition,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError>;
+
+    /// Every record in the store (for `leaderd status` with no names).
+    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError>;
+
+    /// Check that the store is reachable and usable (table exists, is ACTIVE,
+    /// has the right schema). Used at start and by `fail_fast`.
+    async fn check(&self, budget: Duration) -> Result<(), StoreError>;
+
+    /// A conditional write whose ambiguous failure (timeout, 5xx after sending)
+    /// is resolved by a consistent read-back: if the record carries our new
+    /// `rvn`, the write happened (DESIGN §1).
+    async fn write(
+        &self,
+        lease: &Lease,
+        condition: &Condition,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let started = tokio::time::Instant::now();
+        let err = match self.put(lease, condition, budget).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(e) if e.maybe_applied() => e,
+            Err(e) => return Err(e),
+        };
+        // Read back until one read answers or the budget is spent. A read never
+        // changes anything, so retrying it is always safe.
+        loop {
+            let left = budget.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(err);
+            }
+            match self.read(&lease.election, left).await {
+                Ok(Record::Valid(current)) if current.rvn == lease.rvn => {
+                    tracing::debug!(election = %lease.election, "ambiguous write resolved by read-back: applied");
+                    return Ok(WriteOutcome::Applied);
+                }
+                Ok(current) => {
+                    return Ok(WriteOutcome::ConditionFailed {
+                        current: Some(current),
+                    });
+                }
+                Err(_) => {
+                    let pause = Duration::from_millis(50).min(budget.saturating_sub(started.elapsed()));
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// Create the record: succeeds only if no item exists.
+    async fn create(&self, lease: &Lease, budget: Duration) -> Result<WriteOutcome, StoreError> {
+        self.write(lease, &Condition::NotExists, budget).await
+    }
+
+    /// Take over a released or expired lease last seen with `observed_rvn`.
+    async fn take_over(
+        &self,
+        lease: &Lease,
+        observed_rvn: &str,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.write(lease, &Condition::RvnIs(observed_rvn.to_owned()), budget)
+            .await
+    }
+
+    /// Renew: `lease` carries the new rvn; `my_rvn` is the one of our last write.
+    async fn renew(
+        &self,
+        lease: &Lease,
+        my_rvn: &str,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let holder = lease.holder.clone().unwrap_or_default();
+        let cond = Condition::HeldBy {
+            rvn: my_rvn.to_owned(),
+            holder,
+        };
+        self.write(lease, &cond, budget).await
+    }
+
+    /// Release: `released` has no holder and a fresh rvn; the item is kept so
+    /// the fencing token survives.
+    async fn release(
+        &self,
+        released: &Lease,
+        my_rvn: &str,
+        me: &str,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let cond = Condition::HeldBy {
+            rvn: my_rvn.to_owned(),
+            holder: me.to_owned(),
+        };
+        self.write(released, &cond, budget).await
+    }
+}
+
+/// A fresh random record version.
+pub fn new_rvn() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
