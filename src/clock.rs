@@ -166,7 +166,10 @@ mod tests {
         assert_eq!(clock.now() - start, Duration::from_secs(3));
         assert_eq!(
             clock
-                .timeout_at(clock.now() + Duration::from_secs(1), std::future::pending::<()>())
+                .timeout_at(
+                    clock.now() + Duration::from_secs(1),
+                    std::future::pending::<()>()
+                )
                 .await,
             None
         );

@@ -73,7 +73,9 @@ impl ElectionConfig {
         let l = self.lease_duration;
         let name = &self.name;
         if l.is_zero() {
-            return Err(format!("election `{name}`: lease duration must be above zero"));
+            return Err(format!(
+                "election `{name}`: lease duration must be above zero"
+            ));
         }
         if self.renew_interval.is_zero() || self.retry_interval.is_zero() {
             return Err(format!(
@@ -112,7 +114,9 @@ impl ElectionConfig {
     /// How many renew retries fit between a missed renew and the stop signal.
     /// DESIGN asks for a warning when fewer than two fit.
     pub fn retries_that_fit(&self) -> u32 {
-        let window = self.validity().saturating_sub(self.kill_grace + self.renew_interval);
+        let window = self
+            .validity()
+            .saturating_sub(self.kill_grace + self.renew_interval);
         (window.as_secs_f64() / self.retry_interval.as_secs_f64()).floor() as u32
     }
 
@@ -254,7 +258,14 @@ pub enum Transition {
 /// called from the election task and must not block.
 pub trait Observer: Send + Sync + 'static {
     /// A store request finished after `took`.
-    fn store_request(&self, _election: &str, _op: &'static str, _took: Duration, _outcome: Outcome<'_>) {}
+    fn store_request(
+        &self,
+        _election: &str,
+        _op: &'static str,
+        _took: Duration,
+        _outcome: Outcome<'_>,
+    ) {
+    }
     /// An acquisition attempt (create, take over) ended.
     fn acquire_attempt(&self, _election: &str, _outcome: Outcome<'_>) {}
     /// A renew ended.
@@ -306,7 +317,12 @@ impl ElectionHandle {
     /// was released; `false` also when the task is gone.
     pub async fn release(&self, then: AfterRelease) -> bool {
         let (done, rx) = oneshot::channel();
-        if self.commands.send(Command::Release { then, done }).await.is_err() {
+        if self
+            .commands
+            .send(Command::Release { then, done })
+            .await
+            .is_err()
+        {
             return false;
         }
         rx.await.unwrap_or(false)
@@ -397,6 +413,8 @@ enum Step {
     Lead(Term),
     /// Stop the child now; kill at the given instant; then follow.
     Stopping(Term, Instant),
+    /// Sit out this long, then follow.
+    SitOut(Duration),
     Exit,
 }
 
@@ -427,6 +445,7 @@ impl Engine {
                 Step::Follow => self.follow().await,
                 Step::Lead(term) => self.lead(term).await,
                 Step::Stopping(term, kill_at) => self.stopping(term, kill_at).await,
+                Step::SitOut(d) => self.sit_out(d).await,
                 Step::Exit => break,
             };
         }
@@ -474,7 +493,13 @@ impl Engine {
         self.state_tx.send_modify(|s| s.last_error = Some(label));
     }
 
-    fn observed_ok(&self, at: Instant, leader: Option<String>, token: Option<u64>, malformed: Option<String>) {
+    fn observed_ok(
+        &self,
+        at: Instant,
+        leader: Option<String>,
+        token: Option<u64>,
+        malformed: Option<String>,
+    ) {
         let unix = clock::unix_ms();
         self.state_tx.send_modify(|s| {
             s.observed_at = Some(at);
@@ -489,13 +514,17 @@ impl Engine {
 
     async fn timed_read(&self) -> (Instant, Result<Record, StoreError>) {
         let start = self.clock.now();
-        let res = self.store.read(self.name(), self.cfg.request_budget()).await;
+        let res = self
+            .store
+            .read(self.name(), self.cfg.request_budget())
+            .await;
         let end = self.clock.now();
         let outcome = match &res {
             Ok(_) => Outcome::Ok,
             Err(e) => Outcome::Failed(e),
         };
-        self.observer.store_request(self.name(), "read", end - start, outcome);
+        self.observer
+            .store_request(self.name(), "read", end - start, outcome);
         (end, res)
     }
 
@@ -543,30 +572,32 @@ impl Engine {
                 // Not leading: nothing to release.
                 Some(Command::Release { then, done }) => {
                     let _ = done.send(false);
-                    Some(self.after_release(then).await)
+                    Some(Self::after_release(then))
                 }
                 None => Some(Step::Exit),
             },
         }
     }
 
-    async fn after_release(&mut self, then: AfterRelease) -> Step {
+    fn after_release(then: AfterRelease) -> Step {
         match then {
             AfterRelease::Exit => Step::Exit,
-            AfterRelease::SitOut(d) => {
-                self.observed = None;
-                let until = self.clock.now() + d;
-                tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %fmt_d(d), "sitting out before campaigning again");
-                loop {
-                    self.beat();
-                    let slice = (self.clock.now() + self.cfg.retry_interval).min(until);
-                    if let Some(step) = self.wait_follower(slice).await {
-                        return step;
-                    }
-                    if self.clock.now() >= until {
-                        return Step::Follow;
-                    }
-                }
+            AfterRelease::SitOut(d) => Step::SitOut(d),
+        }
+    }
+
+    async fn sit_out(&mut self, d: Duration) -> Step {
+        self.observed = None;
+        let until = self.clock.now() + d;
+        tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %fmt_d(d), "sitting out before campaigning again");
+        loop {
+            self.beat();
+            let slice = (self.clock.now() + self.cfg.retry_interval).min(until);
+            if let Some(step) = self.wait_follower(slice).await {
+                return step;
+            }
+            if self.clock.now() >= until {
+                return Step::Follow;
             }
         }
     }
@@ -590,7 +621,12 @@ impl Engine {
                 }
                 Ok(Record::Valid(current)) => {
                     self.note_token(current.fencing_token);
-                    self.observed_ok(at, current.holder.clone(), Some(current.fencing_token), None);
+                    self.observed_ok(
+                        at,
+                        current.holder.clone(),
+                        Some(current.fencing_token),
+                        None,
+                    );
                     let ours = current.holder.as_deref() == Some(self.cfg.identity.as_str())
                         && self.own_rvns.contains(&current.rvn);
                     let expired = self.expired(&current.rvn, current.lease_ms, at);
@@ -623,10 +659,15 @@ impl Engine {
                     if self.expired(&key, lease_ms, at) {
                         // Treat an unreadable token as absent: unix ms keeps the
                         // new token above any sane earlier one.
-                        let token = self.next_token(None).max(m.fencing_token.map_or(0, |t| t + 1));
+                        let token = self
+                            .next_token(None)
+                            .max(m.fencing_token.map_or(0, |t| t + 1));
                         let lease = self.new_lease(token, clock::unix_ms());
                         tracing::warn!(election = %self.name(), "overwriting a malformed lease record that stayed unchanged for a full lease");
-                        if let Some(step) = self.acquire("take_over", lease, Condition::Unchanged(m.guard.clone())).await {
+                        if let Some(step) = self
+                            .acquire("take_over", lease, Condition::Unchanged(m.guard.clone()))
+                            .await
+                        {
                             return step;
                         }
                         next_poll = self.clock.now();
@@ -644,7 +685,9 @@ impl Engine {
     /// first showed it arrived.
     fn expired(&mut self, key: &str, lease_ms: u64, at: Instant) -> bool {
         match &self.observed {
-            Some(obs) if obs.key == key => at - obs.first_seen >= self.cfg.takeover_wait(obs.lease_ms),
+            Some(obs) if obs.key == key => {
+                at - obs.first_seen >= self.cfg.takeover_wait(obs.lease_ms)
+            }
             _ => {
                 self.observed = Some(Observed {
                     key: key.to_owned(),
@@ -691,7 +734,8 @@ impl Engine {
                 None
             }
             Err(e) => {
-                self.observer.acquire_attempt(self.name(), Outcome::Failed(&e));
+                self.observer
+                    .acquire_attempt(self.name(), Outcome::Failed(&e));
                 self.store_error(op, &e);
                 None
             }
@@ -762,7 +806,7 @@ impl Engine {
                     if let Some(done) = done {
                         let _ = done.send(true);
                     }
-                    return self.after_release(then).await;
+                    return Self::after_release(then);
                 }
             }
             let now = self.clock.now();
@@ -804,7 +848,9 @@ impl Engine {
                 Ok(WriteOutcome::ConditionFailed { current }) => {
                     self.observer.renew(self.name(), Outcome::Lost);
                     let by = match &current {
-                        Some(Record::Valid(l)) => l.holder.clone().unwrap_or_else(|| "(released)".into()),
+                        Some(Record::Valid(l)) => {
+                            l.holder.clone().unwrap_or_else(|| "(released)".into())
+                        }
                         Some(Record::Absent) => "(item deleted)".into(),
                         Some(Record::Malformed(m)) => format!("(malformed: {})", m.problem),
                         None => "(unknown)".into(),
@@ -897,7 +943,7 @@ impl Engine {
                         // ours, so release it if we can.
                         self.release(&term, Role::Stopping).await;
                         let _ = done.send(true);
-                        return self.after_release(then).await;
+                        return Self::after_release(then);
                     }
                     None => return Step::Exit,
                 },

@@ -1,1 +1,3 @@
+//! The `leaderd` command.
+
 fn main() {}

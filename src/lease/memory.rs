@@ -82,7 +82,9 @@ impl MemoryStore {
     async fn fault(&self, budget: Duration) -> Result<Fault, StoreError> {
         let fault = self.lock().fault;
         match fault {
-            Fault::Unreachable => Err(StoreError::Transport("connection refused (injected)".into())),
+            Fault::Unreachable => Err(StoreError::Transport(
+                "connection refused (injected)".into(),
+            )),
             Fault::Blackhole => {
                 tokio::time::sleep(budget).await;
                 Err(StoreError::Timeout(budget))

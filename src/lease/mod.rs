@@ -146,7 +146,9 @@ pub enum StoreError {
     #[error("store refused our credentials or permissions: {0}")]
     Credentials(String),
     /// The table does not exist.
-    #[error("table `{0}` does not exist (create it with `leaderd table create` or set store.create_table = true)")]
+    #[error(
+        "table `{0}` does not exist (create it with `leaderd table create` or set store.create_table = true)"
+    )]
     TableMissing(String),
     /// The table exists but cannot be used yet.
     #[error("table `{table}` is {status}, not ACTIVE yet")]
@@ -261,7 +263,8 @@ pub trait LeaseStore: Send + Sync + 'static {
                     });
                 }
                 Err(_) => {
-                    let pause = Duration::from_millis(50).min(budget.saturating_sub(started.elapsed()));
+                    let pause =
+                        Duration::from_millis(50).min(budget.saturating_sub(started.elapsed()));
                     tokio::time::sleep(pause).await;
                 }
             }

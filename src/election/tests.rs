@@ -1,0 +1,391 @@
+//! Paused-clock tests of the election engine against the in-memory store.
+//! No real sleeps: `tokio::time::pause` makes every timer advance instantly
+//! once all tasks are idle.
+
+use std::sync::Mutex;
+
+use super::*;
+use crate::lease::memory::{Fault, MemoryStore};
+use crate::lease::{Malformed, RvnGuard};
+
+const S: Duration = Duration::from_secs(1);
+
+fn cfg(identity: &str) -> ElectionConfig {
+    ElectionConfig::with_defaults("report", identity)
+}
+
+/// Records every renew and role change with the (tokio) time it happened.
+#[derive(Default)]
+struct Recorder {
+    renews: Mutex<Vec<(tokio::time::Instant, &'static str)>>,
+}
+
+impl Observer for Recorder {
+    fn renew(&self, _e: &str, o: Outcome<'_>) {
+        self.renews
+            .lock()
+            .unwrap()
+            .push((tokio::time::Instant::now(), o.label()));
+    }
+}
+
+fn start(store: &MemoryStore, c: ElectionConfig) -> ElectionHandle {
+    spawn(
+        Arc::new(store.clone()),
+        c,
+        Clock::tokio(),
+        Arc::new(NoObserver),
+    )
+}
+
+/// Wait (in paused time) until the predicate holds; returns the elapsed time.
+async fn until(
+    h: &mut ElectionHandle,
+    limit: Duration,
+    pred: impl Fn(&ElectionState) -> bool,
+) -> Duration {
+    let t0 = tokio::time::Instant::now();
+    let reached = tokio::time::timeout(limit, h.state.wait_for(|s| pred(s)))
+        .await
+        .map(|r| r.is_ok());
+    assert_eq!(
+        reached,
+        Ok(true),
+        "condition not reached within {limit:?}: {:?}",
+        *h.state.borrow()
+    );
+    t0.elapsed()
+}
+
+fn held_by(store: &MemoryStore, who: &str, token: u64) -> Lease {
+    let lease = Lease {
+        election: "report".into(),
+        holder: Some(who.into()),
+        rvn: new_rvn(),
+        fencing_token: token,
+        lease_ms: 10_000,
+        acquired_at_ms: 1,
+        renewed_at_ms: 1,
+        expires_at_s: 1,
+        holder_meta: None,
+    };
+    store.set("report", Record::Valid(lease.clone()));
+    lease
+}
+
+fn stored(store: &MemoryStore) -> Lease {
+    match store.get("report") {
+        Record::Valid(l) => l,
+        other => panic!("expected a valid lease, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_acquisition_on_empty_store() {
+    let store = MemoryStore::new();
+    let mut h = start(&store, cfg("a"));
+    let took = until(&mut h, S, |s| s.role == Role::Leader).await;
+    assert!(took < Duration::from_millis(10), "took {took:?}");
+    let lease = stored(&store);
+    assert_eq!(lease.holder.as_deref(), Some("a"));
+    let state = h.state.borrow().clone();
+    assert_eq!(state.fencing_token, Some(lease.fencing_token));
+    // No previous item: the token starts at the unix ms.
+    assert!(lease.fencing_token >= clock::unix_ms() - 60_000);
+    assert!(state.is_leader_at(Clock::tokio().now()) || state.role == Role::Leader);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_renews_every_renew_interval() {
+    let store = MemoryStore::new();
+    let rec = Arc::new(Recorder::default());
+    let mut h = spawn(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        rec.clone(),
+    );
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let t0 = tokio::time::Instant::now();
+    let first_rvn = stored(&store).rvn;
+    tokio::time::sleep(Duration::from_millis(20_500)).await;
+    let renews = rec.renews.lock().unwrap().clone();
+    let offsets: Vec<u64> = renews
+        .iter()
+        .map(|(t, _)| (*t - t0).as_millis() as u64)
+        .collect();
+    assert_eq!(offsets.len(), 4, "renews at {offsets:?}");
+    for (i, ms) in offsets.iter().enumerate() {
+        let want = 5_000 * (i as u64 + 1);
+        assert!(ms.abs_diff(want) <= 5, "renew {i} at {ms} ms, want {want}");
+    }
+    assert!(renews.iter().all(|(_, l)| *l == "ok"));
+    let now = stored(&store);
+    assert_ne!(now.rvn, first_rvn, "renew writes a fresh rvn");
+    assert_eq!(
+        now.fencing_token,
+        h.state.borrow().fencing_token.unwrap(),
+        "renew keeps the token"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn takeover_only_after_unchanged_rvn_for_lease_plus_drift() {
+    let store = MemoryStore::new();
+    let other = held_by(&store, "b", 7);
+    let mut h = start(&store, cfg("a"));
+    // L·(1+D) = 10.1 s from the first observation (at ~0).
+    let took = until(&mut h, Duration::from_secs(30), |s| s.role == Role::Leader).await;
+    assert!(
+        took >= Duration::from_millis(10_100) && took <= Duration::from_millis(10_200),
+        "took over after {took:?}"
+    );
+    let lease = stored(&store);
+    assert_eq!(lease.holder.as_deref(), Some("a"));
+    assert_eq!(lease.fencing_token, other.fencing_token + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_takes_over_while_the_rvn_moves() {
+    let store = MemoryStore::new();
+    held_by(&store, "b", 7);
+    let h = start(&store, cfg("a"));
+    // "b" renews every 5 s (a fresh rvn each time) for a minute.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mut l = stored(&store);
+        l.rvn = new_rvn();
+        store.set("report", Record::Valid(l));
+        assert_ne!(h.state.borrow().role, Role::Leader);
+    }
+    assert_eq!(stored(&store).holder.as_deref(), Some("b"));
+    assert_eq!(h.state.borrow().leader.as_deref(), Some("b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn released_lease_is_taken_at_once() {
+    let store = MemoryStore::new();
+    let mut released = held_by(&store, "b", 41);
+    released.holder = None;
+    store.set("report", Record::Valid(released));
+    let mut h = start(&store, cfg("a"));
+    let took = until(&mut h, S, |s| s.role == Role::Leader).await;
+    assert!(took < Duration::from_millis(10), "took {took:?}");
+    assert_eq!(stored(&store).fencing_token, 42);
+}
+
+#[tokio::test(start_paused = true)]
+async fn restarted_process_with_same_identity_waits_like_a_follower() {
+    let store = MemoryStore::new();
+    held_by(&store, "a", 3);
+    let mut h = start(&store, cfg("a"));
+    let took = until(&mut h, Duration::from_secs(30), |s| s.role == Role::Leader).await;
+    assert!(took >= Duration::from_millis(10_100), "took {took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_at_validity_minus_grace_and_not_leader_at_validity_when_store_is_silent() {
+    for fault in [Fault::Unreachable, Fault::Blackhole] {
+        let store = MemoryStore::new();
+        let mut h = start(&store, cfg("a"));
+        until(&mut h, S, |s| s.role == Role::Leader).await;
+        let tenure = h.state.borrow().tenure.clone().unwrap();
+        let t0 = tokio::time::Instant::now();
+        store.set_fault(fault);
+        // validity = L·(1−D) − M = 9.9 − 0.2 = 9.7 s; stop at 9.7 − 2 = 7.7 s.
+        let stop = until(&mut h, Duration::from_secs(20), |s| {
+            s.role == Role::Stopping
+        })
+        .await;
+        assert!(
+            stop.abs_diff(Duration::from_millis(7_700)) <= Duration::from_millis(5),
+            "{fault:?}: stopping after {stop:?}"
+        );
+        assert!(!h.state.borrow().is_leader_at(Clock::tokio().now()));
+        until(&mut h, Duration::from_secs(20), |s| {
+            s.role == Role::Follower
+        })
+        .await;
+        let end = t0.elapsed();
+        assert!(
+            end.abs_diff(Duration::from_millis(9_700)) <= Duration::from_millis(5),
+            "{fault:?}: follower after {end:?}"
+        );
+        assert_eq!(tenure.valid_until - tenure.stop_at, Duration::from_secs(2));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_keeps_its_tenure_through_a_short_outage() {
+    let store = MemoryStore::new();
+    let rec = Arc::new(Recorder::default());
+    let mut h = spawn(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        rec.clone(),
+    );
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let before = h.state.borrow().tenure.clone().unwrap();
+    store.set_fault(Fault::Unreachable);
+    // The renew due at 5 s fails, the retry at 6 s fails too, the one at 7 s
+    // (before the stop time at 7.7 s) succeeds.
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
+    store.set_fault(Fault::None);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let after = h.state.borrow().clone();
+    assert_eq!(after.role, Role::Leader);
+    let t = after.tenure.unwrap();
+    assert_eq!(t.seq, before.seq, "same tenure");
+    assert_eq!(t.fencing_token, before.fencing_token);
+    assert!(t.valid_until > before.valid_until);
+    let labels: Vec<_> = rec.renews.lock().unwrap().iter().map(|r| r.1).collect();
+    assert_eq!(labels, ["error", "error", "ok"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_lease_stops_at_once_when_someone_else_wrote() {
+    let store = MemoryStore::new();
+    let mut h = start(&store, cfg("a"));
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let mut stolen = stored(&store);
+    stolen.holder = Some("b".into());
+    stolen.rvn = new_rvn();
+    store.set("report", Record::Valid(stolen));
+    let took = until(&mut h, Duration::from_secs(10), |s| {
+        s.role == Role::Stopping
+    })
+    .await;
+    // Discovered by the renew at R = 5 s.
+    assert!(took <= Duration::from_millis(5_010), "took {took:?}");
+    let t = h.state.borrow().tenure.clone().unwrap();
+    assert!(t.valid_until - t.stop_at <= Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ambiguous_renew_is_kept_by_read_back() {
+    let store = MemoryStore::new();
+    let rec = Arc::new(Recorder::default());
+    let mut h = spawn(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        rec.clone(),
+    );
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let seq = h.state.borrow().tenure.as_ref().unwrap().seq;
+    store.set_fault(Fault::LoseWriteAnswers);
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let s = h.state.borrow().clone();
+    assert_eq!(s.role, Role::Leader);
+    assert_eq!(s.tenure.unwrap().seq, seq);
+    assert!(rec.renews.lock().unwrap().iter().all(|r| r.1 == "ok"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fencing_tokens_increase_over_tenures_and_across_deletion() {
+    let store = MemoryStore::new();
+    let mut a = start(&store, cfg("a"));
+    until(&mut a, S, |s| s.role == Role::Leader).await;
+    let t1 = stored(&store).fencing_token;
+    let mut b = start(&store, cfg("b"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // a resigns: b takes the released lease.
+    assert!(
+        a.release(AfterRelease::SitOut(Duration::from_secs(30)))
+            .await
+    );
+    until(&mut b, S, |s| s.role == Role::Leader).await;
+    let t2 = stored(&store).fencing_token;
+    assert_eq!(t2, t1 + 1);
+    // The item is deleted under b: b notices at its next renew, stops, and
+    // whoever recreates the item must still use a larger token.
+    store.set("report", Record::Absent);
+    until(&mut b, Duration::from_secs(10), |s| {
+        s.role == Role::Stopping
+    })
+    .await;
+    until(&mut b, Duration::from_secs(60), |s| s.role == Role::Leader).await;
+    let t3 = stored(&store).fencing_token;
+    assert!(t3 > t2, "{t3} > {t2}");
+    // And once more across a release and take-over.
+    assert!(b.release(AfterRelease::Exit).await);
+    until(&mut a, Duration::from_secs(60), |s| s.role == Role::Leader).await;
+    let t4 = stored(&store).fencing_token;
+    assert!(t4 > t3, "{t4} > {t3}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn strict_new_lease_confirms_before_leading() {
+    let store = MemoryStore::new();
+    let mut c = cfg("a");
+    c.strict_new_lease = true;
+    let mut h = start(&store, c);
+    until(&mut h, S, |s| s.role == Role::Confirming).await;
+    assert!(!h.state.borrow().is_leader_at(Clock::tokio().now()));
+    let took = until(&mut h, Duration::from_secs(30), |s| s.role == Role::Leader).await;
+    assert!(
+        took.abs_diff(Duration::from_millis(10_100)) <= Duration::from_millis(10),
+        "led after {took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_record_is_reported_and_overwritten_only_after_a_full_unchanged_lease() {
+    let store = MemoryStore::new();
+    store.set(
+        "report",
+        Record::Malformed(Malformed {
+            election: "report".into(),
+            problem: "attribute `rvn` is missing".into(),
+            fingerprint: "f1".into(),
+            fencing_token: Some(99),
+            guard: RvnGuard::Missing,
+        }),
+    );
+    let mut h = start(&store, cfg("a"));
+    until(&mut h, S, |s| s.malformed.is_some()).await;
+    assert!(
+        h.state
+            .borrow()
+            .malformed
+            .as_deref()
+            .unwrap()
+            .contains("rvn")
+    );
+    let took = until(&mut h, Duration::from_secs(30), |s| s.role == Role::Leader).await;
+    assert!(
+        took >= Duration::from_millis(10_000),
+        "overwrote after {took:?}"
+    );
+    assert!(stored(&store).fencing_token > 99);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_on_shutdown_lets_another_lead_at_once() {
+    let store = MemoryStore::new();
+    let mut a = start(&store, cfg("a"));
+    until(&mut a, S, |s| s.role == Role::Leader).await;
+    let mut b = start(&store, cfg("b"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(a.release(AfterRelease::Exit).await);
+    assert_eq!(stored(&store).holder, None);
+    let took = until(&mut b, Duration::from_secs(5), |s| s.role == Role::Leader).await;
+    assert!(took <= Duration::from_millis(1_010), "took {took:?}");
+    a.join().await;
+}
+
+#[test]
+fn timing_invariant_is_enforced_with_the_values_named() {
+    assert!(cfg("a").validate().is_ok());
+    let mut c = cfg("a");
+    c.renew_interval = Duration::from_secs(8);
+    let err = c.validate().unwrap_err();
+    assert!(err.contains("renew_interval 8s"), "{err}");
+    assert!(err.contains("kill_grace 2s"), "{err}");
+    assert!(err.contains("lease_duration 10s"), "{err}");
+    assert!(!err.contains('\n'));
+    c.renew_interval = Duration::from_secs(10);
+    assert!(c.validate().unwrap_err().contains("must be shorter"));
+    assert_eq!(cfg("a").retries_that_fit(), 2);
+}
