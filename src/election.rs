@@ -204,6 +204,9 @@ pub struct ElectionState {
     pub first_observation_done: bool,
     /// True once the task has ended (after a final release).
     pub finished: bool,
+    /// Campaign rounds completed as a follower (read, and the acquisition
+    /// attempt it allowed, if any). `--acquire-timeout 0` gives up after one.
+    pub rounds: u64,
 }
 
 impl ElectionState {
@@ -366,6 +369,7 @@ pub fn spawn(
         heartbeat: now,
         first_observation_done: false,
         finished: false,
+        rounds: 0,
     });
     let (commands, cmd_rx) = mpsc::channel(8);
     let engine = Engine {
@@ -674,6 +678,7 @@ impl Engine {
                     }
                 }
             }
+            self.state_tx.send_modify(|s| s.rounds += 1);
             if let Some(step) = self.wait_follower(next_poll).await {
                 return step;
             }

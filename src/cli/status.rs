@@ -1,0 +1,205 @@
+//! `leaderd status [ELECTION…] [--json]`: read the store, print each
+//! election's holder, fencing token and age.
+//!
+//! Ages come from the record's `renewed_at` and this host's wall clock: they
+//! are for humans and decide nothing.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::clock;
+use crate::lease::{LeaseStore, Record, StoreError};
+
+/// One election as `status` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ElectionStatus {
+    /// Election name.
+    pub election: String,
+    /// "held", "released", "absent" or "malformed".
+    pub state: &'static str,
+    /// Current holder, if held.
+    pub holder: Option<String>,
+    /// Fencing token, if readable.
+    pub fencing_token: Option<u64>,
+    /// The holder's promised lease, ms.
+    pub lease_ms: Option<u64>,
+    /// Unix ms of the start of the tenure.
+    pub acquired_at_ms: Option<u64>,
+    /// Unix ms of the last write.
+    pub renewed_at_ms: Option<u64>,
+    /// Milliseconds since the last write, by this host's wall clock.
+    pub age_ms: Option<u64>,
+    /// The holder's advertised address, if any.
+    pub holder_address: Option<String>,
+    /// What is wrong with a malformed record.
+    pub problem: Option<String>,
+}
+
+impl ElectionStatus {
+    fn from_record(election: &str, record: &Record, now_ms: u64) -> ElectionStatus {
+        let mut s = ElectionStatus {
+            election: election.to_owned(),
+            state: "absent",
+            holder: None,
+            fencing_token: None,
+            lease_ms: None,
+            acquired_at_ms: None,
+            renewed_at_ms: None,
+            age_ms: None,
+            holder_address: None,
+            problem: None,
+        };
+        match record {
+            Record::Absent => {}
+            Record::Valid(l) => {
+                s.election = l.election.clone();
+                s.state = if l.holder.is_some() { "held" } else { "released" };
+                s.holder = l.holder.clone();
+                s.fencing_token = Some(l.fencing_token);
+                s.lease_ms = Some(l.lease_ms);
+                s.acquired_at_ms = Some(l.acquired_at_ms);
+                s.renewed_at_ms = Some(l.renewed_at_ms);
+                s.age_ms = Some(now_ms.saturating_sub(l.renewed_at_ms));
+                s.holder_address = l.holder_meta.as_ref().and_then(|m| m.address.clone());
+            }
+            Record::Malformed(m) => {
+                s.election = m.election.clone();
+                s.state = "malformed";
+                s.fencing_token = m.fencing_token;
+                s.problem = Some(m.problem.clone());
+            }
+        }
+        s
+    }
+}
+
+/// Read the named elections (all of them when `names` is empty).
+pub async fn collect(
+    store: &dyn LeaseStore,
+    names: &[String],
+    budget: Duration,
+) -> Result<Vec<ElectionStatus>, StoreError> {
+    let now_ms = clock::unix_ms();
+    if names.is_empty() {
+        let mut all: Vec<ElectionStatus> = store
+            .list(budget)
+            .await?
+            .iter()
+            .map(|r| ElectionStatus::from_record("", r, now_ms))
+            .collect();
+        all.sort_by(|a, b| a.election.cmp(&b.election));
+        return Ok(all);
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let record = store.read(name, budget).await?;
+        out.push(ElectionStatus::from_record(name, &record, now_ms));
+    }
+    Ok(out)
+}
+
+/// Render as an aligned text table.
+pub fn render_text(rows: &[ElectionStatus]) -> String {
+    let mut lines = vec![[
+        "ELECTION".to_owned(),
+        "STATE".to_owned(),
+        "HOLDER".to_owned(),
+        "FENCING_TOKEN".to_owned(),
+        "AGE".to_owned(),
+        "LEASE".to_owned(),
+    ]];
+    for r in rows {
+        let dash = || "-".to_owned();
+        lines.push([
+            r.election.clone(),
+            match &r.problem {
+                Some(p) => format!("malformed ({p})"),
+                None => r.state.to_owned(),
+            },
+            r.holder.clone().unwrap_or_else(dash),
+            r.fencing_token.map_or_else(dash, |t| t.to_string()),
+            r.age_ms.map_or_else(dash, |a| format!("{:.1}s", a as f64 / 1000.0)),
+            r.lease_ms.map_or_else(dash, |l| format!("{:.1}s", l as f64 / 1000.0)),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for l in &lines {
+        let cells: Vec<String> = l
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if rows.is_empty() {
+        out.push_str("(no elections in the store)\n");
+    }
+    out
+}
+
+/// Render as JSON (an array, one object per election).
+pub fn render_json(rows: &[ElectionStatus]) -> String {
+    serde_json::to_string_pretty(rows).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::memory::MemoryStore;
+    use crate::lease::{Lease, Malformed, RvnGuard};
+
+    #[tokio::test]
+    async fn reports_held_released_absent_and_malformed() {
+        let store = MemoryStore::new();
+        let now = clock::unix_ms();
+        let lease = Lease {
+            election: "a".into(),
+            holder: Some("web-1".into()),
+            rvn: "r".into(),
+            fencing_token: 12,
+            lease_ms: 10_000,
+            acquired_at_ms: now - 5_000,
+            renewed_at_ms: now - 2_000,
+            expires_at_s: 0,
+            holder_meta: None,
+        };
+        store.set("a", Record::Valid(lease.clone()));
+        store.set(
+            "b",
+            Record::Valid(Lease {
+                election: "b".into(),
+                holder: None,
+                ..lease
+            }),
+        );
+        store.set(
+            "m",
+            Record::Malformed(Malformed {
+                election: "m".into(),
+                problem: "attribute `rvn` is missing".into(),
+                fingerprint: "x".into(),
+                fencing_token: None,
+                guard: RvnGuard::Missing,
+            }),
+        );
+        let names = ["a", "b", "m", "z"].map(String::from);
+        let rows = collect(&store, &names, Duration::from_secs(1)).await.unwrap();
+        let states: Vec<_> = rows.iter().map(|r| r.state).collect();
+        assert_eq!(states, ["held", "released", "malformed", "absent"]);
+        assert_eq!(rows[0].holder.as_deref(), Some("web-1"));
+        assert_eq!(rows[0].fencing_token, Some(12));
+        assert!((2_000..3_000).contains(&rows[0].age_ms.unwrap()));
+        let text = render_text(&rows);
+        assert!(text.contains("web-1") && text.contains("malformed (attribute `rvn` is missing)"));
+        let json: serde_json::Value = serde_json::from_str(&render_json(&rows)).unwrap();
+        assert_eq!(json[0]["fencing_token"], 12);
+        assert_eq!(json[3]["state"], "absent");
+        let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();
+        assert_eq!(all.len(), 3);
+    }
+}

@@ -1,0 +1,733 @@
+//! Wiring for `leaderd run`: the store, one engine per election, the HTTP
+//! server, the child supervisor and the shutdown sequence.
+//!
+//! Everything that reacts to leadership watches the engines' state; this
+//! module owns the one loop that turns those states, signals and child exits
+//! into actions, so the order of events is easy to follow:
+//! lead -> start child; lose -> stop child (the guard enforces the kill);
+//! SIGTERM -> forward, keep renewing while the child winds down, release, exit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, Instant};
+use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
+use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
+use crate::http::{self, AppState, ResignRequest};
+use crate::lease::LeaseStore;
+use crate::lease::dynamodb::{DynamoConfig, DynamoStore};
+use crate::lease::sqlite::SqliteStore;
+use crate::metrics::Metrics;
+use crate::notify::Notifier;
+use crate::shutdown::{self, Signals};
+use crate::supervisor::{self, Child, ChildExit, ChildSpec};
+
+/// Process exit codes (DESIGN §3, sysexits).
+pub mod exit {
+    /// Bad usage or configuration.
+    pub const USAGE: i32 = 64;
+    /// The store is unreachable at start (with `fail_fast`).
+    pub const UNAVAILABLE: i32 = 69;
+    /// Internal error.
+    pub const SOFTWARE: i32 = 70;
+    /// The lease was not acquired within `--acquire-timeout`.
+    pub const TEMPFAIL: i32 = 75;
+}
+
+/// How long the start-up store check may take with `fail_fast`.
+const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
+/// How long `create_table` waits for the table to become ACTIVE.
+const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
+/// Restart backoff of `on_child_exit = "restart"`: doubles from the first to
+/// the cap, and starts over once a child ran longer than the cap.
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+const RESTART_CAP: Duration = Duration::from_secs(30);
+
+/// Open the configured store (and create the DynamoDB table when asked).
+pub async fn open_store(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String> {
+    match cfg.kind {
+        StoreKind::Sqlite => SqliteStore::open(&cfg.path)
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| e.to_string()),
+        StoreKind::Dynamodb => {
+            let store = DynamoStore::new(&DynamoConfig {
+                table: cfg.table.clone(),
+                region: cfg.region.clone(),
+                endpoint_url: cfg.endpoint_url.clone(),
+            })
+            .await;
+            if cfg.create_table {
+                store
+                    .create_table(false, CREATE_TABLE_WAIT)
+                    .await
+                    .map_err(|e| format!("cannot create table `{}`: {e}", cfg.table))?;
+            }
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// Run the daemon until it is told to stop; returns the process exit code.
+pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let store = match open_store(&cfg.store).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open the lease store");
+            return exit::UNAVAILABLE;
+        }
+    };
+    match store.check(FAIL_FAST_BUDGET).await {
+        Ok(()) => {}
+        Err(e) if cfg.store.fail_fast => {
+            tracing::error!(error = %e, store = store.kind(), "lease store unreachable at start (fail_fast)");
+            return exit::UNAVAILABLE;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, store = store.kind(), "lease store not usable yet; campaigning anyway and retrying");
+        }
+    }
+
+    let clock = Clock::boot();
+    let metrics = Arc::new(Metrics::new());
+    let mut handles: BTreeMap<String, ElectionHandle> = BTreeMap::new();
+    for e in &cfg.elections {
+        let handle = election::spawn(store.clone(), e.clone(), clock.clone(), metrics.clone());
+        handles.insert(e.name.clone(), handle);
+    }
+
+    let listener = match tokio::net::TcpListener::bind(cfg.http.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(listen = %cfg.http.listen, error = %e, "cannot listen for HTTP");
+            abort_all(&handles);
+            return exit::SOFTWARE;
+        }
+    };
+    let (resign_tx, resign_rx) = mpsc::channel(8);
+    let app = AppState::new(
+        handles
+            .iter()
+            .map(|(n, h)| (n.clone(), h.state.clone()))
+            .collect(),
+        cfg.primary.clone(),
+        clock.clone(),
+        metrics.clone(),
+        cfg.http.admin_token.clone(),
+        resign_tx,
+        cfg.health.store_timeout,
+        cfg.elections
+            .iter()
+            .map(|e| (e.name.clone(), 2 * e.lease_duration + e.renew_interval))
+            .collect(),
+    );
+    let http_stop = CancellationToken::new();
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        http::router(app),
+        http_stop.clone().cancelled_owned(),
+    ));
+    tracing::info!(listen = %cfg.http.listen, identity = %cfg.identity, store = store.kind(), elections = cfg.elections.len(), "leaderd running");
+
+    let notify_task = tokio::spawn(notify_loop(
+        notifier.clone(),
+        handles
+            .values()
+            .map(|h| h.state.clone())
+            .collect(),
+        cfg.primary.clone(),
+        clock.clone(),
+    ));
+
+    let mut daemon = Daemon {
+        primary: handles
+            .get(&cfg.primary)
+            .expect("primary names a configured election: validated in Config::load")
+            .state
+            .clone(),
+        cfg,
+        clock,
+        metrics,
+        handles,
+        signals,
+        resign_rx,
+        child: ChildSlot::Idle,
+        shutdown: None,
+        last_exit: None,
+        pending_resign: None,
+        restart_delay: RESTART_FIRST,
+        seen_seq: None,
+        was_leading: false,
+    };
+    let code = daemon.run().await;
+
+    notifier.send("STOPPING=1");
+    daemon.release_all().await;
+    notify_task.abort();
+    http_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
+    tracing::info!(exit_code = code, "leaderd stopped");
+    code
+}
+
+fn abort_all(handles: &BTreeMap<String, ElectionHandle>) {
+    for h in handles.values() {
+        h.abort();
+    }
+}
+
+/// READY=1 once every election made its first observation, STATUS= on every
+/// leadership change, WATCHDOG=1 while every campaign loop makes progress.
+async fn notify_loop(
+    notifier: Notifier,
+    mut states: Vec<watch::Receiver<ElectionState>>,
+    primary: String,
+    clock: Clock,
+) {
+    if !notifier.enabled() {
+        return;
+    }
+    for s in states.iter_mut() {
+        let _ = s.wait_for(|st| st.first_observation_done).await;
+    }
+    notifier.send("READY=1");
+    let mut last_status = String::new();
+    let watchdog = notifier.watchdog();
+    let tick = watchdog.map_or(Duration::from_secs(1), |w| (w / 3).max(Duration::from_millis(100)));
+    loop {
+        let now = clock.now();
+        let status = states
+            .iter()
+            .map(|s| {
+                let st = s.borrow();
+                if st.is_leader_at(now) {
+                    format!("leader of {} (fencing token {})", st.election, st.fencing_token.unwrap_or(0))
+                } else {
+                    format!(
+                        "follower of {} (leader: {})",
+                        st.election,
+                        st.leader.as_deref().unwrap_or("none")
+                    )
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if status != last_status {
+            notifier.send(&format!("STATUS={status}"));
+            last_status = status;
+        }
+        if watchdog.is_some() {
+            // A wedged campaign loop stops the watchdog pings, and systemd
+            // restarts the unit.
+            let fresh = states.iter().all(|s| {
+                let st = s.borrow();
+                now - st.heartbeat < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
+            });
+            if fresh {
+                notifier.send("WATCHDOG=1");
+            }
+        }
+        let primary_rx = states.iter_mut().find(|s| s.borrow().election == primary);
+        match primary_rx {
+            Some(rx) => {
+                let _ = tokio::time::timeout(tick, rx.changed()).await;
+            }
+            None => tokio::time::sleep(tick).await,
+        }
+    }
+}
+
+enum ChildSlot {
+    Idle,
+    Running {
+        child: Child,
+        /// Tenure the child runs under (None in mode "always").
+        seq: Option<u64>,
+        started: Instant,
+        /// Set once we asked it to stop (lease lost, resign, shutdown).
+        stopping: bool,
+    },
+    Backoff {
+        until: Instant,
+    },
+}
+
+struct Shutdown {
+    /// When to stop waiting for the child and kill it.
+    kill_at: Instant,
+    killed: bool,
+}
+
+struct Daemon {
+    cfg: Config,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    handles: BTreeMap<String, ElectionHandle>,
+    primary: watch::Receiver<ElectionState>,
+    signals: Signals,
+    resign_rx: mpsc::Receiver<ResignRequest>,
+    child: ChildSlot,
+    shutdown: Option<Shutdown>,
+    last_exit: Option<ChildExit>,
+    pending_resign: Option<ResignRequest>,
+    restart_delay: Duration,
+    /// Tenure seq seen by mode "always", to signal gains and losses once.
+    seen_seq: Option<u64>,
+    was_leading: bool,
+}
+
+enum Event {
+    State,
+    StateGone,
+    ChildExited(ChildExit),
+    Signal(Option<Signal>),
+    Resign(Option<ResignRequest>),
+    Timer,
+}
+
+impl Daemon {
+    fn primary_name(&self) -> &str {
+        &self.cfg.primary
+    }
+
+    fn child_config(&self) -> &ChildConfig {
+        &self.cfg.child
+    }
+
+    fn has_command(&self) -> bool {
+        !self.cfg.child.command.is_empty()
+    }
+
+    async fn run(&mut self) -> i32 {
+        let started = self.clock.now();
+        let acquire_by = self.cfg.acquire_timeout.map(|t| started + t);
+        if self.has_command() && self.cfg.child.mode == Mode::Always {
+            self.start_child(None).await;
+        }
+        loop {
+            // Act on the current state first, then wait for the next event.
+            if let Some(code) = self.reconcile(acquire_by).await {
+                return code;
+            }
+            let timer = self.next_timer(acquire_by);
+            let event = {
+                // Split the borrows: each select arm owns one field.
+                let Daemon {
+                    child,
+                    primary,
+                    signals,
+                    resign_rx,
+                    clock,
+                    ..
+                } = self;
+                let child_wait = async {
+                    match child {
+                        ChildSlot::Running { child, .. } => child.wait().await,
+                        _ => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    r = primary.changed() => if r.is_ok() { Event::State } else { Event::StateGone },
+                    exit = child_wait => Event::ChildExited(exit),
+                    sig = signals.recv() => Event::Signal(sig),
+                    req = resign_rx.recv() => Event::Resign(req),
+                    _ = clock.sleep_until(timer) => Event::Timer,
+                }
+            };
+            match event {
+                Event::State | Event::Timer => {}
+                Event::StateGone => {
+                    tracing::error!(election = %self.primary_name(), "election task ended unexpectedly");
+                    self.kill_child().await;
+                    return exit::SOFTWARE;
+                }
+                Event::ChildExited(status) => {
+                    if let Some(code) = self.on_child_exit(status).await {
+                        return code;
+                    }
+                }
+                Event::Signal(None) => {}
+                Event::Signal(Some(sig)) => self.on_signal(sig).await,
+                Event::Resign(None) => {}
+                Event::Resign(Some(req)) => self.on_resign(req).await,
+            }
+        }
+    }
+
+    /// The next instant something is due without an event: the acquire
+    /// timeout, a restart backoff, the shutdown kill, a validity edge.
+    fn next_timer(&self, acquire_by: Option<Instant>) -> Instant {
+        let now = self.clock.now();
+        let mut t = now + Duration::from_secs(1);
+        if let Some(a) = acquire_by {
+            t = t.min(a.max(now));
+        }
+        if let ChildSlot::Backoff { until } = &self.child {
+            t = t.min(*until);
+        }
+        if let Some(s) = &self.shutdown
+            && !s.killed
+        {
+            t = t.min(s.kill_at);
+        }
+        if let Some(tenure) = &self.primary.borrow().tenure {
+            // Wake at the stop time even if the engine is late publishing it.
+            if tenure.stop_at > now {
+                t = t.min(tenure.stop_at);
+            }
+        }
+        t
+    }
+
+    /// Bring the child in line with the primary election's state. Returns an
+    /// exit code when the daemon should end.
+    async fn reconcile(&mut self, acquire_by: Option<Instant>) -> Option<i32> {
+        let now = self.clock.now();
+        let state = self.primary.borrow().clone();
+        let leading = state.is_leader_at(now);
+        if leading != self.was_leading {
+            self.was_leading = leading;
+        }
+
+        // Shutdown: once the child is gone, we are done.
+        if let Some(s) = &mut self.shutdown {
+            match &mut self.child {
+                ChildSlot::Running { child, .. } => {
+                    if now >= s.kill_at && !s.killed {
+                        tracing::warn!("child still running after shutdown_grace; killing its process group");
+                        s.killed = true;
+                        let _ = child.kill().await;
+                        self.metrics.child_killed(&self.cfg.primary);
+                    }
+                    return None;
+                }
+                _ => {
+                    return Some(self.last_exit.map_or(0, |e| e.exit_code()));
+                }
+            }
+        }
+
+        // --acquire-timeout: give up when not leading in time (0: one attempt).
+        if let Some(by) = acquire_by
+            && !leading
+            && state.tenure.is_none()
+        {
+            let tried_once = state.rounds >= 1;
+            let zero = self.cfg.acquire_timeout == Some(Duration::ZERO);
+            if (zero && tried_once) || (!zero && now >= by) {
+                tracing::warn!(election = %state.election, leader = ?state.leader, "lease not acquired within --acquire-timeout");
+                return Some(exit::TEMPFAIL);
+            }
+        }
+
+        if !self.has_command() {
+            return None;
+        }
+        match self.cfg.child.mode {
+            Mode::Always => self.reconcile_always(&state, now).await,
+            Mode::WhileLeader => self.reconcile_while_leader(&state, now).await,
+        }
+        None
+    }
+
+    async fn reconcile_always(&mut self, state: &ElectionState, now: Instant) {
+        let seq = state.tenure.as_ref().filter(|_| state.is_leader_at(now)).map(|t| t.seq);
+        if seq != self.seen_seq {
+            let gained = seq.is_some();
+            self.seen_seq = seq;
+            let sig = if gained {
+                self.cfg.child.signal_on_gain
+            } else {
+                self.cfg.child.signal_on_loss
+            };
+            if let (Some(sig), ChildSlot::Running { child, .. }) = (sig, &mut self.child) {
+                tracing::info!(election = %state.election, signal = %sig, gained, "signalling the child of a leadership change");
+                if let Err(e) = child.signal(sig).await {
+                    tracing::warn!(error = %e, "cannot signal the child");
+                }
+            }
+        }
+        if let ChildSlot::Backoff { until } = self.child
+            && now >= until
+        {
+            self.start_child(None).await;
+        }
+    }
+
+    async fn reconcile_while_leader(&mut self, state: &ElectionState, now: Instant) {
+        let leading = state.is_leader_at(now);
+        match &mut self.child {
+            ChildSlot::Running {
+                child,
+                seq,
+                stopping,
+                ..
+            } => {
+                let same_tenure = state.tenure.as_ref().map(|t| t.seq) == *seq;
+                if leading && same_tenure && !*stopping {
+                    let t = state.tenure.as_ref().expect("leading implies a tenure");
+                    if let Err(e) = child.arm(t.stop_at, t.valid_until).await {
+                        tracing::warn!(error = %e, "cannot extend the child's deadline");
+                    }
+                } else if !*stopping {
+                    // Lost the lease (or a new tenure began without us
+                    // noticing the end of the old one): stop now; the guard
+                    // kills the group at the end of the old validity at the
+                    // latest.
+                    *stopping = true;
+                    let grace = match &state.tenure {
+                        Some(t) if state.role == Role::Stopping => t.valid_until - now,
+                        _ => self.cfg.child.kill_grace,
+                    };
+                    tracing::warn!(election = %state.election, identity = %state.identity, grace_ms = grace.as_millis() as u64, "not leader any more: stopping the child");
+                    if let Err(e) = child.stop(grace).await {
+                        tracing::error!(error = %e, "cannot stop the child; killing its process group");
+                        let _ = child.kill().await;
+                    }
+                }
+            }
+            ChildSlot::Idle => {
+                if leading && self.pending_resign.is_none() {
+                    let t = state.tenure.clone().expect("leading implies a tenure");
+                    self.start_child(Some(&t)).await;
+                }
+            }
+            ChildSlot::Backoff { until } => {
+                if !leading {
+                    self.child = ChildSlot::Idle;
+                } else if now >= *until {
+                    let t = state.tenure.clone().expect("leading implies a tenure");
+                    self.start_child(Some(&t)).await;
+                }
+            }
+        }
+    }
+
+    async fn start_child(&mut self, tenure: Option<&election::Tenure>) {
+        let cfg = self.child_config();
+        let state = self.primary.borrow().clone();
+        let mut env = vec![
+            ("LEADERD_ELECTION".to_owned(), state.election.clone()),
+            ("LEADERD_IDENTITY".to_owned(), state.identity.clone()),
+        ];
+        if let Some(t) = tenure {
+            env.push(("LEADERD_FENCING_TOKEN".to_owned(), t.fencing_token.to_string()));
+            env.push(("LEADERD_LEASE_MS".to_owned(), t.lease_ms.to_string()));
+        } else {
+            let lease_ms = self
+                .cfg
+                .elections
+                .iter()
+                .find(|e| e.name == self.cfg.primary)
+                .map_or(0, |e| e.lease_duration.as_millis() as u64);
+            env.push(("LEADERD_LEASE_MS".to_owned(), lease_ms.to_string()));
+        }
+        let guard_exe = match std::env::current_exe() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot find our own executable to start the guard");
+                self.child = ChildSlot::Backoff {
+                    until: self.clock.now() + RESTART_CAP,
+                };
+                return;
+            }
+        };
+        let spec = ChildSpec {
+            command: cfg.command.clone(),
+            env,
+            stop_signal: cfg.stop_signal,
+            guard_exe,
+        };
+        let deadline = tenure.map(|t| (t.stop_at, t.valid_until));
+        match supervisor::spawn(&spec, deadline).await {
+            Ok(child) => {
+                tracing::info!(election = %state.election, identity = %state.identity, fencing_token = ?tenure.map(|t| t.fencing_token), pid = child.pid(), command = ?cfg.command, "child started");
+                self.metrics.child_started(&self.cfg.primary);
+                self.child = ChildSlot::Running {
+                    child,
+                    seq: tenure.map(|t| t.seq),
+                    started: self.clock.now(),
+                    stopping: false,
+                };
+            }
+            Err(e) => {
+                tracing::error!(error = %e, command = ?cfg.command, "cannot start the child");
+                let delay = self.bump_restart_delay(Duration::ZERO);
+                self.child = ChildSlot::Backoff {
+                    until: self.clock.now() + delay,
+                };
+            }
+        }
+    }
+
+    fn bump_restart_delay(&mut self, ran_for: Duration) -> Duration {
+        if ran_for > RESTART_CAP {
+            self.restart_delay = RESTART_FIRST;
+        }
+        let d = self.restart_delay;
+        self.restart_delay = (self.restart_delay * 2).min(RESTART_CAP);
+        d
+    }
+
+    async fn on_child_exit(&mut self, status: ChildExit) -> Option<i32> {
+        let ChildSlot::Running {
+            started, stopping, ..
+        } = std::mem::replace(&mut self.child, ChildSlot::Idle)
+        else {
+            return None;
+        };
+        let ran_for = self.clock.now() - started;
+        self.metrics.child_exited(&self.cfg.primary, status.reason());
+        self.last_exit = Some(status);
+        tracing::info!(exit_code = status.exit_code(), reason = status.reason(), ran_ms = ran_for.as_millis() as u64, "child exited");
+        if self.shutdown.is_some() {
+            return None;
+        }
+        if let Some(req) = self.pending_resign.take() {
+            self.finish_resign(req).await;
+            return None;
+        }
+        if stopping && self.cfg.child.mode == Mode::WhileLeader {
+            // We stopped it because the lease was lost: wait for a new tenure.
+            return None;
+        }
+        match self.cfg.child.on_child_exit {
+            OnChildExit::Exit => {
+                tracing::info!(exit_code = status.exit_code(), "child exited on its own; releasing and exiting with its code");
+                Some(status.exit_code())
+            }
+            OnChildExit::Restart => {
+                let delay = self.bump_restart_delay(ran_for);
+                tracing::info!(delay_ms = delay.as_millis() as u64, "restarting the child after a delay");
+                self.child = ChildSlot::Backoff {
+                    until: self.clock.now() + delay,
+                };
+                None
+            }
+            OnChildExit::Release => {
+                let sit_out = self.primary_lease();
+                if let Some(h) = self.handles.get(&self.cfg.primary) {
+                    tracing::info!(election = %self.cfg.primary, "child exited on its own; releasing the lease and sitting out one lease");
+                    h.release(AfterRelease::SitOut(sit_out)).await;
+                }
+                if self.cfg.child.mode == Mode::Always {
+                    let delay = self.bump_restart_delay(ran_for);
+                    self.child = ChildSlot::Backoff {
+                        until: self.clock.now() + delay,
+                    };
+                }
+                None
+            }
+        }
+    }
+
+    fn primary_lease(&self) -> Duration {
+        self.cfg
+            .elections
+            .iter()
+            .find(|e| e.name == self.cfg.primary)
+            .map_or(Duration::from_secs(10), |e| e.lease_duration)
+    }
+
+    async fn on_signal(&mut self, sig: Signal) {
+        if shutdown::is_shutdown(sig) {
+            match &mut self.shutdown {
+                None => {
+                    let grace = self.cfg.child.shutdown_grace;
+                    tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: stopping the child, then releasing");
+                    self.shutdown = Some(Shutdown {
+                        kill_at: self.clock.now() + grace,
+                        killed: false,
+                    });
+                    if let ChildSlot::Running { child, .. } = &mut self.child {
+                        // No deadline from the lease while we wind down: the
+                        // engine keeps renewing; shutdown_grace bounds it.
+                        if let Err(e) = child.signal(sig).await {
+                            tracing::warn!(error = %e, "cannot forward the signal to the child");
+                        }
+                    } else {
+                        self.child = ChildSlot::Idle;
+                    }
+                }
+                Some(s) => {
+                    tracing::warn!(signal = %sig, "second shutdown signal: killing the child now");
+                    s.kill_at = self.clock.now();
+                }
+            }
+            return;
+        }
+        match &mut self.child {
+            ChildSlot::Running { child, .. } => {
+                tracing::info!(signal = %sig, "forwarding signal to the child");
+                if let Err(e) = child.signal(sig).await {
+                    tracing::warn!(error = %e, "cannot forward the signal to the child");
+                }
+            }
+            _ => tracing::info!(signal = %sig, "no child to forward the signal to"),
+        }
+    }
+
+    async fn on_resign(&mut self, req: ResignRequest) {
+        let is_primary = req.election == self.cfg.primary;
+        if is_primary && let ChildSlot::Running { child, stopping, .. } = &mut self.child {
+            if self.cfg.child.mode == Mode::WhileLeader {
+                // The child must be gone before the lease is released.
+                tracing::info!(election = %req.election, "resign requested: stopping the child first");
+                *stopping = true;
+                if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
+                    tracing::error!(error = %e, "cannot stop the child; killing its process group");
+                    let _ = child.kill().await;
+                }
+                self.pending_resign = Some(req);
+                return;
+            }
+        }
+        self.finish_resign(req).await;
+    }
+
+    async fn finish_resign(&mut self, req: ResignRequest) {
+        let Some(h) = self.handles.get(&req.election) else {
+            let _ = req.done.send(Err(format!("unknown election `{}`", req.election)));
+            return;
+        };
+        let sit_out = self
+            .cfg
+            .elections
+            .iter()
+            .find(|e| e.name == req.election)
+            .map_or(Duration::from_secs(10), |e| e.lease_duration);
+        tracing::info!(election = %req.election, "resigning: releasing the lease and sitting out one lease");
+        let released = h.release(AfterRelease::SitOut(sit_out)).await;
+        let _ = req.done.send(if released {
+            Ok(())
+        } else {
+            Err("not leading this election".into())
+        });
+    }
+
+    async fn kill_child(&mut self) {
+        if let ChildSlot::Running { child, .. } = &mut self.child {
+            let _ = child.kill().await;
+            let status = child.wait().await;
+            self.last_exit = Some(status);
+        }
+        self.child = ChildSlot::Idle;
+    }
+
+    /// Final step of every exit path: the child is gone; give up every lease.
+    async fn release_all(&mut self) {
+        self.kill_child().await;
+        let releases = self
+            .handles
+            .values()
+            .map(|h| h.release(AfterRelease::Exit));
+        futures_util::future::join_all(releases).await;
+    }
+}

@@ -1,0 +1,76 @@
+//! systemd's notify protocol (`Type=notify`, DESIGN §7).
+//!
+//! The socket path is taken from `NOTIFY_SOCKET` once at start, and the
+//! variable is removed from leaderd's environment before any thread starts, so
+//! the child never inherits it (only leaderd speaks for the service).
+
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where to send notifications, if systemd asked for them.
+#[derive(Debug, Clone, Default)]
+pub struct Notifier {
+    socket: Option<PathBuf>,
+    watchdog: Option<Duration>,
+}
+
+impl Notifier {
+    /// Take `NOTIFY_SOCKET` and `WATCHDOG_USEC` out of the environment.
+    ///
+    /// # Safety
+    /// Mutates the process environment: call it before any other thread
+    /// exists (first thing in `main`, before the tokio runtime starts).
+    pub unsafe fn from_env() -> Notifier {
+        let socket = std::env::var_os("NOTIFY_SOCKET").map(PathBuf::from);
+        let pid_ok = std::env::var("WATCHDOG_PID")
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_none_or(|p| p == std::process::id());
+        let watchdog = std::env::var("WATCHDOG_USEC")
+            .ok()
+            .and_then(|u| u.parse::<u64>().ok())
+            .filter(|u| *u > 0 && pid_ok)
+            .map(Duration::from_micros);
+        // SAFETY: the caller guarantees no other thread runs yet.
+        unsafe {
+            std::env::remove_var("NOTIFY_SOCKET");
+            std::env::remove_var("WATCHDOG_USEC");
+            std::env::remove_var("WATCHDOG_PID");
+        }
+        Notifier { socket, watchdog }
+    }
+
+    /// Whether systemd listens.
+    pub fn enabled(&self) -> bool {
+        self.socket.is_some()
+    }
+
+    /// The watchdog interval systemd asked for, if any.
+    pub fn watchdog(&self) -> Option<Duration> {
+        self.watchdog
+    }
+
+    /// Send one notification (e.g. "READY=1", "STATUS=leading report").
+    /// Failures are logged, never fatal: the daemon works without systemd.
+    pub fn send(&self, state: &str) {
+        let Some(path) = &self.socket else { return };
+        if let Err(e) = send_to(path, state) {
+            tracing::warn!(error = %e, socket = %path.display(), "cannot notify systemd");
+        }
+    }
+}
+
+fn send_to(path: &std::path::Path, msg: &str) -> std::io::Result<()> {
+    let sock = UnixDatagram::unbound()?;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if let Some(name) = bytes.strip_prefix(b"@") {
+        // Abstract socket namespace (Linux).
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+        sock.send_to_addr(msg.as_bytes(), &addr)?;
+    } else {
+        sock.send_to(msg.as_bytes(), path)?;
+    }
+    Ok(())
+}

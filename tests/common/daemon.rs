@@ -1,0 +1,219 @@
+//! Start real `leaderd` processes and talk to their HTTP API.
+//!
+//! The binary is built once by cargo (`CARGO_BIN_EXE_leaderd`) and started as
+//! many times as a test needs. Each instance logs to its own file, which a
+//! failing test prints.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The leaderd binary under test.
+pub fn leaderd_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_leaderd")
+}
+
+/// A free loopback TCP port (bound and released; the small race is fine on
+/// a test machine).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral loopback port")
+}
+
+/// One running `leaderd run`.
+pub struct Leaderd {
+    /// The process.
+    pub child: Child,
+    /// Its HTTP port on 127.0.0.1.
+    pub port: u16,
+    /// Its identity.
+    pub identity: String,
+    /// Where its stdout and stderr go.
+    pub log_path: PathBuf,
+    exited: Option<ExitStatus>,
+}
+
+/// How to start an instance.
+pub struct Spec<'a> {
+    /// `--identity`.
+    pub identity: &'a str,
+    /// Extra arguments after `run` (store, timing...).
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// The child command after `--` (empty: none).
+    pub command: Vec<String>,
+    /// Directory for the log file.
+    pub dir: &'a Path,
+}
+
+impl Leaderd {
+    /// Start `leaderd run --listen 127.0.0.1:<free> --identity <id> ARGS [-- CMD]`.
+    pub fn start(spec: Spec<'_>) -> Leaderd {
+        let port = free_port();
+        let log_path = spec.dir.join(format!("{}.log", spec.identity));
+        let log = std::fs::File::create(&log_path).expect("create the instance log");
+        let mut cmd = Command::new(leaderd_bin());
+        cmd.arg("run")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--identity")
+            .arg(spec.identity)
+            .args(&spec.args)
+            .env("AWS_ACCESS_KEY_ID", "leaderd-test")
+            .env("AWS_SECRET_ACCESS_KEY", "leaderd-test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("RUST_BACKTRACE", "1")
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log);
+        if !spec.command.is_empty() {
+            cmd.arg("--").args(&spec.command);
+        }
+        let child = cmd.spawn().expect("start leaderd");
+        Leaderd {
+            child,
+            port,
+            identity: spec.identity.to_owned(),
+            log_path,
+            exited: None,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// GET a path; `None` when the server does not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http(self.port, "GET", path, &[])
+    }
+
+    /// GET `/leader`: (status, parsed JSON body).
+    pub fn leader(&self) -> Option<(u16, serde_json::Value)> {
+        let (status, body) = self.get("/leader")?;
+        let json = serde_json::from_str(&body).ok()?;
+        Some((status, json))
+    }
+
+    /// Whether `/leader` answers 200.
+    pub fn is_leader(&self) -> bool {
+        matches!(self.leader(), Some((200, _)))
+    }
+
+    /// Wait until `/leader` answers at all.
+    pub fn wait_http(&self, limit: Duration) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if self.get("/healthz").is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "{} did not serve HTTP within {limit:?}; log:\n{}",
+            self.identity,
+            self.log()
+        );
+    }
+
+    /// Send a signal to the leaderd process.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig);
+    }
+
+    /// Wait for the process to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        if self.exited.is_some() {
+            return self.exited;
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exited = Some(status);
+                return self.exited;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// kill -9 and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        if let Ok(status) = self.child.wait() {
+            self.exited = Some(status);
+        }
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Leaderd {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            self.kill9();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- log of {} ----\n{}", self.identity, self.log());
+        }
+    }
+}
+
+/// One HTTP/1.0 request to 127.0.0.1:port; `(status, body)` or `None` if the
+/// server does not answer within 2 s. HTTP/1.0 keeps the response unchunked.
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(2),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Content-Length: 0\r\n\r\n");
+    stream.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+/// Poll until `pred` holds or `limit` passes; returns the time it took.
+pub fn wait_until(limit: Duration, mut pred: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = Instant::now();
+    loop {
+        if pred() {
+            return Some(t0.elapsed());
+        }
+        if t0.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Which instances answer 200 on `/leader` right now.
+pub fn leaders(instances: &[&Leaderd]) -> Vec<String> {
+    instances
+        .iter()
+        .filter(|i| i.is_leader())
+        .map(|i| i.identity.clone())
+        .collect()
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs leaderd's whole test suite on a fresh Debian machine: installs what the
+# tests need (Debian packages, the npm DynamoDB emulators at the versions in
+# tests/emulators/package-lock.json), builds once, runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Debian packages: promtool (prometheus), faketime, a Java runtime for
+# DynamoDB Local, Node.js/npm for the emulators, unshare (util-linux).
+missing=()
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v faketime >/dev/null || missing+=(faketime)
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+command -v npm >/dev/null || missing+=(npm)
+command -v unshare >/dev/null || missing+=(util-linux)
+command -v python3 >/dev/null || missing+=(python3)
+command -v curl >/dev/null || missing+=(curl)
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+log "installing the DynamoDB emulators (npm ci)"
+npm ci --prefix tests/emulators --no-audit --no-fund --loglevel=error
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  log "cargo-nextest not found; installing it"
+  cargo install --locked cargo-nextest
+fi
+
+log "building"
+cargo build --all-targets --locked
+
+log "running the tests"
+cargo nextest run --locked --no-fail-fast --profile ci "$@"
