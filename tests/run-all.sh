@@ -39,4 +39,4 @@ log "building"
 cargo build --all-targets --locked
 
 log "running the tests"
-cargo nextest run --locked --no-fail-fast --profile ci "$@"
+cargo nextest run --locked --no-fail-fast --config-file .ci/nextest.toml --profile ci "$@"
