@@ -78,6 +78,9 @@ check_chart() {
         fi
     done
 
+    step "chart README lists every value"
+    "$py" .ci/packaging/chart.py readme "$CHART"
+
     step "values.schema.json rejects a wrong type"
     "$py" .ci/packaging/chart.py reject "$CHART" .ci/packaging/wrong-type-values.yaml
 

@@ -10,10 +10,12 @@ schema validation and linter as `helm template` / `helm lint`.
     chart.py reject CHART VALUES           succeed only if the schema refuses
     chart.py crd-validate FILE...          ServiceMonitors, strictly, against
                                            the prometheus-operator CRD models
+    chart.py readme CHART                  README.md lists every value
 """
 
 import copy
 import pathlib
+import re
 import sys
 
 import yaml
@@ -126,6 +128,31 @@ def crd_validate(files):
     return 1 if failed else 0
 
 
+def leaf_paths(node, prefix=""):
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from leaf_paths(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip(".")
+
+
+def readme(chart):
+    """Every value in values.yaml has a row in the README's tables (a row
+    for an object, e.g. `strategy`, covers everything under it)."""
+    chart = pathlib.Path(chart)
+    rows = set(re.findall(r"^\| `([^`]+)` \|", (chart / "README.md").read_text(), re.M))
+    missing = []
+    for path in leaf_paths(load_values(chart / "values.yaml")):
+        parts = path.split(".")
+        if not any(".".join(parts[:n]) in rows for n in range(1, len(parts) + 1)):
+            missing.append(path)
+    for path in missing:
+        print(f"  {chart}/README.md does not list `{path}`")
+    if not missing:
+        print(f"  all {len(rows)} documented values found")
+    return 1 if missing else 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "lint":
         return lint(argv[1], argv[2:])
@@ -133,6 +160,8 @@ def main(argv):
         return render(argv[1], argv[2], argv[3])
     if len(argv) == 3 and argv[0] == "reject":
         return reject(argv[1], argv[2])
+    if len(argv) == 2 and argv[0] == "readme":
+        return readme(argv[1])
     if len(argv) >= 2 and argv[0] == "crd-validate":
         return crd_validate(argv[1:])
     print(__doc__, file=sys.stderr)
