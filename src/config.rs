@@ -77,7 +77,7 @@ pub enum StoreKind {
 /// When the child runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum ChildMode {
+pub enum Mode {
     /// Start on becoming leader, stop on losing the lease (the default).
     WhileLeader,
     /// Start at once; only signal transitions.
@@ -140,7 +140,7 @@ pub struct ChildConfig {
     /// `child.command` or the arguments after `--`; empty: no child.
     pub command: Vec<String>,
     /// `child.mode`.
-    pub mode: ChildMode,
+    pub mode: Mode,
     /// `child.on_child_exit`.
     pub on_child_exit: OnChildExit,
     /// `child.stop_signal`.
@@ -394,7 +394,7 @@ struct RawHttp {
 #[serde(default, deny_unknown_fields)]
 struct RawChild {
     command: Option<Vec<String>>,
-    mode: Option<ChildMode>,
+    mode: Option<Mode>,
     on_child_exit: Option<OnChildExit>,
     stop_signal: Option<SignalName>,
     kill_grace: Option<DurationValue>,
@@ -1225,7 +1225,7 @@ fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, Co
 
     let c = raw.child;
     let kill_grace = c.kill_grace.map_or(defaults::KILL_GRACE, |d| d.0);
-    let mode = c.mode.unwrap_or(ChildMode::WhileLeader);
+    let mode = c.mode.unwrap_or(Mode::WhileLeader);
     let on_child_exit = c.on_child_exit.unwrap_or(OnChildExit::Exit);
     let command = c.command.unwrap_or_default();
     let stop_signal = match c.stop_signal {
@@ -1247,7 +1247,7 @@ fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, Co
         ));
     }
     match mode {
-        ChildMode::Always => {
+        Mode::Always => {
             if command.is_empty() {
                 return Err(ConfigError::invalid(
                     "child.mode",
@@ -1261,7 +1261,7 @@ fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, Co
                 ));
             }
         }
-        ChildMode::WhileLeader => {
+        Mode::WhileLeader => {
             for (key, signal) in [
                 ("child.signal_on_gain", signal_on_gain),
                 ("child.signal_on_loss", signal_on_loss),

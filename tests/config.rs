@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leaderd::cli::{self, Command, EX_CONFIG, RunArgs};
-use leaderd::config::{
-    ChildMode, Config, ConfigError, LogFormat, OnChildExit, StoreKind, ToolConfig,
-};
+use leaderd::config::{Config, ConfigError, LogFormat, Mode, OnChildExit, StoreKind, ToolConfig};
 use nix::sys::signal::Signal;
 
 fn run_args(flags: &[&str]) -> RunArgs {
@@ -109,7 +107,7 @@ fn defaults_without_file_or_environment() {
     assert_eq!(c.http.listen, "0.0.0.0:9777".parse().unwrap());
     assert_eq!(c.http.admin_token, None);
     assert!(c.child.command.is_empty());
-    assert_eq!(c.child.mode, ChildMode::WhileLeader);
+    assert_eq!(c.child.mode, Mode::WhileLeader);
     assert_eq!(c.child.on_child_exit, OnChildExit::Exit);
     assert_eq!(c.child.stop_signal, Signal::SIGTERM);
     assert_eq!(c.child.kill_grace, Duration::from_secs(2));
@@ -330,7 +328,7 @@ fn every_flag_reaches_the_config() {
     assert_eq!(e.retry_interval, Duration::from_millis(500));
     assert_eq!(e.kill_grace, Duration::from_secs(3));
     assert_eq!(c.child.kill_grace, Duration::from_secs(3));
-    assert_eq!(c.child.mode, ChildMode::Always);
+    assert_eq!(c.child.mode, Mode::Always);
     assert_eq!(c.child.on_child_exit, OnChildExit::Restart);
     assert_eq!(c.child.command, ["./job.sh", "--all"]);
     assert_eq!(c.acquire_timeout, Some(Duration::ZERO));

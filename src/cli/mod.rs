@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{ChildMode, LogFormat, OnChildExit, StoreKind};
+use crate::config::{LogFormat, Mode, OnChildExit, StoreKind};
 
 /// Exit code for a usage error on the command line (sysexits `EX_USAGE`).
 pub const EX_USAGE: i32 = 64;
@@ -110,7 +110,7 @@ pub struct RunArgs {
     pub kill_grace: Option<Duration>,
     /// When the child runs [config: child.mode].
     #[arg(long, value_name = "MODE")]
-    pub mode: Option<ChildMode>,
+    pub mode: Option<Mode>,
     /// What to do when the child exits on its own [config: child.on_child_exit].
     #[arg(long, value_name = "ACTION")]
     pub on_child_exit: Option<OnChildExit>,
@@ -312,7 +312,7 @@ mod tests {
         assert_eq!(run.renew_interval, Some(Duration::from_secs(5)));
         assert_eq!(run.retry_interval, Some(Duration::from_millis(500)));
         assert_eq!(run.kill_grace, Some(Duration::from_secs(3)));
-        assert_eq!(run.mode, Some(ChildMode::Always));
+        assert_eq!(run.mode, Some(Mode::Always));
         assert_eq!(run.on_child_exit, Some(OnChildExit::Restart));
         assert_eq!(run.acquire_timeout, Some(Duration::ZERO));
         assert_eq!(run.log_format, Some(LogFormat::Json));
