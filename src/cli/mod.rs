@@ -1,0 +1,396 @@
+//! The command line (DESIGN §6): clap definitions and exit codes.
+//!
+//! `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`, `leaderd status`, `leaderd
+//! table create|describe`, `leaderd --version`. Flags are the top layer of the
+//! configuration; [`crate::config`] merges them over the file and the
+//! environment. A usage error exits [`EX_USAGE`] with clap's message;
+//! `--help` and `--version` print to stdout and exit 0.
+//!
+//! The hidden `__guard` helper is dispatched by `main` before clap sees the
+//! arguments, so it is deliberately not defined here.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{LogFormat, Mode, OnChildExit, StoreKind};
+
+/// Exit code for a usage error on the command line (sysexits `EX_USAGE`).
+pub const EX_USAGE: i32 = 64;
+/// Exit code for an invalid configuration. DESIGN §3 gives it the same code as
+/// a usage error (not sysexits' 78): both are "you asked for something wrong".
+pub const EX_CONFIG: i32 = 64;
+/// Exit code when the store is unreachable at start under `store.fail_fast`.
+pub const EX_UNAVAILABLE: i32 = 69;
+/// Exit code for an internal error (a bug, or the runtime failing).
+pub const EX_SOFTWARE: i32 = 70;
+/// Exit code when the lease was not acquired within `--acquire-timeout`.
+pub const EX_TEMPFAIL: i32 = 75;
+
+/// `leaderd`: the whole command line.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "leaderd",
+    version,
+    about = "Leader election daemon: leases in DynamoDB or SQLite, a supervised child that is stopped before anyone else can lead",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Campaign for the configured elections and supervise the child.
+    Run(RunArgs),
+    /// Read the store and print each election's holder, fencing token and age.
+    Status(StatusArgs),
+    /// Manage the DynamoDB table.
+    Table(TableArgs),
+}
+
+/// Where the configuration file and the lease store are: the flags every
+/// subcommand that touches the store shares.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// TOML configuration file (see config/leaderd.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Lease store kind [config: store.kind].
+    #[arg(long = "store", value_name = "KIND")]
+    pub store_kind: Option<StoreKind>,
+    /// SQLite database file [config: store.path].
+    #[arg(long, value_name = "FILE")]
+    pub store_path: Option<PathBuf>,
+    /// DynamoDB table [config: store.table].
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+    /// AWS region; default from the standard AWS chain [config: store.region].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// DynamoDB endpoint, e.g. http://127.0.0.1:8000 [config: store.endpoint_url].
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+}
+
+/// `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Our identity in the lease record; default host name + random suffix [config: identity].
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
+    /// Campaign for this election (repeatable); replaces the configured list,
+    /// keeping the overrides of a configured election of the same name.
+    #[arg(long = "election", value_name = "NAME")]
+    pub elections: Vec<String>,
+    /// HTTP listen address [config: http.listen].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Lease duration L, e.g. 10s [config: lease.duration].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease_duration: Option<Duration>,
+    /// Renew interval R; default L/2 [config: lease.renew_interval].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub renew_interval: Option<Duration>,
+    /// Follower poll and renew retry interval P [config: lease.retry_interval].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_interval: Option<Duration>,
+    /// Time between the stop signal and the kill G [config: child.kill_grace].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+    /// When the child runs [config: child.mode].
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<Mode>,
+    /// What to do when the child exits on its own [config: child.on_child_exit].
+    #[arg(long, value_name = "ACTION")]
+    pub on_child_exit: Option<OnChildExit>,
+    /// Exit 75 unless a lease is acquired within this time; 0 = try once;
+    /// absent = wait forever.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub acquire_timeout: Option<Duration>,
+    /// Log format [config: log.format].
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// The child command, run without a shell [config: child.command].
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `leaderd status [ELECTION…] [--json]`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StatusArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Elections to show; default the configured ones.
+    #[arg(value_name = "ELECTION")]
+    pub elections: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `leaderd table create|describe`.
+#[derive(Debug, Clone, Args)]
+pub struct TableArgs {
+    /// What to do with the table.
+    #[command(subcommand)]
+    pub action: TableAction,
+}
+
+/// The `table` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TableAction {
+    /// Create the DynamoDB table (on-demand billing) and wait until it is ACTIVE.
+    Create(TableCreateArgs),
+    /// Print the table's status, key schema and TTL setting.
+    Describe(TableDescribeArgs),
+}
+
+/// `leaderd table create`.
+#[derive(Debug, Clone, Args)]
+pub struct TableCreateArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Also enable DynamoDB TTL on `expires_at` (cleans up abandoned items).
+    #[arg(long)]
+    pub ttl: bool,
+    /// How long to wait for the table to become ACTIVE.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2m")]
+    pub wait: Duration,
+}
+
+/// `leaderd table describe`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TableDescribeArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (like 10s, 1m30s, 200ms)"))
+}
+
+/// The command line was not a request to run anything: help, version, or a
+/// usage error. [`CliExit::exit`] prints clap's message and exits with
+/// [`CliExit::exit_code`].
+#[derive(Debug)]
+pub struct CliExit(clap::Error);
+
+impl CliExit {
+    /// 0 for `--help` and `--version`, [`EX_USAGE`] for everything else
+    /// (including `leaderd` with no subcommand, which prints help to stderr).
+    pub fn exit_code(&self) -> i32 {
+        match self.0.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+            _ => EX_USAGE,
+        }
+    }
+
+    /// The text clap prints (help, version, or the usage error).
+    pub fn message(&self) -> String {
+        self.0.render().to_string()
+    }
+
+    /// Print the message (stdout for help and version, stderr for errors)
+    /// and exit the process.
+    pub fn exit(&self) -> ! {
+        // Printing can only fail on a closed stdout/stderr; the exit code still
+        // tells the caller what happened.
+        let _ = self.0.print();
+        std::process::exit(self.exit_code())
+    }
+}
+
+impl std::fmt::Display for CliExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for CliExit {}
+
+/// Parse the process's command line.
+pub fn parse() -> Result<Cli, CliExit> {
+    parse_from(std::env::args_os())
+}
+
+/// Parse a command line (the first item is the program name).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, CliExit>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Cli::try_parse_from(args).map_err(CliExit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_every_flag_and_the_child_command() {
+        let cli = parse_from([
+            "leaderd",
+            "run",
+            "--config",
+            "/etc/leaderd.toml",
+            "--identity",
+            "web-1",
+            "--election",
+            "a",
+            "--election",
+            "b",
+            "--store",
+            "dynamodb",
+            "--store-path",
+            "x.db",
+            "--table",
+            "t",
+            "--region",
+            "eu-west-1",
+            "--endpoint-url",
+            "http://127.0.0.1:8000",
+            "--listen",
+            "127.0.0.1:9000",
+            "--lease-duration",
+            "20s",
+            "--renew-interval",
+            "5s",
+            "--retry-interval",
+            "500ms",
+            "--kill-grace",
+            "3s",
+            "--mode",
+            "always",
+            "--on-child-exit",
+            "restart",
+            "--acquire-timeout",
+            "0s",
+            "--log-format",
+            "json",
+            "--",
+            "./job.sh",
+            "--all",
+            "--config",
+        ])
+        .expect("valid command line");
+        let Command::Run(run) = cli.command else {
+            panic!("expected run, got {:?}", cli.command);
+        };
+        assert_eq!(run.store.config, Some(PathBuf::from("/etc/leaderd.toml")));
+        assert_eq!(run.identity.as_deref(), Some("web-1"));
+        assert_eq!(run.elections, ["a", "b"]);
+        assert_eq!(run.store.store_kind, Some(StoreKind::Dynamodb));
+        assert_eq!(run.store.store_path, Some(PathBuf::from("x.db")));
+        assert_eq!(run.store.table.as_deref(), Some("t"));
+        assert_eq!(run.store.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            run.store.endpoint_url.as_deref(),
+            Some("http://127.0.0.1:8000")
+        );
+        assert_eq!(run.listen, Some("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(run.lease_duration, Some(Duration::from_secs(20)));
+        assert_eq!(run.renew_interval, Some(Duration::from_secs(5)));
+        assert_eq!(run.retry_interval, Some(Duration::from_millis(500)));
+        assert_eq!(run.kill_grace, Some(Duration::from_secs(3)));
+        assert_eq!(run.mode, Some(Mode::Always));
+        assert_eq!(run.on_child_exit, Some(OnChildExit::Restart));
+        assert_eq!(run.acquire_timeout, Some(Duration::ZERO));
+        assert_eq!(run.log_format, Some(LogFormat::Json));
+        // Everything after `--` belongs to the child, flags included.
+        assert_eq!(run.command, ["./job.sh", "--all", "--config"]);
+    }
+
+    #[test]
+    fn status_and_table_parse() {
+        let cli = parse_from(["leaderd", "status", "a", "b", "--json", "--table", "t"]).unwrap();
+        let Command::Status(s) = cli.command else {
+            panic!("expected status");
+        };
+        assert_eq!(s.elections, ["a", "b"]);
+        assert!(s.json);
+        assert_eq!(s.store.table.as_deref(), Some("t"));
+
+        let cli = parse_from(["leaderd", "table", "create", "--ttl", "--wait", "30s"]).unwrap();
+        let Command::Table(TableArgs {
+            action: TableAction::Create(c),
+        }) = cli.command
+        else {
+            panic!("expected table create");
+        };
+        assert!(c.ttl);
+        assert_eq!(c.wait, Duration::from_secs(30));
+
+        let cli = parse_from(["leaderd", "table", "create"]).unwrap();
+        let Command::Table(TableArgs {
+            action: TableAction::Create(c),
+        }) = cli.command
+        else {
+            panic!("expected table create");
+        };
+        assert!(!c.ttl);
+        assert_eq!(c.wait, Duration::from_secs(120));
+
+        let cli = parse_from(["leaderd", "table", "describe", "--region", "r"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Table(TableArgs {
+                action: TableAction::Describe(_)
+            })
+        ));
+    }
+
+    #[test]
+    fn usage_errors_exit_64_and_help_version_exit_0() {
+        for bad in [
+            vec!["leaderd"],
+            vec!["leaderd", "frobnicate"],
+            vec!["leaderd", "run", "--lease-duration", "ten"],
+            vec!["leaderd", "run", "--mode", "sometimes"],
+            vec!["leaderd", "run", "--listen", "nowhere"],
+            vec!["leaderd", "run", "--no-such-flag"],
+            vec!["leaderd", "run", "./job.sh"],
+            vec!["leaderd", "table"],
+        ] {
+            let err = parse_from(&bad).expect_err(&format!("{bad:?} must be rejected"));
+            assert_eq!(err.exit_code(), EX_USAGE, "{bad:?}: {}", err.message());
+        }
+        let err = parse_from(["leaderd", "run", "--lease-duration", "ten"]).unwrap_err();
+        assert!(
+            err.message().contains("--lease-duration"),
+            "{}",
+            err.message()
+        );
+
+        for ok in [
+            vec!["leaderd", "--help"],
+            vec!["leaderd", "--version"],
+            vec!["leaderd", "run", "--help"],
+            vec!["leaderd", "help", "status"],
+        ] {
+            let exit = parse_from(&ok).expect_err("help/version stop parsing");
+            assert_eq!(exit.exit_code(), 0, "{ok:?}");
+        }
+        let version = parse_from(["leaderd", "--version"]).unwrap_err().message();
+        assert!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
+    }
+}
