@@ -7,10 +7,19 @@
 //! - [`lease`]: the lease record, the store interface and its backends.
 //! - [`election`]: one task per election: campaign, renew, stop, release.
 //! - [`config`]: figment layers -> validated, immutable configuration.
-//! - [`cli`]: the command line (clap) and the process exit codes.
+//! - [`cli`]: the command line (clap), `status` and `table`, exit codes.
+//! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`, resign).
+//! - [`metrics`]: Prometheus metrics, registered once.
+//! - [`shutdown`]: the one place that handles process signals.
+//! - [`notify`]: systemd's notify protocol.
+//! - [`daemon`]: wiring for `leaderd run`.
 
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod election;
+pub mod http;
 pub mod lease;
+pub mod metrics;
+pub mod notify;
+pub mod shutdown;

@@ -1,0 +1,677 @@
+//! The HTTP API (DESIGN §4): `/leader`, `/leader/{election}`, `/status`,
+//! `/healthz`, `/metrics` and `POST /leader/{election}/resign`.
+//!
+//! Every answer is computed from the engines' current state (`watch`
+//! receivers) and the clock at the moment of the request: `/leader` says 200
+//! only while [`ElectionState::is_leader_at`] holds *now*, so an engine that
+//! stalled past its stop time reads as not leading, never as a cached guess.
+//!
+//! Choices where DESIGN is silent:
+//! - `leader_since` is the unix ms at which the current tenure was acquired,
+//!   present only while this instance leads (null otherwise); `observed_at`
+//!   is the unix ms of the last successful store answer.
+//! - `fencing_token` is the token of the record as last observed: ours while
+//!   leading, the holder's while following; null before the first read.
+//! - `role` is the effective role at the time of the request: a published
+//!   `leader` whose stop time has passed reads as `stopping`.
+//! - Resign is a feature that does not exist unless an admin token is
+//!   configured, so it answers 404 `resign_disabled` then (as Kubernetes does
+//!   for APIs that are not enabled). With a token: no or malformed
+//!   `Authorization: Bearer` → 401 with `WWW-Authenticate: Bearer`, wrong
+//!   token → 403, and only then is the election looked up (so names are not
+//!   probed without a token). 200 once the daemon has stepped down, 202 when
+//!   it is still at it when the request's time is up.
+//! - Errors are JSON `{"error": "<stable code>", "message": "..."}`; the codes
+//!   are the `&'static str`s of [`ApiError`] constructors and never change.
+
+use std::collections::BTreeMap;
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::clock::{Clock, Instant};
+use crate::election::{ElectionConfig, ElectionState, Role};
+use crate::metrics::{self, Metrics};
+
+/// How long [`serve`] waits for open requests after the shutdown signal.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+
+/// Default for [`AppState::request_timeout`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest request body accepted (by `Content-Length`); no endpoint reads a
+/// body, so anything big is a mistake or an attack.
+pub const MAX_BODY_BYTES: u64 = 64 * 1024;
+
+/// Longest election name echoed back in an error message.
+const ECHO_LIMIT: usize = 128;
+
+/// Ask the daemon to step down in one election: stop the child, release the
+/// lease, sit out one lease. The daemon answers on `done`.
+#[derive(Debug)]
+pub struct ResignRequest {
+    /// The election to resign from (known to exist).
+    pub election: String,
+    /// `Ok` once stepped down; `Err` with a one-line reason otherwise.
+    pub done: oneshot::Sender<Result<(), String>>,
+}
+
+/// One election as the HTTP server sees it.
+#[derive(Debug, Clone)]
+pub struct ElectionEntry {
+    /// The engine's published state.
+    pub state: watch::Receiver<ElectionState>,
+    /// `/healthz` fails when the campaign loop's heartbeat is older than
+    /// this; see [`wedge_threshold`].
+    pub wedged_after: Duration,
+}
+
+/// A heartbeat age past which an election's campaign loop counts as wedged:
+/// 2 × lease duration + the request budget (the renew interval). The loop
+/// beats at least once per renew interval plus one store request, so this
+/// only trips on a loop that is really stuck.
+pub fn wedge_threshold(cfg: &ElectionConfig) -> Duration {
+    cfg.lease_duration * 2 + cfg.renew_interval
+}
+
+/// Everything the handlers read. Built once by the daemon; [`router`] shares
+/// it behind an `Arc`.
+#[derive(Debug)]
+pub struct AppState {
+    /// Every election by name.
+    pub elections: BTreeMap<String, ElectionEntry>,
+    /// The election behind `GET /leader`.
+    pub primary: String,
+    /// The clock leadership is judged on.
+    pub clock: Clock,
+    /// Rendered by `GET /metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Enables `POST /leader/{election}/resign`; `None` or empty = disabled.
+    pub admin_token: Option<String>,
+    /// Where resign requests go; the daemon services them.
+    pub resign: mpsc::Sender<ResignRequest>,
+    /// `/healthz` fails when an election's store requests have been failing
+    /// for longer than this since its last successful answer (or since
+    /// `started_at` if there was none). `None` = not checked.
+    pub store_timeout: Option<Duration>,
+    /// When the daemon started, for `store_timeout` before the first answer.
+    pub started_at: Instant,
+    /// Longest a request may take; resign answers 202 when stepping down
+    /// takes longer.
+    pub request_timeout: Duration,
+}
+
+impl AppState {
+    /// A state with no elections, no admin token, no store timeout and
+    /// `started_at = clock.now()`.
+    pub fn new(
+        primary: impl Into<String>,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+        resign: mpsc::Sender<ResignRequest>,
+    ) -> Self {
+        AppState {
+            elections: BTreeMap::new(),
+            primary: primary.into(),
+            started_at: clock.now(),
+            clock,
+            metrics,
+            admin_token: None,
+            resign,
+            store_timeout: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// Add an election (named after its state's `election`).
+    pub fn with_election(
+        mut self,
+        state: watch::Receiver<ElectionState>,
+        wedged_after: Duration,
+    ) -> Self {
+        let name = state.borrow().election.clone();
+        self.elections.insert(
+            name,
+            ElectionEntry {
+                state,
+                wedged_after,
+            },
+        );
+        self
+    }
+
+    /// Set the admin token (empty = disabled).
+    pub fn with_admin_token(mut self, token: Option<String>) -> Self {
+        self.admin_token = token;
+        self
+    }
+
+    /// Set the store timeout checked by `/healthz`.
+    pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
+    fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref().filter(|t| !t.is_empty())
+    }
+}
+
+/// An error answer: status plus `{"error": code, "message": ...}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'static str,
+    message: &'a str,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn unknown_election(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_election",
+            format!("no election named `{}` here", shorten(name)),
+        )
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: self.code,
+            message: &self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// `s`, cut to [`ECHO_LIMIT`] characters.
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(ECHO_LIMIT) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+/// The body of `/leader` and of each election in `/status`.
+#[derive(Debug, Serialize)]
+struct LeaderView {
+    election: String,
+    identity: String,
+    is_leader: bool,
+    role: Role,
+    leader: Option<String>,
+    fencing_token: Option<u64>,
+    lease_remaining_ms: u64,
+    leader_since: Option<u64>,
+    observed_at: Option<u64>,
+    last_error: Option<String>,
+    malformed: Option<String>,
+}
+
+impl LeaderView {
+    fn of(state: &ElectionState, now: Instant) -> Self {
+        let is_leader = state.is_leader_at(now);
+        let role = match state.role {
+            Role::Leader if !is_leader => Role::Stopping,
+            r => r,
+        };
+        LeaderView {
+            election: state.election.clone(),
+            identity: state.identity.clone(),
+            is_leader,
+            role,
+            leader: state.leader.clone(),
+            fencing_token: state.fencing_token,
+            lease_remaining_ms: u64::try_from(state.lease_remaining(now).as_millis())
+                .unwrap_or(u64::MAX),
+            leader_since: state
+                .tenure
+                .as_ref()
+                .filter(|_| is_leader)
+                .map(|t| t.since_unix_ms),
+            observed_at: state.observed_at_unix_ms,
+            last_error: state.last_error.clone(),
+            malformed: state.malformed.clone(),
+        }
+    }
+}
+
+type Shared = Arc<AppState>;
+
+/// The API's routes, with JSON 404/405 answers, a body size limit, a request
+/// timeout and `Cache-Control: no-store` on every answer.
+pub fn router(state: AppState) -> Router {
+    let state: Shared = Arc::new(state);
+    Router::new()
+        .route("/leader", get(leader_primary))
+        .route("/leader/{election}", get(leader_named))
+        .route("/leader/{election}/resign", post(resign))
+        .route("/status", get(status))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_text))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Serve `router` on `listener` until `shutdown` completes, then stop
+/// accepting and give open requests [`SHUTDOWN_DRAIN`] to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with_drain(listener, router, shutdown, SHUTDOWN_DRAIN).await
+}
+
+/// [`serve`] with a chosen drain time: after `shutdown` completes, returns
+/// once every connection is done or `drain` has passed, whichever is first,
+/// so a slow client can never hold the daemon's exit.
+pub async fn serve_with_drain(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let (fired_tx, fired_rx) = oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = fired_tx.send(());
+    };
+    let listener = listener.tap_io(|tcp| {
+        // Small answers: do not let Nagle hold them back. Failure only costs
+        // latency.
+        let _ = tcp.set_nodelay(true);
+    });
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(signal)
+        .into_future();
+    let drained = async move {
+        if fired_rx.await.is_err() {
+            // The signal future was dropped without firing: no deadline.
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(drain).await;
+    };
+    tokio::select! {
+        res = server => res,
+        () = drained => {
+            tracing::warn!(drain = ?drain, "HTTP connections still open after the drain time; closing them");
+            Ok(())
+        }
+    }
+}
+
+/// Runs around every request: rejects oversized bodies, bounds the time, and
+/// forbids caching (leadership changes from one moment to the next).
+async fn guard(State(app): State<Shared>, req: Request, next: Next) -> Response {
+    let too_big = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES);
+    let mut res = if too_big {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+        )
+        .into_response()
+    } else {
+        // One second over the request timeout: the resign handler answers
+        // 202 at the timeout itself; this is the backstop for everything else.
+        let limit = app.request_timeout + Duration::from_secs(1);
+        match tokio::time::timeout(limit, next.run(req)).await {
+            Ok(res) => res,
+            Err(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                "the request took too long",
+            )
+            .into_response(),
+        }
+    };
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint; try /leader, /leader/{election}, /status, /healthz or /metrics",
+    )
+}
+
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("method {method} is not allowed here; see the Allow header"),
+    )
+}
+
+fn bad_path(rejection: PathRejection) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        rejection.body_text(),
+    )
+}
+
+fn leader_answer(app: &AppState, name: &str) -> Response {
+    let Some(entry) = app.elections.get(name) else {
+        return ApiError::unknown_election(name).into_response();
+    };
+    // Clone out at once: a held borrow would block the engine's next publish.
+    let state = entry.state.borrow().clone();
+    let view = LeaderView::of(&state, app.clock.now());
+    let status = if view.is_leader {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(view)).into_response()
+}
+
+async fn leader_primary(State(app): State<Shared>) -> Response {
+    leader_answer(&app, &app.primary)
+}
+
+async fn leader_named(
+    State(app): State<Shared>,
+    election: Result<Path<String>, PathRejection>,
+) -> Response {
+    match election {
+        Ok(Path(name)) => leader_answer(&app, &name),
+        Err(rejection) => bad_path(rejection).into_response(),
+    }
+}
+
+/// Why `/healthz` fails, one line per problem; empty when healthy.
+fn health_problems(app: &AppState, now: Instant) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, entry) in &app.elections {
+        let state = entry.state.borrow().clone();
+        if state.finished || entry.state.has_changed().is_err() {
+            problems.push(format!("election `{name}`: campaign loop has ended"));
+            continue;
+        }
+        let silent = now - state.heartbeat;
+        if silent > entry.wedged_after {
+            problems.push(format!(
+                "election `{name}`: campaign loop wedged: no progress for {} (limit {})",
+                fmt_ms(silent),
+                fmt_ms(entry.wedged_after)
+            ));
+        }
+        if let (Some(limit), Some(error)) = (app.store_timeout, &state.last_error) {
+            let since = state.observed_at.unwrap_or(app.started_at);
+            let down = now - since;
+            if down > limit {
+                problems.push(format!(
+                    "election `{name}`: store unreachable for {} (limit {}; last error: {error})",
+                    fmt_ms(down),
+                    fmt_ms(limit)
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn fmt_ms(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+    ))
+    .to_string()
+}
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<String>,
+}
+
+impl Health {
+    fn of(problems: Vec<String>) -> Self {
+        if problems.is_empty() {
+            Health {
+                status: "ok",
+                error: None,
+                message: None,
+                problems,
+            }
+        } else {
+            Health {
+                status: "unhealthy",
+                error: Some("unhealthy"),
+                message: Some(problems.join("; ")),
+                problems,
+            }
+        }
+    }
+}
+
+async fn healthz(State(app): State<Shared>) -> Response {
+    let health = Health::of(health_problems(&app, app.clock.now()));
+    let status = if health.problems.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(health)).into_response()
+}
+
+#[derive(Serialize)]
+struct StatusBody {
+    primary: String,
+    health: Health,
+    elections: BTreeMap<String, LeaderView>,
+}
+
+async fn status(State(app): State<Shared>) -> Response {
+    let now = app.clock.now();
+    let elections = app
+        .elections
+        .iter()
+        .map(|(name, entry)| {
+            let state = entry.state.borrow().clone();
+            (name.clone(), LeaderView::of(&state, now))
+        })
+        .collect();
+    let body = StatusBody {
+        primary: app.primary.clone(),
+        health: Health::of(health_problems(&app, now)),
+        elections,
+    };
+    Json(body).into_response()
+}
+
+async fn metrics_text(State(app): State<Shared>) -> Response {
+    match app
+        .metrics
+        .render(app.elections.values().map(|e| &e.state), &app.clock)
+    {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering metrics failed");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "metrics_failed",
+                format!("rendering metrics failed: {e}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+/// The bearer token of `headers`, or `None` when there is not exactly one
+/// well-formed `Authorization: Bearer <token>` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let (scheme, token) = value.to_str().ok()?.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn unauthorized() -> Response {
+    let mut res = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "resign needs an `Authorization: Bearer <admin token>` header",
+    )
+    .into_response();
+    res.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"leaderd\""),
+    );
+    res
+}
+
+#[derive(Serialize)]
+struct ResignBody<'a> {
+    election: &'a str,
+    status: &'static str,
+    message: &'static str,
+}
+
+async fn resign(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    election: Result<Path<String>, PathRejection>,
+) -> Response {
+    let Some(expected) = app.admin_token() else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "resign_disabled",
+            "resign is disabled: no admin token is configured",
+        )
+        .into_response();
+    };
+    let Some(given) = bearer(&headers) else {
+        return unauthorized();
+    };
+    // Constant time in the token's content (a length mismatch is still told
+    // apart, which reveals only the length).
+    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "wrong admin token")
+            .into_response();
+    }
+    let name = match election {
+        Ok(Path(name)) => name,
+        Err(rejection) => return bad_path(rejection).into_response(),
+    };
+    if !app.elections.contains_key(&name) {
+        return ApiError::unknown_election(&name).into_response();
+    }
+
+    let deadline = tokio::time::Instant::now() + app.request_timeout;
+    let (done, answer) = oneshot::channel();
+    let request = ResignRequest {
+        election: name.clone(),
+        done,
+    };
+    match tokio::time::timeout_at(deadline, app.resign.send(request)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the daemon is shutting down",
+            )
+            .into_response();
+        }
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "earlier resign requests are still being handled; try again",
+            )
+            .into_response();
+        }
+    }
+    tracing::info!(election = %name, "resign requested over HTTP");
+    match tokio::time::timeout_at(deadline, answer).await {
+        Ok(Ok(Ok(()))) => (
+            StatusCode::OK,
+            Json(ResignBody {
+                election: &name,
+                status: "resigned",
+                message: "stepped down; sitting out one lease before campaigning again",
+            }),
+        )
+            .into_response(),
+        Ok(Ok(Err(reason))) => {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "resign_failed", reason)
+                .into_response()
+        }
+        Ok(Err(_)) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "resign_failed",
+            "the daemon dropped the resign request",
+        )
+        .into_response(),
+        Err(_) => (
+            StatusCode::ACCEPTED,
+            Json(ResignBody {
+                election: &name,
+                status: "in_progress",
+                message: "stepping down is still in progress; watch /leader",
+            }),
+        )
+            .into_response(),
+    }
+}

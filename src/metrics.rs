@@ -1,0 +1,567 @@
+//! Prometheus metrics (DESIGN §5), registered once into a registry of our own.
+//!
+//! Counters and the store latency histogram are fed by the election engines
+//! through [`Observer`] and by the child supervisor through
+//! [`Metrics::child_started`] and friends. The leadership gauges
+//! (`is_leader`, `fencing_token`, `lease_remaining_seconds`) are not fed at
+//! all: [`Metrics::render`] computes them from the engines' current state and
+//! the clock at scrape time, so a stalled engine can never leave a stale
+//! "leader = 1" behind.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus::{
+    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::election::{ElectionState, Observer, Outcome, Transition};
+
+/// Content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Buckets for store latencies: DynamoDB answers in a few ms, SQLite in less,
+/// and a request is cut off at the renew interval (seconds).
+const STORE_LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Results of acquire attempts and renews, pre-created at zero so that rates
+/// and alerts work before the first event.
+const RESULTS: &[&str] = &["ok", "lost", "throttled", "timeout", "error"];
+
+/// Every leaderd metric. Create one per process and share it (`Arc`).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    is_leader: IntGaugeVec,
+    fencing_token: IntGaugeVec,
+    lease_remaining_seconds: GaugeVec,
+    transitions_total: IntCounterVec,
+    acquire_attempts_total: IntCounterVec,
+    renew_total: IntCounterVec,
+    store_request_duration_seconds: HistogramVec,
+    store_errors_total: IntCounterVec,
+    malformed_records_total: IntCounterVec,
+    child_running: IntGaugeVec,
+    child_exits_total: IntCounterVec,
+    child_kills_total: IntCounterVec,
+    /// Serialises renders: each one sets the leadership gauges, then gathers;
+    /// two interleaved renders could otherwise mix their readings.
+    render_lock: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)
+        .expect("metric names and labels are valid constants (checked by tests)");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("each name is registered once into a fresh registry");
+    c
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)
+        .expect("metric names and labels are valid constants (checked by tests)");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("each name is registered once into a fresh registry");
+    g
+}
+
+impl Metrics {
+    /// Create every metric and register it into a fresh registry.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let r = &registry;
+        let is_leader = int_gauge(
+            r,
+            "leaderd_is_leader",
+            "1 while this instance leads the election and is inside its validity, else 0 (computed at scrape time).",
+            &["election"],
+        );
+        let fencing_token = int_gauge(
+            r,
+            "leaderd_fencing_token",
+            "Fencing token of the lease as last observed (this instance's own while leading); absent until the record has been read.",
+            &["election"],
+        );
+        let lease_remaining_seconds = GaugeVec::new(
+            Opts::new(
+                "leaderd_lease_remaining_seconds",
+                "Validity left of this instance's tenure in seconds; 0 when not leading (computed at scrape time).",
+            ),
+            &["election"],
+        )
+        .expect("metric names and labels are valid constants (checked by tests)");
+        r.register(Box::new(lease_remaining_seconds.clone()))
+            .expect("each name is registered once into a fresh registry");
+        let transitions_total = counter(
+            r,
+            "leaderd_transitions_total",
+            "Leadership changes of this instance, by direction (gained, lost).",
+            &["election", "direction"],
+        );
+        let acquire_attempts_total = counter(
+            r,
+            "leaderd_acquire_attempts_total",
+            "Attempts to create or take over the lease, by result (ok, lost, throttled, timeout, error).",
+            &["election", "result"],
+        );
+        let renew_total = counter(
+            r,
+            "leaderd_renew_total",
+            "Lease renewals, by result (ok, lost, throttled, timeout, error).",
+            &["election", "result"],
+        );
+        let store_request_duration_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "leaderd_store_request_duration_seconds",
+                "Duration of lease store requests in seconds, by operation.",
+            )
+            .buckets(STORE_LATENCY_BUCKETS.to_vec()),
+            &["election", "op"],
+        )
+        .expect("metric names, labels and buckets are valid constants (checked by tests)");
+        r.register(Box::new(store_request_duration_seconds.clone()))
+            .expect("each name is registered once into a fresh registry");
+        let store_errors_total = counter(
+            r,
+            "leaderd_store_errors_total",
+            "Failed lease store requests, by error class; a failed write condition is not an error.",
+            &["election", "class"],
+        );
+        let malformed_records_total = counter(
+            r,
+            "leaderd_malformed_records_total",
+            "Times a malformed lease record (missing or mistyped attributes) was first seen.",
+            &["election"],
+        );
+        let child_running = int_gauge(
+            r,
+            "leaderd_child_running",
+            "1 while the supervised child process runs, else 0.",
+            &["election"],
+        );
+        let child_exits_total = counter(
+            r,
+            "leaderd_child_exits_total",
+            "Exits of the supervised child process, by reason.",
+            &["election", "reason"],
+        );
+        let child_kills_total = counter(
+            r,
+            "leaderd_child_kills_total",
+            "Times the child's process group was killed (SIGKILL) at the end of validity or grace.",
+            &["election"],
+        );
+        let build_info = IntGauge::with_opts(
+            Opts::new(
+                "leaderd_build_info",
+                "Always 1; the version label names the running leaderd build.",
+            )
+            .const_label("version", env!("CARGO_PKG_VERSION")),
+        )
+        .expect("metric name and label are valid constants (checked by tests)");
+        build_info.set(1);
+        r.register(Box::new(build_info))
+            .expect("each name is registered once into a fresh registry");
+
+        Metrics {
+            registry,
+            is_leader,
+            fencing_token,
+            lease_remaining_seconds,
+            transitions_total,
+            acquire_attempts_total,
+            renew_total,
+            store_request_duration_seconds,
+            store_errors_total,
+            malformed_records_total,
+            child_running,
+            child_exits_total,
+            child_kills_total,
+            render_lock: Mutex::new(()),
+        }
+    }
+
+    /// The child of `election` was started.
+    pub fn child_started(&self, election: &str) {
+        self.child_running.with_label_values(&[election]).set(1);
+    }
+
+    /// The child of `election` exited; `reason` is a short stable word
+    /// (e.g. `exited`, `signaled`, `stopped`).
+    pub fn child_exited(&self, election: &str, reason: &str) {
+        self.child_running.with_label_values(&[election]).set(0);
+        self.child_exits_total
+            .with_label_values(&[election, reason])
+            .inc();
+    }
+
+    /// The child's process group of `election` was sent SIGKILL.
+    pub fn child_killed(&self, election: &str) {
+        self.child_kills_total.with_label_values(&[election]).inc();
+    }
+
+    /// Create the series of `election` that have a fixed label set, at zero,
+    /// so they exist before the first event. Idempotent.
+    fn touch(&self, election: &str) {
+        for direction in ["gained", "lost"] {
+            self.transitions_total
+                .with_label_values(&[election, direction]);
+        }
+        for result in RESULTS {
+            self.acquire_attempts_total
+                .with_label_values(&[election, result]);
+            self.renew_total.with_label_values(&[election, result]);
+        }
+        self.malformed_records_total.with_label_values(&[election]);
+        self.child_running.with_label_values(&[election]);
+        self.child_kills_total.with_label_values(&[election]);
+    }
+
+    /// Every metric in the Prometheus text format, with the leadership gauges
+    /// computed from `elections`' current state at `clock.now()`.
+    pub fn render<'a>(
+        &self,
+        elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
+        clock: &Clock,
+    ) -> Result<String, prometheus::Error> {
+        // A poisoned lock only means another render panicked midway; the
+        // gauges are fully rewritten below, so its state does not matter.
+        let _guard = self
+            .render_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for rx in elections {
+            // Clone out at once: holding the borrow would block the engine.
+            let state = rx.borrow().clone();
+            let now = clock.now();
+            let name = state.election.as_str();
+            self.touch(name);
+            self.is_leader
+                .with_label_values(&[name])
+                .set(i64::from(state.is_leader_at(now)));
+            self.lease_remaining_seconds
+                .with_label_values(&[name])
+                .set(state.lease_remaining(now).as_secs_f64());
+            match state.fencing_token {
+                Some(token) => self
+                    .fencing_token
+                    .with_label_values(&[name])
+                    .set(i64::try_from(token).unwrap_or(i64::MAX)),
+                None => {
+                    // Absent rather than a made-up 0; an error only means the
+                    // series did not exist yet.
+                    let _ = self.fencing_token.remove_label_values(&[name]);
+                }
+            }
+        }
+        let mut out = String::new();
+        TextEncoder::new().encode_utf8(&self.registry.gather(), &mut out)?;
+        Ok(out)
+    }
+}
+
+impl Observer for Metrics {
+    fn store_request(
+        &self,
+        election: &str,
+        op: &'static str,
+        took: Duration,
+        outcome: Outcome<'_>,
+    ) {
+        self.store_request_duration_seconds
+            .with_label_values(&[election, op])
+            .observe(took.as_secs_f64());
+        if let Outcome::Failed(e) = outcome {
+            self.store_errors_total
+                .with_label_values(&[election, e.metric_label()])
+                .inc();
+        }
+    }
+
+    fn acquire_attempt(&self, election: &str, outcome: Outcome<'_>) {
+        self.acquire_attempts_total
+            .with_label_values(&[election, outcome.label()])
+            .inc();
+    }
+
+    fn renew(&self, election: &str, outcome: Outcome<'_>) {
+        self.renew_total
+            .with_label_values(&[election, outcome.label()])
+            .inc();
+    }
+
+    fn transition(&self, election: &str, t: Transition) {
+        let direction = match t {
+            Transition::Gained => "gained",
+            Transition::Lost => "lost",
+        };
+        self.transitions_total
+            .with_label_values(&[election, direction])
+            .inc();
+    }
+
+    fn malformed_record(&self, election: &str) {
+        self.malformed_records_total
+            .with_label_values(&[election])
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Instant;
+    use crate::election::{Role, Tenure};
+    use crate::lease::StoreError;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    fn state(name: &str, role: Role, now: Instant, token: Option<u64>) -> ElectionState {
+        let tenure = (role != Role::Follower).then(|| Tenure {
+            fencing_token: token.unwrap_or(1),
+            since_unix_ms: 1_700_000_000_000,
+            since: now,
+            valid_until: now + Duration::from_millis(9_700),
+            stop_at: now + Duration::from_millis(7_700),
+            seq: 1,
+            lease_ms: 10_000,
+        });
+        ElectionState {
+            election: name.into(),
+            identity: "me".into(),
+            role,
+            tenure,
+            leader: Some("me".into()),
+            fencing_token: token,
+            observed_at: Some(now),
+            observed_at_unix_ms: Some(1_700_000_000_000),
+            last_error: None,
+            malformed: None,
+            heartbeat: now,
+            first_observation_done: true,
+            finished: false,
+        }
+    }
+
+    /// The value of the sample line starting with `series ` (exact name and labels).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.trim().parse().expect("sample value is a number"))
+    }
+
+    /// Run `promtool check metrics` on `text`; panics with its output on problems.
+    pub(crate) fn promtool_check(text: &str) {
+        let child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "cannot run promtool ({e}); install it with `apt-get install prometheus` (Debian's package provides promtool)"
+            ),
+        };
+        child
+            .stdin
+            .take()
+            .expect("stdin was piped")
+            .write_all(text.as_bytes())
+            .expect("write to promtool");
+        let out = child.wait_with_output().expect("wait for promtool");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.trim().is_empty() && stderr.trim().is_empty(),
+            "promtool check metrics found problems ({}):\n{stdout}{stderr}\n--- input ---\n{text}",
+            out.status
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gauges_are_computed_at_scrape_time() {
+        let clock = Clock::tokio();
+        let now = clock.now();
+        let (_tx, leader) = watch::channel(state("report", Role::Leader, now, Some(42)));
+        let (_tx2, follower) = watch::channel(state("backup", Role::Follower, now, None));
+        let m = Metrics::new();
+
+        let text = m.render([&leader, &follower], &clock).unwrap();
+        assert_eq!(
+            sample(&text, "leaderd_is_leader{election=\"report\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "leaderd_is_leader{election=\"backup\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&text, "leaderd_fencing_token{election=\"report\"}"),
+            Some(42.0)
+        );
+        assert_eq!(
+            sample(&text, "leaderd_fencing_token{election=\"backup\"}"),
+            None
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "leaderd_lease_remaining_seconds{election=\"report\"}"
+            ),
+            Some(9.7)
+        );
+
+        // The engine publishes nothing, yet past stop_at the gauges drop.
+        tokio::time::advance(Duration::from_millis(7_700)).await;
+        let text = m.render([&leader, &follower], &clock).unwrap();
+        assert_eq!(
+            sample(&text, "leaderd_is_leader{election=\"report\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "leaderd_lease_remaining_seconds{election=\"report\"}"
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn observer_events_count_and_render_passes_promtool() {
+        let clock = Clock::tokio();
+        let now = clock.now();
+        let (_tx, rx) = watch::channel(state("report", Role::Leader, now, Some(7)));
+        let m = Metrics::new();
+        let throttled = StoreError::Throttled("slow down".into());
+        m.acquire_attempt("report", Outcome::Ok);
+        m.renew("report", Outcome::Ok);
+        m.renew("report", Outcome::Ok);
+        m.renew("report", Outcome::Lost);
+        m.renew("report", Outcome::Failed(&throttled));
+        m.transition("report", Transition::Gained);
+        m.transition("report", Transition::Lost);
+        m.store_request("report", "renew", Duration::from_millis(3), Outcome::Ok);
+        m.store_request(
+            "report",
+            "read",
+            Duration::from_millis(120),
+            Outcome::Failed(&throttled),
+        );
+        m.malformed_record("report");
+        m.child_started("report");
+        m.child_exited("report", "exited");
+        m.child_killed("report");
+
+        let text = m.render([&rx], &clock).unwrap();
+        let at = |s: &str| sample(&text, s);
+        assert_eq!(
+            at("leaderd_renew_total{election=\"report\",result=\"ok\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            at("leaderd_renew_total{election=\"report\",result=\"lost\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_renew_total{election=\"report\",result=\"throttled\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_renew_total{election=\"report\",result=\"timeout\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            at("leaderd_acquire_attempts_total{election=\"report\",result=\"ok\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_transitions_total{direction=\"gained\",election=\"report\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_transitions_total{direction=\"lost\",election=\"report\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_store_errors_total{class=\"throttled\",election=\"report\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_store_request_duration_seconds_count{election=\"report\",op=\"read\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(
+                "leaderd_store_request_duration_seconds_bucket{election=\"report\",op=\"renew\",le=\"0.005\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_malformed_records_total{election=\"report\"}"),
+            Some(1.0)
+        );
+        assert_eq!(at("leaderd_child_running{election=\"report\"}"), Some(0.0));
+        assert_eq!(
+            at("leaderd_child_exits_total{election=\"report\",reason=\"exited\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            at("leaderd_child_kills_total{election=\"report\"}"),
+            Some(1.0)
+        );
+        let version = concat!(
+            "leaderd_build_info{version=\"",
+            env!("CARGO_PKG_VERSION"),
+            "\"}"
+        );
+        assert_eq!(at(version), Some(1.0));
+        for name in [
+            "leaderd_is_leader",
+            "leaderd_fencing_token",
+            "leaderd_lease_remaining_seconds",
+            "leaderd_transitions_total",
+            "leaderd_acquire_attempts_total",
+            "leaderd_renew_total",
+            "leaderd_store_request_duration_seconds",
+            "leaderd_store_errors_total",
+            "leaderd_malformed_records_total",
+            "leaderd_child_running",
+            "leaderd_child_exits_total",
+            "leaderd_child_kills_total",
+            "leaderd_build_info",
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "no help for {name}"
+            );
+        }
+        promtool_check(&text);
+    }
+
+    #[test]
+    fn promtool_rejects_a_bad_counter_name() {
+        // Proves the check above can fail: a counter without `_total`.
+        let bad = "# HELP bad_counter A counter.\n# TYPE bad_counter counter\nbad_counter 1\n";
+        let result = std::panic::catch_unwind(|| promtool_check(bad));
+        assert!(
+            result.is_err(),
+            "promtool accepted a counter without _total"
+        );
+    }
+}

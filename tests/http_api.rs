@@ -1,0 +1,680 @@
+//! The HTTP API (DESIGN §4) through `router(..).oneshot(..)`, no socket, with
+//! fake engine states on watch channels and paused tokio time; plus one
+//! test of `serve` on a real loopback socket for the bounded shutdown.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use leaderd::clock::{Clock, Instant};
+use leaderd::election::{ElectionState, Role, Tenure};
+use leaderd::http::{AppState, ResignRequest, router};
+use leaderd::metrics::Metrics;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tower::ServiceExt;
+
+const LEASE: Duration = Duration::from_secs(10);
+const WEDGE: Duration = Duration::from_secs(25);
+const TOKEN: &str = "s3cret-admin-token";
+
+fn follower(name: &str, now: Instant) -> ElectionState {
+    ElectionState {
+        election: name.into(),
+        identity: "web-1".into(),
+        role: Role::Follower,
+        tenure: None,
+        leader: Some("web-2".into()),
+        fencing_token: Some(41),
+        observed_at: Some(now),
+        observed_at_unix_ms: Some(1_700_000_000_500),
+        last_error: None,
+        malformed: None,
+        heartbeat: now,
+        first_observation_done: true,
+        finished: false,
+    }
+}
+
+/// Leading since `now`: valid for 9.7 s, stop at 7.7 s.
+fn leader(name: &str, now: Instant) -> ElectionState {
+    ElectionState {
+        role: Role::Leader,
+        tenure: Some(Tenure {
+            fencing_token: 42,
+            since_unix_ms: 1_700_000_000_000,
+            since: now,
+            valid_until: now + Duration::from_millis(9_700),
+            stop_at: now + Duration::from_millis(7_700),
+            seq: 1,
+            lease_ms: LEASE.as_millis() as u64,
+        }),
+        leader: Some("web-1".into()),
+        fencing_token: Some(42),
+        ..follower(name, now)
+    }
+}
+
+struct Fixture {
+    clock: Clock,
+    app: Router,
+    /// Keep the senders alive: a dropped sender reads as a dead engine.
+    states: Vec<watch::Sender<ElectionState>>,
+    resigns: mpsc::Receiver<ResignRequest>,
+}
+
+/// Elections "report" (primary) and "my election", from the given states.
+fn fixture(
+    report: impl FnOnce(&str, Instant) -> ElectionState,
+    other: impl FnOnce(&str, Instant) -> ElectionState,
+    configure: impl FnOnce(AppState) -> AppState,
+) -> Fixture {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let (report_tx, report_rx) = watch::channel(report("report", now));
+    let (other_tx, other_rx) = watch::channel(other("my election", now));
+    let (resign_tx, resigns) = mpsc::channel(4);
+    let state = AppState::new("report", clock.clone(), Arc::new(Metrics::new()), resign_tx)
+        .with_election(report_rx, WEDGE)
+        .with_election(other_rx, WEDGE);
+    Fixture {
+        clock,
+        app: router(configure(state)),
+        states: vec![report_tx, other_tx],
+        resigns,
+    }
+}
+
+fn get(uri: &str) -> Request<Body> {
+    Request::get(uri).body(Body::empty()).unwrap()
+}
+
+fn resign_req(uri: &str, auth: Option<&str>) -> Request<Body> {
+    let mut b = Request::post(uri);
+    if let Some(a) = auth {
+        b = b.header(header::AUTHORIZATION, a);
+    }
+    b.body(Body::empty()).unwrap()
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.text))
+    }
+
+    /// Asserts a JSON error answer with `status` and `code`.
+    fn assert_error(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "body: {}", self.text);
+        assert_eq!(
+            self.headers[header::CONTENT_TYPE],
+            "application/json",
+            "error answers are JSON"
+        );
+        let body = self.json();
+        assert_eq!(body["error"], code, "body: {body}");
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "error without a message: {body}"
+        );
+    }
+}
+
+async fn call(app: &Router, req: Request<Body>) -> Answer {
+    let res = app.clone().oneshot(req).await.expect("infallible");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        text: String::from_utf8(bytes.to_vec()).expect("UTF-8 body"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_answers_200_while_valid_and_503_once_stop_at_passed() {
+    let f = fixture(leader, follower, |s| s);
+    let a = call(&f.app, get("/leader")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.headers[header::CACHE_CONTROL], "no-store");
+    let body = a.json();
+    assert_eq!(body["election"], "report");
+    assert_eq!(body["identity"], "web-1");
+    assert_eq!(body["is_leader"], true);
+    assert_eq!(body["role"], "leader");
+    assert_eq!(body["leader"], "web-1");
+    assert_eq!(body["fencing_token"], 42);
+    assert_eq!(body["lease_remaining_ms"], 9_700);
+    assert_eq!(body["leader_since"], 1_700_000_000_000u64);
+    assert_eq!(body["observed_at"], 1_700_000_000_500u64);
+    assert_eq!(body["last_error"], Value::Null);
+
+    tokio::time::advance(Duration::from_millis(7_699)).await;
+    let a = call(&f.app, get("/leader")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.json()["lease_remaining_ms"], 2_001);
+
+    // The engine published nothing new (a stalled engine): the answer must
+    // still turn at stop_at, from the clock alone.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let a = call(&f.app, get("/leader")).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.text);
+    let body = a.json();
+    assert_eq!(body["is_leader"], false);
+    assert_eq!(body["role"], "stopping");
+    assert_eq!(body["lease_remaining_ms"], 0);
+    assert_eq!(body["leader_since"], Value::Null);
+    assert_eq!(f.states.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn followers_and_stopping_answer_503_with_the_same_fields() {
+    let f = fixture(follower, leader, |s| s);
+    let a = call(&f.app, get("/leader")).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    let body = a.json();
+    assert_eq!(body["is_leader"], false);
+    assert_eq!(body["role"], "follower");
+    assert_eq!(body["leader"], "web-2");
+    assert_eq!(body["fencing_token"], 41);
+    assert_eq!(body["lease_remaining_ms"], 0);
+    assert_eq!(body["leader_since"], Value::Null);
+    assert_eq!(body["observed_at"], 1_700_000_000_500u64);
+
+    // The other election leads; percent-encoded names are decoded.
+    let a = call(&f.app, get("/leader/my%20election")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.json()["election"], "my election");
+
+    // Stopping keeps its tenure but is not leading.
+    f.states[1].send_modify(|s| s.role = Role::Stopping);
+    let a = call(&f.app, get("/leader/my%20election")).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(a.json()["role"], "stopping");
+    assert_eq!(a.json()["is_leader"], false);
+
+    // No record read yet.
+    f.states[0].send_modify(|s| {
+        s.leader = None;
+        s.fencing_token = None;
+        s.observed_at = None;
+        s.observed_at_unix_ms = None;
+        s.last_error = Some("timeout".into());
+    });
+    let body = call(&f.app, get("/leader/report")).await.json();
+    assert_eq!(body["leader"], Value::Null);
+    assert_eq!(body["fencing_token"], Value::Null);
+    assert_eq!(body["observed_at"], Value::Null);
+    assert_eq!(body["last_error"], "timeout");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_paths_methods_and_garbage_get_json_errors() {
+    let f = fixture(leader, follower, |s| s);
+    call(&f.app, get("/leader/nope"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "unknown_election");
+    call(&f.app, get("/nothing/here"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "not_found");
+    call(&f.app, get("/leader/report/extra/parts"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "not_found");
+    // Not UTF-8 once percent-decoded.
+    call(&f.app, get("/leader/%FF%FE"))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "bad_request");
+    // A very long name is not echoed in full.
+    let long = "x".repeat(50_000);
+    let a = call(&f.app, get(&format!("/leader/{long}"))).await;
+    a.assert_error(StatusCode::NOT_FOUND, "unknown_election");
+    assert!(a.text.len() < 1_000, "echoed {} bytes", a.text.len());
+    call(&f.app, get("/leader/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "unknown_election");
+
+    let a = call(
+        &f.app,
+        Request::post("/leader").body(Body::empty()).unwrap(),
+    )
+    .await;
+    a.assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    assert!(a.headers[header::ALLOW].to_str().unwrap().contains("GET"));
+    let a = call(
+        &f.app,
+        Request::delete("/status").body(Body::empty()).unwrap(),
+    )
+    .await;
+    a.assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    let a = call(&f.app, get("/leader/report/resign")).await;
+    a.assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    assert_eq!(a.headers[header::ALLOW], "POST");
+
+    // Oversized bodies are refused before any handler.
+    let a = call(
+        &f.app,
+        Request::post("/leader/report/resign")
+            .header(header::CONTENT_LENGTH, "10000000")
+            .body(Body::from(vec![b'x'; 10_000_000]))
+            .unwrap(),
+    )
+    .await;
+    a.assert_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+
+    // HEAD works where GET does.
+    let a = call(
+        &f.app,
+        Request::head("/leader").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.text.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_lists_every_election_and_health() {
+    let f = fixture(leader, follower, |s| s);
+    let a = call(&f.app, get("/status")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let body = a.json();
+    assert_eq!(body["primary"], "report");
+    assert_eq!(body["health"]["status"], "ok");
+    assert_eq!(body["elections"]["report"]["is_leader"], true);
+    assert_eq!(body["elections"]["report"]["fencing_token"], 42);
+    assert_eq!(body["elections"]["my election"]["is_leader"], false);
+    assert_eq!(body["elections"]["my election"]["leader"], "web-2");
+    assert_eq!(body["elections"].as_object().unwrap().len(), 2);
+
+    tokio::time::advance(WEDGE + Duration::from_secs(1)).await;
+    let body = call(&f.app, get("/status")).await.json();
+    assert_eq!(body["health"]["status"], "unhealthy");
+    assert_eq!(body["elections"]["report"]["is_leader"], false);
+}
+
+#[tokio::test(start_paused = true)]
+async fn healthz_fails_when_a_campaign_loop_is_wedged() {
+    let f = fixture(leader, follower, |s| s);
+    let a = call(&f.app, get("/healthz")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.json(), serde_json::json!({"status": "ok"}));
+
+    // One engine keeps beating, the other goes silent.
+    tokio::time::advance(WEDGE).await;
+    let now = f.clock.now();
+    f.states[0].send_modify(|s| s.heartbeat = now);
+    assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let a = call(&f.app, get("/healthz")).await;
+    a.assert_error(StatusCode::SERVICE_UNAVAILABLE, "unhealthy");
+    let body = a.json();
+    assert_eq!(body["status"], "unhealthy");
+    let problems = body["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{body}");
+    assert!(
+        problems[0].as_str().unwrap().contains("my election"),
+        "{body}"
+    );
+    assert!(problems[0].as_str().unwrap().contains("wedged"), "{body}");
+
+    // It beats again: healthy.
+    let now = f.clock.now();
+    f.states[1].send_modify(|s| s.heartbeat = now);
+    assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn healthz_fails_when_an_engine_is_gone_or_finished() {
+    let mut f = fixture(leader, follower, |s| s);
+    f.states[0].send_modify(|s| s.finished = true);
+    let a = call(&f.app, get("/healthz")).await;
+    a.assert_error(StatusCode::SERVICE_UNAVAILABLE, "unhealthy");
+    assert!(a.text.contains("report"), "{}", a.text);
+
+    f.states[0].send_modify(|s| s.finished = false);
+    assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
+    // An engine task that died drops its sender.
+    drop(f.states.remove(1));
+    let a = call(&f.app, get("/healthz")).await;
+    a.assert_error(StatusCode::SERVICE_UNAVAILABLE, "unhealthy");
+    assert!(a.text.contains("my election"), "{}", a.text);
+}
+
+#[tokio::test(start_paused = true)]
+async fn healthz_fails_when_the_store_is_unreachable_longer_than_store_timeout() {
+    let limit = Duration::from_secs(30);
+    let f = fixture(follower, follower, |s| s.with_store_timeout(Some(limit)));
+    let beat = |f: &Fixture, err: Option<&str>| {
+        let now = f.clock.now();
+        for tx in &f.states {
+            tx.send_modify(|s| {
+                s.heartbeat = now;
+                s.last_error = err.map(str::to_owned);
+            });
+        }
+    };
+    // Failing, but not for long enough yet.
+    tokio::time::advance(Duration::from_secs(20)).await;
+    beat(&f, Some("timeout"));
+    assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    beat(&f, Some("timeout"));
+    let a = call(&f.app, get("/healthz")).await;
+    a.assert_error(StatusCode::SERVICE_UNAVAILABLE, "unhealthy");
+    assert!(a.text.contains("store unreachable"), "{}", a.text);
+    assert!(a.text.contains("timeout"), "{}", a.text);
+
+    // Old observation but no current error (e.g. sitting out): healthy.
+    beat(&f, None);
+    assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn healthz_store_timeout_counts_from_start_without_any_observation() {
+    let limit = Duration::from_secs(30);
+    let f = fixture(
+        |name, now| ElectionState {
+            observed_at: None,
+            observed_at_unix_ms: None,
+            last_error: Some("transport".into()),
+            first_observation_done: false,
+            ..follower(name, now)
+        },
+        follower,
+        |s| s.with_store_timeout(Some(limit)),
+    );
+    tokio::time::advance(limit).await;
+    let now = f.clock.now();
+    f.states[0].send_modify(|s| s.heartbeat = now);
+    f.states[1].send_modify(|s| s.heartbeat = now);
+    assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let a = call(&f.app, get("/healthz")).await;
+    a.assert_error(StatusCode::SERVICE_UNAVAILABLE, "unhealthy");
+    assert!(a.text.contains("report"), "{}", a.text);
+    assert!(!a.text.contains("my election"), "{}", a.text);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_is_disabled_without_an_admin_token() {
+    for token in [None, Some(String::new())] {
+        let mut f = fixture(leader, follower, |s| s.with_admin_token(token));
+        let a = call(
+            &f.app,
+            resign_req("/leader/report/resign", Some(&format!("Bearer {TOKEN}"))),
+        )
+        .await;
+        a.assert_error(StatusCode::NOT_FOUND, "resign_disabled");
+        assert!(f.resigns.try_recv().is_err(), "a disabled resign was sent");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_refuses_missing_malformed_and_wrong_tokens() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let uri = "/leader/report/resign";
+    for auth in [
+        None,
+        Some(""),
+        Some("Bearer"),
+        Some("Bearer   "),
+        Some(TOKEN),
+        Some("Basic dXNlcjpwYXNz"),
+    ] {
+        let a = call(&f.app, resign_req(uri, auth)).await;
+        a.assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        let challenge = a.headers[header::WWW_AUTHENTICATE].to_str().unwrap();
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+    }
+    // Not UTF-8.
+    let mut req = resign_req(uri, None);
+    req.headers_mut().insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap(),
+    );
+    call(&f.app, req)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    // Two Authorization headers, one of them right.
+    let mut req = resign_req(uri, Some(&format!("Bearer {TOKEN}")));
+    req.headers_mut().append(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer other"),
+    );
+    call(&f.app, req)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+
+    let huge = format!("Bearer {}", "A".repeat(200_000));
+    for auth in [
+        "Bearer wrong",
+        &format!("Bearer {TOKEN}x"),
+        &format!("Bearer {}", &TOKEN[1..]),
+        &huge,
+    ] {
+        call(&f.app, resign_req(uri, Some(auth)))
+            .await
+            .assert_error(StatusCode::FORBIDDEN, "forbidden");
+    }
+    // Authentication comes before the election lookup.
+    call(
+        &f.app,
+        resign_req("/leader/nope/resign", Some("Bearer wrong")),
+    )
+    .await
+    .assert_error(StatusCode::FORBIDDEN, "forbidden");
+    assert!(
+        f.resigns.try_recv().is_err(),
+        "an unauthorized resign reached the daemon"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_with_the_token_reaches_the_daemon() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let auth = format!("bearer  {TOKEN}");
+    // The daemon: answers "report" with success, anything else with an error.
+    let daemon = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(req) = f.resigns.recv().await {
+            let answer = if req.election == "report" {
+                Ok(())
+            } else {
+                Err("election is shutting down".to_owned())
+            };
+            seen.push(req.election);
+            let _ = req.done.send(answer);
+        }
+        seen
+    });
+
+    let a = call(&f.app, resign_req("/leader/report/resign", Some(&auth))).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let body = a.json();
+    assert_eq!(body["election"], "report");
+    assert_eq!(body["status"], "resigned");
+
+    call(
+        &f.app,
+        resign_req("/leader/my%20election/resign", Some(&auth)),
+    )
+    .await
+    .assert_error(StatusCode::INTERNAL_SERVER_ERROR, "resign_failed");
+    call(&f.app, resign_req("/leader/nope/resign", Some(&auth)))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "unknown_election");
+
+    drop(f.app);
+    assert_eq!(
+        daemon.await.unwrap(),
+        vec!["report".to_owned(), "my election".to_owned()]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_answers_202_when_stepping_down_outlasts_the_request() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let started = tokio::time::Instant::now();
+    let a = call(
+        &f.app,
+        resign_req("/leader/report/resign", Some(&format!("Bearer {TOKEN}"))),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text);
+    assert_eq!(a.json()["status"], "in_progress");
+    assert_eq!(
+        started.elapsed(),
+        leaderd::http::DEFAULT_REQUEST_TIMEOUT,
+        "answered at the request timeout"
+    );
+    // The request was delivered (the daemon just had not answered).
+    let req = f.resigns.try_recv().expect("the resign was sent");
+    assert_eq!(req.election, "report");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_when_the_daemon_is_gone_is_503() {
+    let f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    drop(f.resigns);
+    call(
+        &f.app,
+        resign_req("/leader/report/resign", Some(&format!("Bearer {TOKEN}"))),
+    )
+    .await
+    .assert_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+}
+
+/// Run `promtool check metrics` on `text`; fails with its output on problems.
+fn promtool_check(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run promtool ({e}); install it with `apt-get install prometheus` (Debian's package provides promtool)"
+            )
+        });
+    child
+        .stdin
+        .take()
+        .expect("stdin was piped")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("wait for promtool");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.trim().is_empty() && stderr.trim().is_empty(),
+        "promtool check metrics found problems ({}):\n{stdout}{stderr}\n--- input ---\n{text}",
+        out.status
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_endpoint_serves_promtool_clean_text_computed_now() {
+    let f = fixture(leader, follower, |s| s);
+    let a = call(&f.app, get("/metrics")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(
+        a.headers[header::CONTENT_TYPE],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    assert!(
+        a.text
+            .contains("leaderd_is_leader{election=\"report\"} 1\n"),
+        "{}",
+        a.text
+    );
+    assert!(
+        a.text
+            .contains("leaderd_is_leader{election=\"my election\"} 0\n"),
+        "{}",
+        a.text
+    );
+    promtool_check(&a.text);
+
+    tokio::time::advance(Duration::from_millis(7_700)).await;
+    let a = call(&f.app, get("/metrics")).await;
+    assert!(
+        a.text
+            .contains("leaderd_is_leader{election=\"report\"} 0\n"),
+        "{}",
+        a.text
+    );
+}
+
+/// A real socket: requests are served, and shutdown is bounded even while a
+/// request hangs (a resign the daemon never answers).
+#[tokio::test]
+async fn serve_answers_on_a_socket_and_shuts_down_within_the_drain_time() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let (_tx, rx) = watch::channel(leader("report", now));
+    let (resign_tx, mut resigns) = mpsc::channel(4);
+    let mut state = AppState::new("report", clock, Arc::new(Metrics::new()), resign_tx)
+        .with_election(rx, WEDGE)
+        .with_admin_token(Some(TOKEN.into()));
+    state.request_timeout = Duration::from_secs(600);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let drain = Duration::from_millis(500);
+    let server = tokio::spawn(leaderd::http::serve_with_drain(
+        listener,
+        router(state),
+        async move {
+            let _ = stop_rx.await;
+        },
+        drain,
+    ));
+
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /leader HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"is_leader\":true"), "{answer}");
+
+    // A resign that the daemon never answers keeps its connection busy.
+    let mut hanging = tokio::net::TcpStream::connect(addr).await.unwrap();
+    hanging
+        .write_all(
+            format!(
+                "POST /leader/report/resign HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let pending = resigns.recv().await.expect("resign reached the daemon");
+    assert_eq!(pending.election, "report");
+
+    let asked = std::time::Instant::now();
+    stop_tx.send(()).unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("serve returned after shutdown despite a hanging request");
+    res.unwrap().unwrap();
+    let took = asked.elapsed();
+    assert!(took >= drain, "returned before the drain time: {took:?}");
+    // New connections are refused (or closed) after shutdown.
+    drop(pending);
+}
