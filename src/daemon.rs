@@ -15,6 +15,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::{EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE};
 use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
@@ -26,18 +27,6 @@ use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::shutdown::{self, Signals};
 use crate::supervisor::{self, Child, ChildExit, ChildSpec};
-
-/// Process exit codes (DESIGN §3, sysexits).
-pub mod exit {
-    /// Bad usage or configuration.
-    pub const USAGE: i32 = 64;
-    /// The store is unreachable at start (with `fail_fast`).
-    pub const UNAVAILABLE: i32 = 69;
-    /// Internal error.
-    pub const SOFTWARE: i32 = 70;
-    /// The lease was not acquired within `--acquire-timeout`.
-    pub const TEMPFAIL: i32 = 75;
-}
 
 /// How long the start-up store check may take with `fail_fast`.
 const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
@@ -55,12 +44,7 @@ pub async fn open_store(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String
             .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
             .map_err(|e| e.to_string()),
         StoreKind::Dynamodb => {
-            let store = DynamoStore::new(&DynamoConfig {
-                table: cfg.table.clone(),
-                region: cfg.region.clone(),
-                endpoint_url: cfg.endpoint_url.clone(),
-            })
-            .await;
+            let store = DynamoStore::new(&DynamoConfig::from(cfg)).await;
             if cfg.create_table {
                 store
                     .create_table(false, CREATE_TABLE_WAIT)
@@ -81,14 +65,14 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot open the lease store");
-            return exit::UNAVAILABLE;
+            return EX_UNAVAILABLE;
         }
     };
     match store.check(FAIL_FAST_BUDGET).await {
         Ok(()) => {}
         Err(e) if cfg.store.fail_fast => {
             tracing::error!(error = %e, store = store.kind(), "lease store unreachable at start (fail_fast)");
-            return exit::UNAVAILABLE;
+            return EX_UNAVAILABLE;
         }
         Err(e) => {
             tracing::warn!(error = %e, store = store.kind(), "lease store not usable yet; campaigning anyway and retrying");
@@ -108,26 +92,18 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         Err(e) => {
             tracing::error!(listen = %cfg.http.listen, error = %e, "cannot listen for HTTP");
             abort_all(&handles);
-            return exit::SOFTWARE;
+            return EX_SOFTWARE;
         }
     };
     let (resign_tx, resign_rx) = mpsc::channel(8);
-    let app = AppState::new(
-        handles
-            .iter()
-            .map(|(n, h)| (n.clone(), h.state.clone()))
-            .collect(),
-        cfg.primary.clone(),
-        clock.clone(),
-        metrics.clone(),
-        cfg.http.admin_token.clone(),
-        resign_tx,
-        cfg.health.store_timeout,
-        cfg.elections
-            .iter()
-            .map(|e| (e.name.clone(), 2 * e.lease_duration + e.renew_interval))
-            .collect(),
-    );
+    let mut app = AppState::new(cfg.primary.clone(), clock.clone(), metrics.clone(), resign_tx)
+        .with_admin_token(cfg.http.admin_token.clone())
+        .with_store_timeout(cfg.health.store_timeout);
+    for e in &cfg.elections {
+        if let Some(h) = handles.get(&e.name) {
+            app = app.with_election(h.state.clone(), http::wedge_threshold(e));
+        }
+    }
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(http::serve(
         listener,
@@ -346,7 +322,7 @@ impl Daemon {
                 Event::StateGone => {
                     tracing::error!(election = %self.primary_name(), "election task ended unexpectedly");
                     self.kill_child().await;
-                    return exit::SOFTWARE;
+                    return EX_SOFTWARE;
                 }
                 Event::ChildExited(status) => {
                     if let Some(code) = self.on_child_exit(status).await {
@@ -423,7 +399,7 @@ impl Daemon {
             let zero = self.cfg.acquire_timeout == Some(Duration::ZERO);
             if (zero && tried_once) || (!zero && now >= by) {
                 tracing::warn!(election = %state.election, leader = ?state.leader, "lease not acquired within --acquire-timeout");
-                return Some(exit::TEMPFAIL);
+                return Some(EX_TEMPFAIL);
             }
         }
 
@@ -729,5 +705,15 @@ impl Daemon {
             .values()
             .map(|h| h.release(AfterRelease::Exit));
         futures_util::future::join_all(releases).await;
+    }
+}
+
+impl From<&StoreConfig> for DynamoConfig {
+    fn from(cfg: &StoreConfig) -> DynamoConfig {
+        DynamoConfig {
+            table: cfg.table.clone(),
+            region: cfg.region.clone(),
+            endpoint_url: cfg.endpoint_url.clone(),
+        }
     }
 }

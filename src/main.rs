@@ -1,3 +1,145 @@
-//! The `leaderd` command.
+//! The `leaderd` command: parse, load the configuration, run.
+//!
+//! This file stays thin: every behaviour lives in the library. It is the only
+//! place that uses `anyhow`, and the only place that exits the process.
 
-fn main() {}
+use std::time::Duration;
+
+use anyhow::Context;
+use leaderd::cli::{self, Command, EX_CONFIG, EX_SOFTWARE, EX_UNAVAILABLE, StatusArgs, TableAction, TableArgs};
+use leaderd::config::{Config, LogConfig, LogFormat, StoreKind, ToolConfig};
+use leaderd::daemon;
+use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
+use leaderd::notify::Notifier;
+use leaderd::shutdown::Signals;
+
+/// Budget of one store request made by `status`.
+const TOOL_BUDGET: Duration = Duration::from_secs(10);
+
+fn main() {
+    // SAFETY: first thing in main: no other thread exists yet.
+    let notifier = unsafe { Notifier::from_env() };
+    let cli = cli::parse().unwrap_or_else(|e| e.exit());
+    let code = match cli.command {
+        Command::Run(args) => match Config::load(&args) {
+            Ok(cfg) => run(cfg, notifier),
+            Err(e) => {
+                eprintln!("leaderd: {e}");
+                e.exit_code()
+            }
+        },
+        Command::Status(args) => tool(|rt| rt.block_on(status(args))),
+        Command::Table(args) => tool(|rt| rt.block_on(table(args))),
+    };
+    std::process::exit(code);
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("leaderd")
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run(cfg: Config, notifier: Notifier) -> i32 {
+    init_logging(&cfg.log);
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("leaderd: cannot install signal handlers: {e}");
+            return EX_SOFTWARE;
+        }
+    };
+    match runtime() {
+        Ok(rt) => {
+            let code = rt.block_on(daemon::run(cfg, notifier, signals));
+            // Do not wait for stray blocking tasks (e.g. a stuck SQLite call).
+            rt.shutdown_timeout(Duration::from_secs(1));
+            code
+        }
+        Err(e) => {
+            eprintln!("leaderd: {e:#}");
+            EX_SOFTWARE
+        }
+    }
+}
+
+/// Run a one-shot subcommand on its own runtime; errors become exit codes.
+fn tool(f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), ToolError>) -> i32 {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leaderd: {e:#}");
+            return EX_SOFTWARE;
+        }
+    };
+    match f(&rt) {
+        Ok(()) => 0,
+        Err(ToolError(code, msg)) => {
+            eprintln!("leaderd: {msg}");
+            code
+        }
+    }
+}
+
+struct ToolError(i32, String);
+
+async fn status(args: StatusArgs) -> Result<(), ToolError> {
+    let cfg = ToolConfig::load(&args.store).map_err(|e| ToolError(e.exit_code(), e.to_string()))?;
+    let store = daemon::open_store(&cfg.store)
+        .await
+        .map_err(|e| ToolError(EX_UNAVAILABLE, e))?;
+    let names = if args.elections.is_empty() {
+        cfg.elections.clone()
+    } else {
+        args.elections.clone()
+    };
+    let rows = leaderd::cli::status::collect(store.as_ref(), &names, TOOL_BUDGET)
+        .await
+        .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
+    if args.json {
+        println!("{}", leaderd::cli::status::render_json(&rows));
+    } else {
+        print!("{}", leaderd::cli::status::render_text(&rows));
+    }
+    Ok(())
+}
+
+async fn table(args: TableArgs) -> Result<(), ToolError> {
+    let store_args = match &args.action {
+        TableAction::Create(a) => &a.store,
+        TableAction::Describe(a) => &a.store,
+    };
+    let cfg = ToolConfig::load(store_args).map_err(|e| ToolError(e.exit_code(), e.to_string()))?;
+    if cfg.store.kind != StoreKind::Dynamodb {
+        return Err(ToolError(
+            EX_CONFIG,
+            "`leaderd table` manages a DynamoDB table: set --store dynamodb (or store.kind = \"dynamodb\")".into(),
+        ));
+    }
+    let store = DynamoStore::new(&DynamoConfig::from(&cfg.store)).await;
+    let info = match &args.action {
+        TableAction::Create(a) => leaderd::cli::table::create(&store, a.ttl, a.wait).await,
+        TableAction::Describe(_) => leaderd::cli::table::describe(&store).await,
+    }
+    .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
+    print!("{}", leaderd::cli::table::render_text(&info));
+    Ok(())
+}
+
+fn init_logging(cfg: &LogConfig) {
+    use tracing_subscriber::EnvFilter;
+    // RUST_LOG, when set, overrides the configured level (for debugging).
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cfg.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let _ = match cfg.format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

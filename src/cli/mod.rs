@@ -9,6 +9,9 @@
 //! The hidden `__guard` helper is dispatched by `main` before clap sees the
 //! arguments, so it is deliberately not defined here.
 
+pub mod status;
+pub mod table;
+
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
