@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub mod memory;
+pub mod sqlite;
 
 /// One election's lease, as stored (DESIGN §1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
