@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub mod dynamodb;
 pub mod memory;
 
 /// One election's lease, as stored (DESIGN §1).
