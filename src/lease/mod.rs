@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod dynamodb;
 pub mod memory;
+pub mod sqlite;
 
 /// One election's lease, as stored (DESIGN §1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
