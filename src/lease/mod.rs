@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub mod dynamodb;
 pub mod memory;
 pub mod sqlite;
 
