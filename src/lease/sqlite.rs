@@ -126,10 +126,11 @@ impl SqliteStore {
     }
 
     /// Run `work` on a pooled connection on the blocking pool, within `budget`.
+    /// `work` gets the deadline (on the blocking thread's clock).
     async fn run<T, F>(&self, budget: Duration, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection, &Path) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Connection, &Path, Instant) -> Result<T, StoreError> + Send + 'static,
     {
         if budget.is_zero() {
             return Err(StoreError::Timeout(budget));
@@ -148,7 +149,7 @@ impl SqliteStore {
             let res = conn
                 .busy_timeout(left.min(Duration::from_secs(3600)))
                 .map_err(|e| classify(&inner.path, budget, &e))
-                .and_then(|()| work(&mut conn, &inner.path));
+                .and_then(|()| work(&mut conn, &inner.path, deadline));
             inner.checkin(conn);
             res
         });
@@ -486,6 +487,7 @@ fn put_blocking(
     conn: &mut Connection,
     path: &Path,
     budget: Duration,
+    deadline: Instant,
     lease: &Lease,
     condition: &Condition,
 ) -> Result<WriteOutcome, StoreError> {
@@ -508,6 +510,11 @@ fn put_blocking(
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sql_err)?;
+    // The caller stops waiting at the deadline; a write committed after that
+    // would be one it cannot know about (its read-back may come first).
+    if Instant::now() >= deadline {
+        return Err(StoreError::Timeout(budget));
+    }
     let current = read_row(&tx, &lease.election).map_err(sql_err)?;
     if !holds(current.as_ref(), condition) {
         let current = current.map_or(Record::Absent, |row| row.to_record());
@@ -589,7 +596,7 @@ impl LeaseStore for SqliteStore {
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
         let election = election.to_owned();
-        self.run(budget, move |conn, path| {
+        self.run(budget, move |conn, path, _| {
             let row = read_row(conn, &election).map_err(|e| classify(path, budget, &e))?;
             Ok(row.map_or(Record::Absent, |r| r.to_record()))
         })
@@ -604,14 +611,14 @@ impl LeaseStore for SqliteStore {
     ) -> Result<WriteOutcome, StoreError> {
         let lease = lease.clone();
         let condition = condition.clone();
-        self.run(budget, move |conn, path| {
-            put_blocking(conn, path, budget, &lease, &condition)
+        self.run(budget, move |conn, path, deadline| {
+            put_blocking(conn, path, budget, deadline, &lease, &condition)
         })
         .await
     }
 
     async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
-        self.run(budget, move |conn, path| {
+        self.run(budget, move |conn, path, _| {
             let err = |e: rusqlite::Error| classify(path, budget, &e);
             let mut stmt = conn.prepare(SELECT_ALL).map_err(err)?;
             let rows = stmt
@@ -624,8 +631,10 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {
-        self.run(budget, move |conn, path| check_blocking(conn, path, budget))
-            .await
+        self.run(budget, move |conn, path, _| {
+            check_blocking(conn, path, budget)
+        })
+        .await
     }
 }
 
@@ -754,5 +763,86 @@ mod tests {
             Some(&valid),
             &Condition::Unchanged(RvnGuard::Raw("text:r1".into()))
         ));
+    }
+
+    fn sample(election: &str) -> Lease {
+        Lease {
+            election: election.into(),
+            holder: Some("me".into()),
+            rvn: crate::lease::new_rvn(),
+            fencing_token: 1,
+            lease_ms: 10_000,
+            acquired_at_ms: 1,
+            renewed_at_ms: 1,
+            expires_at_s: 1,
+            holder_meta: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_locked_file_is_a_timeout_within_the_budget() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        let store = SqliteStore::open(&path).expect("open");
+        // Another process holds the write lock.
+        let other = Connection::open(&path).expect("second connection");
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+
+        let budget = Duration::from_millis(300);
+        let started = std::time::Instant::now();
+        let res = store.put(&sample("e"), &Condition::NotExists, budget).await;
+        assert_eq!(res, Err(StoreError::Timeout(budget)));
+        // Generous: only "bounded", not "punctual", on a busy machine.
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // WAL: readers are not blocked by the writer.
+        assert_eq!(store.read("e", budget).await, Ok(Record::Absent));
+
+        other.execute_batch("ROLLBACK").expect("release the lock");
+        let lease = sample("e");
+        assert_eq!(
+            store
+                .put(&lease, &Condition::NotExists, Duration::from_secs(10))
+                .await,
+            Ok(WriteOutcome::Applied)
+        );
+        assert_eq!(
+            store.read("e", Duration::from_secs(10)).await,
+            Ok(Record::Valid(lease))
+        );
+        assert_eq!(
+            store.read("e", Duration::ZERO).await,
+            Err(StoreError::Timeout(Duration::ZERO))
+        );
+    }
+
+    #[test]
+    fn open_errors_name_the_path() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("no-such-dir").join("l.db");
+        match SqliteStore::open(&path) {
+            Err(StoreError::Other(msg)) => {
+                assert!(msg.contains(&path.display().to_string()), "{msg}")
+            }
+            other => panic!("expected an error naming the path, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn check_reports_a_foreign_table() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        Connection::open(&path)
+            .and_then(|c| c.execute_batch("CREATE TABLE leases (election TEXT, owner TEXT)"))
+            .expect("a table of another tool");
+        let store = SqliteStore::open(&path).expect("open keeps the existing table");
+        let res = store.check(Duration::from_secs(10)).await;
+        match res {
+            Err(StoreError::WrongSchema { detail, .. }) => {
+                assert!(detail.contains("rvn"), "{detail}")
+            }
+            other => panic!("expected WrongSchema, got {other:?}"),
+        }
     }
 }
