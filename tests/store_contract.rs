@@ -13,6 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use common::emulators::{self, Emulator};
+use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
 use leaderd::lease::sqlite::SqliteStore;
 use leaderd::lease::{
     Condition, HolderMeta, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome, new_rvn,
@@ -678,4 +685,190 @@ fn sqlite_separate_runtimes_race_for_one_winner() {
             .await
     });
     assert_eq!(stored, Ok(Record::Valid(winners.remove(0))));
+}
+
+// -------------------------------------------------------------- DynamoDB
+
+/// Start (once per test binary) the shared emulator off the async runtime,
+/// keeping the harness's panic message if it cannot start.
+async fn shared(start: fn() -> &'static Emulator) -> &'static Emulator {
+    emulators::fake_aws_env();
+    tokio::task::spawn_blocking(start)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+fn dynamo_config(emulator: &Emulator, table: &str) -> DynamoConfig {
+    DynamoConfig {
+        table: table.to_owned(),
+        region: "us-east-1".into(),
+        endpoint_url: Some(emulator.endpoint.clone()),
+    }
+}
+
+/// One freshly created table on an emulator; every `store()` is a new client.
+struct Dynamo {
+    emulator: &'static Emulator,
+    table: String,
+}
+
+impl Dynamo {
+    async fn new(start: fn() -> &'static Emulator) -> Dynamo {
+        let emulator = shared(start).await;
+        let table = common::unique_name("contract");
+        DynamoStore::new(&dynamo_config(emulator, &table))
+            .await
+            .create_table(false, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("creating table {table} on {emulator:?}: {e}"));
+        Dynamo { emulator, table }
+    }
+
+    async fn dynamo_store(&self) -> DynamoStore {
+        DynamoStore::new(&dynamo_config(self.emulator, &self.table)).await
+    }
+}
+
+#[async_trait]
+impl Backend for Dynamo {
+    async fn store(&self) -> Arc<dyn LeaseStore> {
+        Arc::new(self.dynamo_store().await)
+    }
+
+    async fn put_raw(&self, election: &str, attrs: &[(&str, RawValue)]) {
+        let store = self.dynamo_store().await;
+        let mut item = std::collections::HashMap::new();
+        item.insert(
+            "election".to_owned(),
+            AttributeValue::S(election.to_owned()),
+        );
+        for (name, value) in attrs {
+            let value = match value {
+                RawValue::S(s) => AttributeValue::S((*s).to_owned()),
+                RawValue::N(n) => AttributeValue::N(n.to_string()),
+                RawValue::B(b) => AttributeValue::B(Blob::new(*b)),
+            };
+            item.insert((*name).to_owned(), value);
+        }
+        store
+            .client()
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "raw PutItem: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            });
+    }
+
+    async fn store_without_table(&self) -> Arc<dyn LeaseStore> {
+        let never_created = common::unique_name("missing");
+        Arc::new(DynamoStore::new(&dynamo_config(self.emulator, &never_created)).await)
+    }
+}
+
+contract_tests!(
+    dynamodb_local,
+    Dynamo::new(emulators::shared_dynamodb_local).await
+);
+contract_tests!(dynalite, Dynamo::new(emulators::shared_dynalite).await);
+
+/// A table still CREATING is its own clear error, not "missing". Tested on
+/// dynalite only: it keeps new tables CREATING for a while
+/// (`emulators::DYNALITE_CREATE_TABLE_MS`), while DynamoDB Local makes them
+/// ACTIVE at once, so there is no CREATING window to observe there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynalite_table_still_creating() {
+    let emulator = shared(emulators::shared_dynalite).await;
+    let table = common::unique_name("creating");
+    let store = DynamoStore::new(&dynamo_config(emulator, &table)).await;
+    store
+        .client()
+        .create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("election")
+                .key_type(KeyType::Hash)
+                .build()
+                .expect("name and key type are set"),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("election")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("name and type are set"),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "CreateTable: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(e)
+            )
+        });
+
+    let checked = store.check(BUDGET).await;
+    assert!(
+        matches!(&checked, Err(StoreError::TableNotActive { status, .. }) if status == "CREATING"),
+        "check right after CreateTable: {checked:?}"
+    );
+    let read = store.read("any", BUDGET).await;
+    assert!(
+        matches!(&read, Err(StoreError::TableNotActive { .. })),
+        "read right after CreateTable: {read:?}"
+    );
+
+    // Once ACTIVE, the same store works.
+    store
+        .create_table(false, Duration::from_secs(60))
+        .await
+        .expect("wait until ACTIVE");
+    store.check(BUDGET).await.expect("check once ACTIVE");
+    assert_eq!(store.read("any", BUDGET).await, Ok(Record::Absent));
+}
+
+/// After the server restarts with no data, the same store (same endpoint,
+/// same client) reports the table missing instead of failing obscurely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulator_restart_loses_the_table() {
+    emulators::fake_aws_env();
+    let mut emulator = tokio::task::spawn_blocking(emulators::dynalite)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let table = common::unique_name("restart");
+    let store = DynamoStore::new(&dynamo_config(&emulator, &table)).await;
+    store
+        .create_table(false, Duration::from_secs(60))
+        .await
+        .expect("create the table");
+    let held = lease("restart", "node-a", 3);
+    assert_eq!(store.create(&held, BUDGET).await, Ok(WriteOutcome::Applied));
+
+    let port = emulator.port;
+    let emulator = tokio::task::spawn_blocking(move || {
+        emulator.restart();
+        emulator
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    assert_eq!(emulator.port, port, "restart keeps the port");
+
+    let checked = store.check(BUDGET).await;
+    assert!(
+        matches!(checked, Err(StoreError::TableMissing(_))),
+        "check after restart: {checked:?}\n{}",
+        emulator.log()
+    );
+    let read = store.read("restart", BUDGET).await;
+    assert!(
+        matches!(read, Err(StoreError::TableMissing(_))),
+        "read after restart: {read:?}"
+    );
 }

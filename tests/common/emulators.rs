@@ -100,8 +100,9 @@ pub fn fake_aws_env() {
     static SET: Once = Once::new();
     SET.call_once(|| {
         for (key, value) in [
-            ("AWS_ACCESS_KEY_ID", "leaderd-test"),
-            ("AWS_SECRET_ACCESS_KEY", "leaderd-test"),
+            // DynamoDB Local accepts only letters and digits in a key id.
+            ("AWS_ACCESS_KEY_ID", "leaderdtest"),
+            ("AWS_SECRET_ACCESS_KEY", "leaderdtest"),
             ("AWS_REGION", "us-east-1"),
             // Never wait for an instance-metadata service that is not there.
             ("AWS_EC2_METADATA_DISABLED", "true"),
@@ -287,57 +288,57 @@ fn launch(kind: Kind, port: u16, timeout: Duration) -> Result<(Child, PathBuf), 
                 log_tail(&log)
             )));
         }
-        if answers(port) {
+        match answers(port) {
             // Someone else could have answered on a port we thought free;
             // make sure ours is still the one running.
-            if let Ok(None) = child.try_wait() {
-                return Ok((child, log));
+            Ok(()) if matches!(child.try_wait(), Ok(None)) => return Ok((child, log)),
+            Ok(()) => continue,
+            Err(last) if Instant::now() >= deadline => {
+                kill_group(child);
+                return Err(Launch::Failed(format!(
+                    "{} did not answer on port {port} within {timeout:?} (last attempt: {last}); \
+                     {INSTALL_HINT}\n--- its output ---\n{}",
+                    kind.name(),
+                    log_tail(&log)
+                )));
             }
-            continue;
-        }
-        if Instant::now() >= deadline {
-            kill_group(child);
-            return Err(Launch::Failed(format!(
-                "{} did not answer on port {port} within {:?}; {INSTALL_HINT}\n--- its output ---\n{}",
-                kind.name(),
-                timeout,
-                log_tail(&log)
-            )));
+            Err(_) => {}
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Whether a DynamoDB server answers a ListTables request on `port`.
-fn answers(port: u16) -> bool {
+/// Whether a DynamoDB server answers a ListTables request on `port`; if not,
+/// what happened instead.
+fn answers(port: u16) -> Result<(), String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        return false;
-    }
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+        .map_err(|e| format!("TCP connect: {e}"))?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(5)))
         .http_status_as_error(false)
         .build()
         .into();
-    // Unsigned-but-well-formed: the emulators check the header's shape, not
-    // the signature.
-    let res = agent
+    // Unsigned but well-formed: the emulators check the header's shape and
+    // the key id's characters, not the signature.
+    let mut resp = agent
         .post(format!("http://127.0.0.1:{port}/"))
         .header("Content-Type", "application/x-amz-json-1.0")
         .header("X-Amz-Target", "DynamoDB_20120810.ListTables")
         .header("X-Amz-Date", "20260101T000000Z")
         .header(
             "Authorization",
-            "AWS4-HMAC-SHA256 Credential=leaderd-test/20260101/us-east-1/dynamodb/aws4_request, \
+            "AWS4-HMAC-SHA256 Credential=leaderdtest/20260101/us-east-1/dynamodb/aws4_request, \
              SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=00",
         )
-        .send("{}");
-    match res {
-        Ok(mut resp) if resp.status() == 200 => resp
-            .body_mut()
-            .read_to_string()
-            .is_ok_and(|body| body.contains("TableNames")),
-        _ => false,
+        .send("{}")
+        .map_err(|e| format!("ListTables: {e}"))?;
+    let status = resp.status();
+    let body = resp.body_mut().read_to_string().unwrap_or_default();
+    if status == 200 && body.contains("TableNames") {
+        Ok(())
+    } else {
+        Err(format!("ListTables answered {status}: {body}"))
     }
 }
 
