@@ -120,6 +120,23 @@ impl DynamoStore {
         }
     }
 
+    /// A store using a client built elsewhere (its credentials, endpoint and
+    /// HTTP settings are kept). Its retries are turned off and its connect
+    /// timeout set as in [`DynamoStore::new`]: this store retries by itself,
+    /// within each request's budget.
+    pub fn from_client(client: &Client, table: impl Into<String>) -> DynamoStore {
+        let config = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(client_timeouts(None))
+            .build();
+        DynamoStore {
+            client: Client::from_conf(config),
+            table: table.into(),
+        }
+    }
+
     /// The underlying SDK client.
     pub fn client(&self) -> &Client {
         &self.client
