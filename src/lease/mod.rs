@@ -11,7 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub mod dynamodb;
 pub mod memory;
+pub mod sqlite;
 
 /// One election's lease, as stored (DESIGN §1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

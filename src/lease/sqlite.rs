@@ -1,0 +1,848 @@
+//! The SQLite lease store: one file, shared safely by every leaderd process
+//! on the host.
+//!
+//! Every write is one `BEGIN IMMEDIATE` transaction that reads the current
+//! row, checks the condition and writes: the immediate transaction takes the
+//! file's write lock before the read, so two processes can never both see the
+//! same row and both win. Reads in WAL mode see the last committed write, which
+//! is the strong consistency DESIGN §1 asks for.
+//!
+//! SQLite is blocking, so every request runs on tokio's blocking pool and is
+//! bounded by its budget twice: the busy timeout never waits longer than the
+//! budget, and the caller stops waiting when the budget is spent (a write
+//! that overran may still commit, which is what `StoreError::Timeout` says;
+//! [`LeaseStore::write`] resolves it by reading back).
+//!
+//! Columns are not type-checked by SQLite (no STRICT table), so a row written
+//! by another tool may hold anything; such a row is read as
+//! [`Record::Malformed`] and never panics anything.
+
+use std::fmt::Write as _;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{
+    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
+};
+
+/// The table every lease lives in.
+pub const TABLE: &str = "leases";
+
+/// Columns in the order every query selects them.
+const COLUMNS: [&str; 9] = [
+    "election",
+    "holder",
+    "rvn",
+    "fencing_token",
+    "lease_ms",
+    "acquired_at",
+    "renewed_at",
+    "expires_at",
+    "holder_meta",
+];
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
+    election      TEXT PRIMARY KEY NOT NULL,
+    holder        TEXT,
+    rvn           TEXT,
+    fencing_token INTEGER,
+    lease_ms      INTEGER,
+    acquired_at   INTEGER,
+    renewed_at    INTEGER,
+    expires_at    INTEGER,
+    holder_meta   TEXT
+)";
+
+const SELECT_ONE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
+     renewed_at, expires_at, holder_meta FROM leases WHERE election = ?1";
+
+const SELECT_ALL: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
+     renewed_at, expires_at, holder_meta FROM leases ORDER BY election";
+
+const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fencing_token, \
+     lease_ms, acquired_at, renewed_at, expires_at, holder_meta) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+/// How long `open` may wait for another process that holds the file's lock
+/// while it creates the table.
+const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections kept for reuse; more are opened when requests overlap.
+const MAX_IDLE: usize = 4;
+
+/// A lease store in one SQLite file (DESIGN §1 semantics, shared by processes).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    /// Idle connections. The lock is held only to push or pop one, never
+    /// while SQLite works, so one slow request does not block another.
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) the store at `path`: the file, WAL mode and
+    /// the `leases` table. Errors name the path.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| open_error(path, "cannot open", &e))?;
+        conn.busy_timeout(OPEN_BUSY_TIMEOUT)
+            .map_err(|e| open_error(path, "cannot configure", &e))?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(|e| open_error(path, "cannot switch to WAL mode", &e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            // Still correct (every write is an immediate transaction), only
+            // readers and writers block each other more.
+            tracing::warn!(path = %path.display(), journal_mode = %mode, "SQLite lease store is not in WAL mode (file system without shared memory?)");
+        }
+        configure(&conn).map_err(|e| open_error(path, "cannot configure", &e))?;
+        conn.execute(CREATE_TABLE, [])
+            .map_err(|e| open_error(path, "cannot create the `leases` table in", &e))?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                idle: Mutex::new(vec![conn]),
+            }),
+        })
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Run `work` on a pooled connection on the blocking pool, within `budget`.
+    /// `work` gets the deadline (on the blocking thread's clock).
+    async fn run<T, F>(&self, budget: Duration, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Path, Instant) -> Result<T, StoreError> + Send + 'static,
+    {
+        if budget.is_zero() {
+            return Err(StoreError::Timeout(budget));
+        }
+        let deadline = Instant::now() + budget;
+        let inner = self.inner.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let mut conn = inner.checkout()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                inner.checkin(conn);
+                return Err(StoreError::Timeout(budget));
+            }
+            // Waiting for another process's lock must end within the budget;
+            // `classify` turns a busy timeout into `Timeout(budget)`.
+            let res = conn
+                .busy_timeout(left.min(Duration::from_secs(3600)))
+                .map_err(|e| classify(&inner.path, budget, &e))
+                .and_then(|()| work(&mut conn, &inner.path, deadline));
+            inner.checkin(conn);
+            res
+        });
+        match tokio::time::timeout(budget, task).await {
+            Err(_) => Err(StoreError::Timeout(budget)),
+            Ok(Err(join)) => Err(StoreError::Other(format!(
+                "SQLite request on {} failed: {join}",
+                self.inner.path.display()
+            ))),
+            Ok(Ok(res)) => res,
+        }
+    }
+}
+
+impl Inner {
+    fn checkout(&self) -> Result<Connection, StoreError> {
+        if let Some(conn) = self.lock_idle().pop() {
+            return Ok(conn);
+        }
+        // No CREATE flag: `open` made the file; if it vanished since, say so
+        // instead of silently starting an empty store.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags)
+            .map_err(|e| open_error(&self.path, "cannot open", &e))?;
+        configure(&conn).map_err(|e| open_error(&self.path, "cannot configure", &e))?;
+        Ok(conn)
+    }
+
+    fn checkin(&self, conn: Connection) {
+        let mut idle = self.lock_idle();
+        if idle.len() < MAX_IDLE {
+            idle.push(conn);
+        }
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        // The lock only guards a Vec push/pop, which cannot leave it
+        // inconsistent; a poisoned lock is safe to keep using.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Per-connection settings.
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    // FULL: a committed write survives power loss. Losing the last write of
+    // a tenure could hand out its fencing token a second time.
+    conn.pragma_update(None, "synchronous", "FULL")
+}
+
+fn open_error(path: &Path, what: &str, e: &rusqlite::Error) -> StoreError {
+    StoreError::Other(format!("{what} SQLite lease store {}: {e}", path.display()))
+}
+
+fn missing_table(path: &Path) -> StoreError {
+    StoreError::TableMissing(format!("{TABLE} (in {})", path.display()))
+}
+
+/// Map a SQLite error to the store's error classes.
+fn classify(path: &Path, budget: Duration, e: &rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Timeout(budget),
+        // An I/O error during commit may or may not have made the write
+        // durable: treat it like a 5xx so the caller reads back.
+        Some(ErrorCode::SystemIoFailure) => {
+            StoreError::Server(format!("SQLite I/O error on {}: {e}", path.display()))
+        }
+        _ if e.to_string().contains("no such table") => missing_table(path),
+        _ => StoreError::Other(format!("SQLite error on {}: {e}", path.display())),
+    }
+}
+
+/// One column's value exactly as stored.
+#[derive(Debug, Clone, Default, PartialEq)]
+enum Raw {
+    #[default]
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(Vec<u8>),
+    Blob(Vec<u8>),
+}
+
+impl Raw {
+    fn from_ref(v: ValueRef<'_>) -> Raw {
+        match v {
+            ValueRef::Null => Raw::Null,
+            ValueRef::Integer(i) => Raw::Integer(i),
+            ValueRef::Real(f) => Raw::Real(f),
+            ValueRef::Text(t) => Raw::Text(t.to_vec()),
+            ValueRef::Blob(b) => Raw::Blob(b.to_vec()),
+        }
+    }
+
+    fn type_name(&self) -> &'static str {
+        match self {
+            Raw::Null => "null",
+            Raw::Integer(_) => "integer",
+            Raw::Real(_) => "real",
+            Raw::Text(_) => "text",
+            Raw::Blob(_) => "blob",
+        }
+    }
+
+    /// Unambiguous text form, with the type: `text:abc`, `integer:5`,
+    /// `real:1.5`, `blob:00ff`, `null`.
+    fn encode(&self) -> String {
+        match self {
+            Raw::Null => "null".into(),
+            Raw::Integer(i) => format!("integer:{i}"),
+            // Bits, not the decimal form: two different reals never collide.
+            Raw::Real(f) => format!("real:{:016x}", f.to_bits()),
+            Raw::Text(t) => match std::str::from_utf8(t) {
+                Ok(s) => format!("text:{s}"),
+                Err(_) => format!("text-bytes:{}", hex(t)),
+            },
+            Raw::Blob(b) => format!("blob:{}", hex(b)),
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        match self {
+            Raw::Text(t) => std::str::from_utf8(t).ok(),
+            _ => None,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut s, b| {
+        // Writing to a String cannot fail.
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// A whole row as stored, one value per entry of [`COLUMNS`].
+#[derive(Debug, Clone, PartialEq)]
+struct Row([Raw; 9]);
+
+impl Row {
+    fn from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        let mut vals: [Raw; 9] = Default::default();
+        for (i, v) in vals.iter_mut().enumerate() {
+            *v = Raw::from_ref(row.get_ref(i)?);
+        }
+        Ok(Row(vals))
+    }
+
+    fn get(&self, column: &str) -> &Raw {
+        let i = COLUMNS
+            .iter()
+            .position(|c| *c == column)
+            .expect("callers only name columns listed in COLUMNS");
+        &self.0[i]
+    }
+
+    /// The guard an `Unchanged` condition compares against.
+    fn guard(&self) -> RvnGuard {
+        match self.get("rvn") {
+            Raw::Null => RvnGuard::Missing,
+            raw => RvnGuard::Raw(raw.encode()),
+        }
+    }
+
+    /// Interpret the row as a lease, or describe everything wrong with it.
+    fn to_record(&self) -> Record {
+        let mut problems = Vec::new();
+        let election = match self.get("election") {
+            Raw::Text(t) => {
+                if std::str::from_utf8(t).is_err() {
+                    problems.push("attribute `election` is not valid UTF-8".into());
+                }
+                String::from_utf8_lossy(t).into_owned()
+            }
+            other => {
+                problems.push(text_problem("election", other));
+                other.encode()
+            }
+        };
+        let holder = match self.get("holder") {
+            Raw::Null => None,
+            raw => match raw.text() {
+                Some(s) => Some(s.to_owned()),
+                None => {
+                    problems.push(text_problem("holder", raw));
+                    None
+                }
+            },
+        };
+        let rvn = match self.get("rvn") {
+            Raw::Null => {
+                problems.push("attribute `rvn` is missing".into());
+                String::new()
+            }
+            raw => match raw.text() {
+                Some(s) => s.to_owned(),
+                None => {
+                    problems.push(text_problem("rvn", raw));
+                    String::new()
+                }
+            },
+        };
+        let mut number = |column: &str| match self.get(column) {
+            Raw::Integer(i) => u64::try_from(*i).unwrap_or_else(|_| {
+                problems.push(format!("attribute `{column}` is negative ({i})"));
+                0
+            }),
+            Raw::Null => {
+                problems.push(format!("attribute `{column}` is missing"));
+                0
+            }
+            raw => {
+                problems.push(format!(
+                    "attribute `{column}` is not a whole number (type {}: {})",
+                    raw.type_name(),
+                    shorten(&raw.encode())
+                ));
+                0
+            }
+        };
+        let fencing_token = number("fencing_token");
+        let lease_ms = number("lease_ms");
+        let acquired_at_ms = number("acquired_at");
+        let renewed_at_ms = number("renewed_at");
+        let expires_at_s = number("expires_at");
+        let holder_meta = match self.get("holder_meta") {
+            Raw::Null => None,
+            raw => match raw.text().map(serde_json::from_str::<HolderMeta>) {
+                Some(Ok(meta)) => Some(meta),
+                Some(Err(e)) => {
+                    problems.push(format!(
+                        "attribute `holder_meta` is not a valid holder description: {e}"
+                    ));
+                    None
+                }
+                None => {
+                    problems.push(text_problem("holder_meta", raw));
+                    None
+                }
+            },
+        };
+        if problems.is_empty() {
+            return Record::Valid(Lease {
+                election,
+                holder,
+                rvn,
+                fencing_token,
+                lease_ms,
+                acquired_at_ms,
+                renewed_at_ms,
+                expires_at_s,
+                holder_meta,
+            });
+        }
+        let fencing_token = match self.get("fencing_token") {
+            Raw::Integer(i) => u64::try_from(*i).ok(),
+            _ => None,
+        };
+        Record::Malformed(Malformed {
+            election,
+            problem: problems.join("; "),
+            fingerprint: self.fingerprint(),
+            fencing_token,
+            guard: self.guard(),
+        })
+    }
+
+    /// A digest of every column (name, type and value). Only ever compared
+    /// with another fingerprint taken by the same process, so std's hasher
+    /// (stable within one build) is enough; two successive versions of one
+    /// item colliding in 64 bits is not a practical concern.
+    fn fingerprint(&self) -> String {
+        let mut h = DefaultHasher::new();
+        for (name, value) in COLUMNS.iter().zip(&self.0) {
+            name.hash(&mut h);
+            value.encode().hash(&mut h);
+        }
+        format!("{:016x}", h.finish())
+    }
+}
+
+fn text_problem(column: &str, raw: &Raw) -> String {
+    match raw {
+        Raw::Text(_) => format!("attribute `{column}` is not valid UTF-8"),
+        _ => format!(
+            "attribute `{column}` has type {}, expected text",
+            raw.type_name()
+        ),
+    }
+}
+
+fn shorten(s: &str) -> String {
+    const MAX: usize = 40;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// The condition semantics of DESIGN §1, identical to the in-memory store's:
+/// a malformed row satisfies only `Unchanged` with its exact raw `rvn`.
+fn holds(current: Option<&Row>, condition: &Condition) -> bool {
+    let Some(row) = current else {
+        return matches!(condition, Condition::NotExists);
+    };
+    match condition {
+        Condition::NotExists => false,
+        Condition::RvnIs(rvn) => match row.to_record() {
+            Record::Valid(l) => &l.rvn == rvn,
+            _ => false,
+        },
+        Condition::HeldBy { rvn, holder } => match row.to_record() {
+            Record::Valid(l) => &l.rvn == rvn && l.holder.as_deref() == Some(holder.as_str()),
+            _ => false,
+        },
+        // Valid or not, the raw rvn must be exactly the one observed.
+        Condition::Unchanged(guard) => &row.guard() == guard,
+    }
+}
+
+fn read_row(conn: &Connection, election: &str) -> rusqlite::Result<Option<Row>> {
+    conn.query_row(SELECT_ONE, [election], Row::from_sql)
+        .optional()
+}
+
+fn to_i64(column: &str, v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| {
+        StoreError::Other(format!(
+            "`{column}` = {v} does not fit in SQLite's 64-bit signed integer"
+        ))
+    })
+}
+
+fn put_blocking(
+    conn: &mut Connection,
+    path: &Path,
+    budget: Duration,
+    deadline: Instant,
+    lease: &Lease,
+    condition: &Condition,
+) -> Result<WriteOutcome, StoreError> {
+    let sql_err = |e: rusqlite::Error| classify(path, budget, &e);
+    let meta = lease
+        .holder_meta
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Other(format!("cannot encode holder_meta: {e}")))?;
+    let values = (
+        to_i64("fencing_token", lease.fencing_token)?,
+        to_i64("lease_ms", lease.lease_ms)?,
+        to_i64("acquired_at", lease.acquired_at_ms)?,
+        to_i64("renewed_at", lease.renewed_at_ms)?,
+        to_i64("expires_at", lease.expires_at_s)?,
+    );
+    // IMMEDIATE takes the write lock before the read: nobody can write
+    // between our check and our write.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    // The caller stops waiting at the deadline; a write committed after that
+    // would be one it cannot know about (its read-back may come first).
+    if Instant::now() >= deadline {
+        return Err(StoreError::Timeout(budget));
+    }
+    let current = read_row(&tx, &lease.election).map_err(sql_err)?;
+    if !holds(current.as_ref(), condition) {
+        let current = current.map_or(Record::Absent, |row| row.to_record());
+        // Dropping the transaction rolls it back; nothing was written.
+        return Ok(WriteOutcome::ConditionFailed {
+            current: Some(current),
+        });
+    }
+    tx.execute(
+        UPSERT,
+        rusqlite::params![
+            lease.election,
+            lease.holder,
+            lease.rvn,
+            values.0,
+            values.1,
+            values.2,
+            values.3,
+            values.4,
+            meta,
+        ],
+    )
+    .map_err(sql_err)?;
+    tx.commit().map_err(sql_err)?;
+    Ok(WriteOutcome::Applied)
+}
+
+fn check_blocking(conn: &Connection, path: &Path, budget: Duration) -> Result<(), StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT name, pk FROM pragma_table_info('leases')")
+        .map_err(|e| classify(path, budget, &e))?;
+    let columns = stmt
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(|e| classify(path, budget, &e))?;
+    if columns.is_empty() {
+        return Err(missing_table(path));
+    }
+    let missing: Vec<&str> = COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| !columns.iter().any(|(name, _)| name == c))
+        .collect();
+    if !missing.is_empty() {
+        return Err(StoreError::WrongSchema {
+            table: TABLE.into(),
+            detail: format!(
+                "missing column(s) {} in {}",
+                missing.join(", "),
+                path.display()
+            ),
+        });
+    }
+    let key: Vec<&str> = columns
+        .iter()
+        .filter(|(_, pk)| *pk > 0)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if key != ["election"] {
+        return Err(StoreError::WrongSchema {
+            table: TABLE.into(),
+            detail: format!(
+                "primary key is ({}), expected (election) in {}",
+                key.join(", "),
+                path.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
+        let election = election.to_owned();
+        self.run(budget, move |conn, path, _| {
+            let row = read_row(conn, &election).map_err(|e| classify(path, budget, &e))?;
+            Ok(row.map_or(Record::Absent, |r| r.to_record()))
+        })
+        .await
+    }
+
+    async fn put(
+        &self,
+        lease: &Lease,
+        condition: &Condition,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let lease = lease.clone();
+        let condition = condition.clone();
+        self.run(budget, move |conn, path, deadline| {
+            put_blocking(conn, path, budget, deadline, &lease, &condition)
+        })
+        .await
+    }
+
+    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        self.run(budget, move |conn, path, _| {
+            let err = |e: rusqlite::Error| classify(path, budget, &e);
+            let mut stmt = conn.prepare(SELECT_ALL).map_err(err)?;
+            let rows = stmt
+                .query_map([], Row::from_sql)
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(err)?;
+            Ok(rows.iter().map(Row::to_record).collect())
+        })
+        .await
+    }
+
+    async fn check(&self, budget: Duration) -> Result<(), StoreError> {
+        self.run(budget, move |conn, path, _| {
+            check_blocking(conn, path, budget)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(values: [Raw; 9]) -> Row {
+        Row(values)
+    }
+
+    fn good() -> [Raw; 9] {
+        [
+            Raw::Text(b"e".to_vec()),
+            Raw::Text(b"me".to_vec()),
+            Raw::Text(b"r1".to_vec()),
+            Raw::Integer(7),
+            Raw::Integer(10_000),
+            Raw::Integer(1),
+            Raw::Integer(2),
+            Raw::Integer(3),
+            Raw::Null,
+        ]
+    }
+
+    #[test]
+    fn a_well_formed_row_is_a_lease() {
+        let Record::Valid(l) = row(good()).to_record() else {
+            panic!("expected a valid lease");
+        };
+        assert_eq!(l.rvn, "r1");
+        assert_eq!(l.fencing_token, 7);
+        assert_eq!(l.holder.as_deref(), Some("me"));
+    }
+
+    #[test]
+    fn every_bad_column_is_named_and_nothing_panics() {
+        let cases: [(usize, Raw, &str); 8] = [
+            (2, Raw::Null, "`rvn` is missing"),
+            (2, Raw::Integer(5), "`rvn` has type integer"),
+            (
+                3,
+                Raw::Text(b"abc".to_vec()),
+                "`fencing_token` is not a whole number",
+            ),
+            (3, Raw::Integer(-1), "`fencing_token` is negative"),
+            (4, Raw::Real(1.5), "`lease_ms` is not a whole number"),
+            (1, Raw::Blob(vec![0xff]), "`holder` has type blob"),
+            (8, Raw::Text(b"{not json".to_vec()), "`holder_meta`"),
+            (
+                1,
+                Raw::Text(vec![0xff, 0xfe]),
+                "`holder` is not valid UTF-8",
+            ),
+        ];
+        for (i, bad, expected) in cases {
+            let mut values = good();
+            values[i] = bad.clone();
+            let Record::Malformed(m) = row(values).to_record() else {
+                panic!("{bad:?} in column {i} must be malformed");
+            };
+            assert!(m.problem.contains(expected), "{} vs {expected}", m.problem);
+        }
+    }
+
+    #[test]
+    fn guard_and_fingerprint_follow_the_raw_values() {
+        let mut a = good();
+        a[3] = Raw::Text(b"x".to_vec());
+        let mut b = a.clone();
+        b[5] = Raw::Integer(99);
+        let (Record::Malformed(ma), Record::Malformed(mb)) =
+            (row(a.clone()).to_record(), row(b).to_record())
+        else {
+            panic!("both rows are malformed");
+        };
+        assert_ne!(ma.fingerprint, mb.fingerprint);
+        assert_eq!(ma.guard, RvnGuard::Raw("text:r1".into()));
+        assert_eq!(ma.fencing_token, None);
+        let Record::Malformed(again) = row(a.clone()).to_record() else {
+            panic!("same row, same answer");
+        };
+        assert_eq!(again.fingerprint, ma.fingerprint);
+        // Text "5" and integer 5 are different raw values.
+        let mut t = a.clone();
+        t[2] = Raw::Text(b"5".to_vec());
+        let mut i = a;
+        i[2] = Raw::Integer(5);
+        assert_ne!(row(t).guard(), row(i).guard());
+    }
+
+    #[test]
+    fn conditions_match_the_memory_store() {
+        let valid = row(good());
+        let mut bad = good();
+        bad[2] = Raw::Null;
+        let missing_rvn = row(bad);
+        let held = Condition::HeldBy {
+            rvn: "r1".into(),
+            holder: "me".into(),
+        };
+        assert!(holds(None, &Condition::NotExists));
+        assert!(!holds(Some(&valid), &Condition::NotExists));
+        assert!(holds(Some(&valid), &Condition::RvnIs("r1".into())));
+        assert!(!holds(Some(&valid), &Condition::RvnIs("r2".into())));
+        assert!(holds(Some(&valid), &held));
+        assert!(!holds(
+            Some(&valid),
+            &Condition::HeldBy {
+                rvn: "r1".into(),
+                holder: "you".into()
+            }
+        ));
+        assert!(!holds(None, &held));
+        assert!(!holds(Some(&missing_rvn), &Condition::RvnIs(String::new())));
+        assert!(holds(
+            Some(&missing_rvn),
+            &Condition::Unchanged(RvnGuard::Missing)
+        ));
+        assert!(!holds(None, &Condition::Unchanged(RvnGuard::Missing)));
+        assert!(!holds(
+            Some(&valid),
+            &Condition::Unchanged(RvnGuard::Missing)
+        ));
+        assert!(holds(
+            Some(&valid),
+            &Condition::Unchanged(RvnGuard::Raw("text:r1".into()))
+        ));
+    }
+
+    fn sample(election: &str) -> Lease {
+        Lease {
+            election: election.into(),
+            holder: Some("me".into()),
+            rvn: crate::lease::new_rvn(),
+            fencing_token: 1,
+            lease_ms: 10_000,
+            acquired_at_ms: 1,
+            renewed_at_ms: 1,
+            expires_at_s: 1,
+            holder_meta: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_locked_file_is_a_timeout_within_the_budget() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        let store = SqliteStore::open(&path).expect("open");
+        // Another process holds the write lock.
+        let other = Connection::open(&path).expect("second connection");
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+
+        let budget = Duration::from_millis(300);
+        let started = std::time::Instant::now();
+        let res = store.put(&sample("e"), &Condition::NotExists, budget).await;
+        assert_eq!(res, Err(StoreError::Timeout(budget)));
+        // Generous: only "bounded", not "punctual", on a busy machine.
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // WAL: readers are not blocked by the writer.
+        assert_eq!(store.read("e", budget).await, Ok(Record::Absent));
+
+        other.execute_batch("ROLLBACK").expect("release the lock");
+        let lease = sample("e");
+        assert_eq!(
+            store
+                .put(&lease, &Condition::NotExists, Duration::from_secs(10))
+                .await,
+            Ok(WriteOutcome::Applied)
+        );
+        assert_eq!(
+            store.read("e", Duration::from_secs(10)).await,
+            Ok(Record::Valid(lease))
+        );
+        assert_eq!(
+            store.read("e", Duration::ZERO).await,
+            Err(StoreError::Timeout(Duration::ZERO))
+        );
+    }
+
+    #[test]
+    fn open_errors_name_the_path() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("no-such-dir").join("l.db");
+        match SqliteStore::open(&path) {
+            Err(StoreError::Other(msg)) => {
+                assert!(msg.contains(&path.display().to_string()), "{msg}")
+            }
+            other => panic!("expected an error naming the path, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn check_reports_a_foreign_table() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        Connection::open(&path)
+            .and_then(|c| c.execute_batch("CREATE TABLE leases (election TEXT, owner TEXT)"))
+            .expect("a table of another tool");
+        let store = SqliteStore::open(&path).expect("open keeps the existing table");
+        let res = store.check(Duration::from_secs(10)).await;
+        match res {
+            Err(StoreError::WrongSchema { detail, .. }) => {
+                assert!(detail.contains("rvn"), "{detail}")
+            }
+            other => panic!("expected WrongSchema, got {other:?}"),
+        }
+    }
+}
