@@ -712,7 +712,14 @@ impl From<&StoreConfig> for DynamoConfig {
     fn from(cfg: &StoreConfig) -> DynamoConfig {
         DynamoConfig {
             table: cfg.table.clone(),
-            region: cfg.region.clone(),
+            // Configured region, else the standard AWS variables, else
+            // DESIGN's default.
+            region: cfg
+                .region
+                .clone()
+                .or_else(|| std::env::var("AWS_REGION").ok())
+                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+                .unwrap_or_else(|| "us-east-1".to_owned()),
             endpoint_url: cfg.endpoint_url.clone(),
         }
     }

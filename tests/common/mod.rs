@@ -3,6 +3,7 @@
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod emulators;
 
 use std::sync::atomic::{AtomicU32, Ordering};
