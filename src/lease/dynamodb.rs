@@ -243,7 +243,10 @@ impl DynamoStore {
         let mut pause = Duration::from_millis(50);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let status = match self.describe(CONTROL_TIMEOUT).await {
+            // Bounded by what is left of `wait`, but long enough to get an
+            // answer that says why the table is not ACTIVE.
+            let budget = left.clamp(Duration::from_secs(1), CONTROL_TIMEOUT);
+            let status = match self.describe(budget).await {
                 Ok(desc) if desc.table_status() == Some(&TableStatus::Active) => return Ok(desc),
                 Ok(desc) => table_status(&desc),
                 // Real DynamoDB may not list a table it just accepted for a
@@ -313,26 +316,24 @@ impl DynamoStore {
                 .send();
             async move {
                 match bounded(left, req).await? {
-                    Ok(out) => Ok(out.time_to_live_description().map(|d| {
+                    Ok(out) => Ok(Ok(out.time_to_live_description().map(|d| {
                         (
                             d.time_to_live_status().cloned(),
                             d.attribute_name().map(str::to_owned),
                         )
-                    })),
+                    }))),
                     Err(e) => match ttl_unsupported(&e) {
-                        Some(reason) => Err(StoreError::Other(reason)),
+                        Some(reason) => Ok(Err(reason)),
                         None => Err(classify(&e, &self.table, left)),
                     },
                 }
             }
         })
-        .await;
+        .await?;
         let (status, attribute) = match current {
             Ok(Some(found)) => found,
             Ok(None) => (None, None),
-            // Keep the server's answer as the reason (see ttl_unsupported).
-            Err(StoreError::Other(reason)) => return Ok(TtlStatus::Unsupported(reason)),
-            Err(e) => return Err(e),
+            Err(unsupported) => return Ok(TtlStatus::Unsupported(unsupported)),
         };
         match status {
             Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling) => {

@@ -1,0 +1,650 @@
+//! DynamoDB store specifics that the cross-store contract suite
+//! (`tests/store_contract.rs`) does not cover: table provisioning (create,
+//! wait until ACTIVE, TTL, wrong schema), and the classification of failures
+//! that decides what is retried and what is read back: credentials, refused
+//! connections, throttling, 5xx, answers lost after the write was applied.
+//!
+//! Emulators: DynamoDB Local and dynalite, started on free loopback ports by
+//! `tests/common/emulators.rs`. Failure modes no emulator produces come from a
+//! scripted fake server and a forwarding proxy on loopback, defined below.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use common::emulators::{self, Emulator};
+use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore, TableInfo, TtlStatus};
+use leaderd::lease::{Condition, Lease, LeaseStore, Record, StoreError, WriteOutcome};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Generous: the machine running the tests is shared and often busy.
+const WAIT: Duration = Duration::from_secs(60);
+const BUDGET: Duration = Duration::from_secs(10);
+
+async fn shared(start: fn() -> &'static Emulator) -> &'static Emulator {
+    emulators::fake_aws_env();
+    tokio::task::spawn_blocking(start)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+async fn local() -> &'static Emulator {
+    shared(emulators::shared_dynamodb_local).await
+}
+
+async fn dynalite() -> &'static Emulator {
+    shared(emulators::shared_dynalite).await
+}
+
+async fn store_at(endpoint: &str, table: &str) -> DynamoStore {
+    emulators::fake_aws_env();
+    DynamoStore::new(&DynamoConfig {
+        table: table.to_owned(),
+        region: "us-east-1".into(),
+        endpoint_url: Some(endpoint.to_owned()),
+    })
+    .await
+}
+
+async fn new_store(emulator: &Emulator) -> DynamoStore {
+    store_at(&emulator.endpoint, &common::unique_name("lease")).await
+}
+
+fn lease(election: &str, holder: &str) -> Lease {
+    Lease {
+        election: election.to_owned(),
+        holder: Some(holder.to_owned()),
+        rvn: leaderd::lease::new_rvn(),
+        fencing_token: 1,
+        lease_ms: 10_000,
+        acquired_at_ms: 1_700_000_000_000,
+        renewed_at_ms: 1_700_000_000_000,
+        expires_at_s: 1_700_000_010,
+        holder_meta: None,
+    }
+}
+
+/// Create a table with any key, without waiting for it.
+async fn create_raw_table(store: &DynamoStore, key: &str, ty: ScalarAttributeType) {
+    store
+        .client()
+        .create_table()
+        .table_name(store.table())
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(key)
+                .key_type(KeyType::Hash)
+                .build()
+                .expect("name and key type are set"),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(key)
+                .attribute_type(ty)
+                .build()
+                .expect("name and type are set"),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "raw CreateTable: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(e)
+            )
+        });
+}
+
+fn assert_fresh_table(info: &TableInfo, store: &DynamoStore) {
+    assert_eq!(info.name, store.table());
+    assert_eq!(info.status, "ACTIVE");
+    assert_eq!(info.billing_mode.as_deref(), Some("PAY_PER_REQUEST"));
+    assert!(info.key_schema_ok, "{info:?}");
+}
+
+// ------------------------------------------------------ table provisioning
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_table_is_idempotent_on_dynamodb_local() {
+    let store = new_store(local().await).await;
+    let first = store.create_table(false, WAIT).await.expect("create");
+    assert_fresh_table(&first, &store);
+    let again = store.create_table(false, WAIT).await.expect("create again");
+    assert_fresh_table(&again, &store);
+    store
+        .check(BUDGET)
+        .await
+        .expect("a created table passes check");
+    // The table is usable at once.
+    let l = lease("e", "a");
+    assert_eq!(
+        store.write(&l, &Condition::NotExists, BUDGET).await,
+        Ok(WriteOutcome::Applied)
+    );
+}
+
+/// dynalite keeps a new table CREATING for a while
+/// (`emulators::DYNALITE_CREATE_TABLE_MS`): create_table must wait it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_table_waits_until_active_on_dynalite() {
+    let store = new_store(dynalite().await).await;
+    let started = Instant::now();
+    let info = store.create_table(false, WAIT).await.expect("create");
+    assert_fresh_table(&info, &store);
+    assert!(
+        started.elapsed() >= Duration::from_millis(emulators::DYNALITE_CREATE_TABLE_MS / 2),
+        "returned after {:?}, before dynalite could have made the table ACTIVE",
+        started.elapsed()
+    );
+    let again = store.create_table(false, WAIT).await.expect("create again");
+    assert_fresh_table(&again, &store);
+    store
+        .check(BUDGET)
+        .await
+        .expect("an ACTIVE table passes check");
+}
+
+/// A table someone else is creating: a short wait ends with the clear
+/// "not ACTIVE yet" error, and reads say the same instead of "missing".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_table_is_not_active_yet_on_dynalite() {
+    let store = new_store(dynalite().await).await;
+    create_raw_table(&store, "election", ScalarAttributeType::S).await;
+    let creating = StoreError::TableNotActive {
+        table: store.table().to_owned(),
+        status: "CREATING".into(),
+    };
+    assert_eq!(
+        store.create_table(false, Duration::from_millis(10)).await,
+        Err(creating.clone())
+    );
+    assert_eq!(store.read("e", BUDGET).await, Err(creating.clone()));
+    let info = store.create_table(false, WAIT).await.expect("wait for it");
+    assert_eq!(info.status, "ACTIVE");
+    assert_eq!(store.read("e", BUDGET).await, Ok(Record::Absent));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_is_enabled_on_dynamodb_local() {
+    let store = new_store(local().await).await;
+    let info = store.create_table(true, WAIT).await.expect("create");
+    assert_eq!(info.ttl, TtlStatus::Enabled);
+    assert_eq!(
+        store.describe_table().await.map(|i| i.ttl),
+        Ok(TtlStatus::Enabled)
+    );
+    // Enabling again is no error (DynamoDB itself refuses a second enable).
+    let again = store.create_table(true, WAIT).await.expect("create again");
+    assert_eq!(again.ttl, TtlStatus::Enabled);
+
+    let plain = new_store(local().await).await;
+    let info = plain.create_table(false, WAIT).await.expect("create");
+    assert_eq!(info.ttl, TtlStatus::Disabled);
+}
+
+/// dynalite answers DescribeTimeToLive (always DISABLED) but has no
+/// UpdateTimeToLive: reported as unsupported, and the table is still created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_is_unsupported_on_dynalite() {
+    let store = new_store(dynalite().await).await;
+    let info = store.create_table(true, WAIT).await.expect("create");
+    assert_fresh_table(&info, &store);
+    match &info.ttl {
+        TtlStatus::Unsupported(reason) => {
+            assert!(reason.contains("TTL"), "reason: {reason}")
+        }
+        other => panic!("expected TTL to be reported unsupported, got {other:?}"),
+    }
+    store.check(BUDGET).await.expect("usable without TTL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_key_schema_is_reported() {
+    for emulator in [local().await, dynalite().await] {
+        for (key, ty, expect) in [
+            ("id", ScalarAttributeType::S, "`id` (S, HASH)"),
+            ("election", ScalarAttributeType::N, "`election` (N, HASH)"),
+        ] {
+            let store = new_store(emulator).await;
+            create_raw_table(&store, key, ty).await;
+            // create_table waits for ACTIVE (dynalite), then refuses the schema.
+            let err = store.create_table(false, WAIT).await;
+            let Err(StoreError::WrongSchema { table, detail }) = err else {
+                panic!("{:?}: expected WrongSchema, got {err:?}", emulator.kind);
+            };
+            assert_eq!(table, store.table());
+            assert!(detail.contains(expect), "detail: {detail}");
+            assert!(matches!(
+                store.check(BUDGET).await,
+                Err(StoreError::WrongSchema { .. })
+            ));
+            let info = store.describe_table().await.expect("describe");
+            assert!(!info.key_schema_ok, "{info:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_table_is_table_missing() {
+    for emulator in [local().await, dynalite().await] {
+        let store = new_store(emulator).await;
+        let missing = StoreError::TableMissing(store.table().to_owned());
+        assert_eq!(store.check(BUDGET).await, Err(missing.clone()));
+        assert_eq!(store.describe_table().await, Err(missing.clone()));
+        assert_eq!(store.read("e", BUDGET).await, Err(missing.clone()));
+        assert_eq!(
+            store
+                .write(&lease("e", "a"), &Condition::NotExists, BUDGET)
+                .await,
+            Err(missing.clone())
+        );
+        assert_eq!(store.list(BUDGET).await, Err(missing));
+    }
+}
+
+// ------------------------------------------------------------ conditions
+
+/// The old item comes back with a failed condition when the server returns
+/// it (DynamoDB Local does); dynalite does not, which must be fine too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_condition_carries_the_current_record_when_told() {
+    for emulator in [local().await, dynalite().await] {
+        let store = new_store(emulator).await;
+        store.create_table(false, WAIT).await.expect("create");
+        let mine = lease("e", "a");
+        assert_eq!(
+            store.write(&mine, &Condition::NotExists, BUDGET).await,
+            Ok(WriteOutcome::Applied)
+        );
+        let theirs = lease("e", "b");
+        let outcome = store
+            .write(&theirs, &Condition::RvnIs("stale".into()), BUDGET)
+            .await;
+        match (emulator.kind, outcome) {
+            (
+                emulators::Kind::DynamoDbLocal,
+                Ok(WriteOutcome::ConditionFailed {
+                    current: Some(current),
+                }),
+            ) => assert_eq!(current, Record::Valid(mine.clone())),
+            (emulators::Kind::Dynalite, Ok(WriteOutcome::ConditionFailed { current: None })) => {}
+            (kind, other) => panic!("{kind:?}: unexpected {other:?}"),
+        }
+        // list() sees the one record.
+        assert_eq!(store.list(BUDGET).await, Ok(vec![Record::Valid(mine)]));
+    }
+}
+
+// ------------------------------------------------------------ credentials
+
+fn client_with(
+    endpoint: &str,
+    provider: impl aws_sdk_dynamodb::config::ProvideCredentials + 'static,
+) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(provider)
+        .build();
+    Client::from_conf(config)
+}
+
+/// DynamoDB Local rejects access key ids that are not alphanumeric with
+/// UnrecognizedClientException, as AWS rejects unknown keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_credentials_are_a_credentials_error() {
+    let emulator = local().await;
+    let good = new_store(emulator).await;
+    good.create_table(false, WAIT).await.expect("create");
+    let bad = DynamoStore::from_client(
+        &client_with(
+            &emulator.endpoint,
+            Credentials::new("not-a-key!", "secret", None, None, "test"),
+        ),
+        good.table(),
+    );
+    for result in [
+        bad.check(BUDGET).await.map(|_| ()),
+        bad.read("e", BUDGET).await.map(|_| ()),
+        bad.write(&lease("e", "a"), &Condition::NotExists, BUDGET)
+            .await
+            .map(|_| ()),
+    ] {
+        match result {
+            Err(StoreError::Credentials(msg)) => {
+                assert!(msg.contains("UnrecognizedClientException"), "{msg}")
+            }
+            other => panic!("expected a credentials error, got {other:?}"),
+        }
+    }
+}
+
+/// What the default chain does when no source has credentials.
+#[derive(Debug)]
+struct NoCredentials;
+
+impl aws_sdk_dynamodb::config::ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+            aws_credential_types::provider::error::CredentialsError::not_loaded(
+                "no providers in chain provided credentials",
+            ),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_credentials_are_a_credentials_error() {
+    let emulator = dynalite().await;
+    let store = DynamoStore::from_client(&client_with(&emulator.endpoint, NoCredentials), "leases");
+    let err = store.read("e", BUDGET).await;
+    assert!(matches!(&err, Err(StoreError::Credentials(_))), "{err:?}");
+    let err = store
+        .write(&lease("e", "a"), &Condition::NotExists, BUDGET)
+        .await;
+    assert!(matches!(&err, Err(StoreError::Credentials(_))), "{err:?}");
+}
+
+// ------------------------------------------- transport, throttling, 5xx
+
+/// A request that never left: not a timeout, nothing to read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connection_is_transport() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        listener.local_addr().expect("bound").port()
+    };
+    let store = store_at(&format!("http://127.0.0.1:{closed}"), "leases").await;
+    let started = Instant::now();
+    let read = store.read("e", BUDGET).await;
+    assert!(matches!(&read, Err(StoreError::Transport(_))), "{read:?}");
+    let put = store
+        .put(&lease("e", "a"), &Condition::NotExists, BUDGET)
+        .await;
+    assert!(matches!(&put, Err(StoreError::Transport(_))), "{put:?}");
+    assert!(!put.unwrap_err().maybe_applied());
+    assert!(started.elapsed() < BUDGET, "failed fast, not by timeout");
+}
+
+/// One scripted answer of the fake server.
+#[derive(Clone)]
+enum Answer {
+    /// HTTP status and a DynamoDB JSON body.
+    Reply(u16, &'static str),
+    /// Read the request, then close the connection without answering.
+    Hangup,
+    /// Read the request and never answer.
+    Silence,
+}
+
+const THROTTLED: Answer = Answer::Reply(
+    400,
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#,
+);
+
+/// A loopback HTTP server that answers DynamoDB requests from a script (the
+/// last answer repeats) and counts them. Returns its endpoint and the count.
+async fn fake_server(script: Vec<Answer>) -> (String, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let endpoint = format!("http://{}", listener.local_addr().expect("bound"));
+    let count = Arc::new(AtomicU32::new(0));
+    let requests = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let script = script.clone();
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                while read_http_message(&mut conn).await.is_some() {
+                    let n = requests.fetch_add(1, Ordering::SeqCst) as usize;
+                    let answer = script
+                        .get(n)
+                        .or(script.last())
+                        .cloned()
+                        .unwrap_or(Answer::Hangup);
+                    match answer {
+                        Answer::Reply(status, body) => {
+                            let head = format!(
+                                "HTTP/1.1 {status} X\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n",
+                                body.len()
+                            );
+                            let sent = conn.write_all(head.as_bytes()).await;
+                            if sent.is_err() || conn.write_all(body.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Answer::Hangup => return,
+                        Answer::Silence => std::future::pending::<()>().await,
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, count)
+}
+
+/// One HTTP/1.1 message (head and Content-Length body) from `conn`, as raw
+/// bytes; `None` at end of stream or on a message we cannot frame.
+async fn read_http_message(conn: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = conn.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().ok())
+        .unwrap_or(Some(0))?;
+    while buf.len() < head_end + length {
+        let n = conn.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(buf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_is_retried_until_it_clears() {
+    let (endpoint, requests) = fake_server(vec![
+        THROTTLED,
+        THROTTLED,
+        THROTTLED,
+        Answer::Reply(200, "{}"),
+    ])
+    .await;
+    let store = store_at(&endpoint, "leases").await;
+    assert_eq!(store.read("e", BUDGET).await, Ok(Record::Absent));
+    assert_eq!(requests.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_is_retried_only_within_the_budget() {
+    let (endpoint, requests) = fake_server(vec![THROTTLED]).await;
+    let store = store_at(&endpoint, "leases").await;
+    let budget = Duration::from_secs(2);
+    let started = Instant::now();
+    let result = store
+        .write(&lease("e", "a"), &Condition::NotExists, budget)
+        .await;
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(&result, Err(StoreError::Throttled(_))),
+        "{result:?}"
+    );
+    assert!(
+        requests.load(Ordering::SeqCst) >= 3,
+        "retried: {} requests",
+        requests.load(Ordering::SeqCst)
+    );
+    // It gives up before the budget runs out (plus scheduling slack).
+    assert!(
+        elapsed < budget + Duration::from_secs(1),
+        "took {elapsed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_and_lost_answers_may_have_been_applied() {
+    for (answer, what) in [
+        (
+            Answer::Reply(
+                500,
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"boom"}"#,
+            ),
+            "HTTP 500",
+        ),
+        (
+            Answer::Reply(503, "<html>unavailable</html>"),
+            "HTTP 503 from a proxy",
+        ),
+        (Answer::Hangup, "connection closed after the request"),
+    ] {
+        let (endpoint, _) = fake_server(vec![answer]).await;
+        let store = store_at(&endpoint, "leases").await;
+        let err = store
+            .put(&lease("e", "a"), &Condition::NotExists, BUDGET)
+            .await
+            .expect_err(what);
+        assert!(matches!(err, StoreError::Server(_)), "{what}: {err:?}");
+        assert!(err.maybe_applied(), "{what}");
+    }
+
+    let (endpoint, _) = fake_server(vec![Answer::Silence]).await;
+    let store = store_at(&endpoint, "leases").await;
+    let budget = Duration::from_millis(500);
+    let started = Instant::now();
+    let err = store
+        .put(&lease("e", "a"), &Condition::NotExists, budget)
+        .await;
+    assert!(
+        matches!(err, Err(StoreError::Timeout(d)) if d <= budget),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < budget + Duration::from_secs(2));
+}
+
+/// A proxy in front of a real emulator that, when armed, forwards one
+/// PutItem, lets the server apply it, and hangs up instead of answering.
+async fn answer_losing_proxy(upstream: &str) -> (String, Arc<AtomicBool>) {
+    let upstream = upstream
+        .strip_prefix("http://")
+        .expect("emulator endpoints are http://")
+        .to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let endpoint = format!("http://{}", listener.local_addr().expect("bound"));
+    let armed = Arc::new(AtomicBool::new(false));
+    let lose = armed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            let lose = lose.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                while let Some(request) = read_http_message(&mut client).await {
+                    let is_put =
+                        String::from_utf8_lossy(&request).contains("DynamoDB_20120810.PutItem");
+                    if server.write_all(&request).await.is_err() {
+                        return;
+                    }
+                    let Some(response) = read_http_message(&mut server).await else {
+                        return;
+                    };
+                    if is_put && lose.swap(false, Ordering::SeqCst) {
+                        return; // applied upstream; the answer is lost
+                    }
+                    if client.write_all(&response).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, armed)
+}
+
+/// DESIGN §1: an ambiguous write is resolved by a consistent read-back. The
+/// store must classify the lost answer so that `write` reads back, and the
+/// read-back must find our rvn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_write_with_lost_answer_is_resolved_by_read_back() {
+    let emulator = dynalite().await;
+    let direct = new_store(emulator).await;
+    direct.create_table(false, WAIT).await.expect("create");
+    let (endpoint, lose_next_put) = answer_losing_proxy(&emulator.endpoint).await;
+    let store = store_at(&endpoint, direct.table()).await;
+
+    let first = lease("e", "a");
+    assert_eq!(
+        store.write(&first, &Condition::NotExists, BUDGET).await,
+        Ok(WriteOutcome::Applied)
+    );
+    let renewed = Lease {
+        rvn: leaderd::lease::new_rvn(),
+        ..first.clone()
+    };
+    let held_by = Condition::HeldBy {
+        rvn: first.rvn.clone(),
+        holder: "a".into(),
+    };
+    // Without read-back the answer is an error that may hide a success...
+    lose_next_put.store(true, Ordering::SeqCst);
+    let err = store.put(&renewed, &held_by, BUDGET).await;
+    assert!(
+        err.as_ref().is_err_and(StoreError::maybe_applied),
+        "{err:?}"
+    );
+    assert_eq!(
+        direct.read("e", BUDGET).await,
+        Ok(Record::Valid(renewed.clone()))
+    );
+
+    // ...and with it the renewal is known to have happened.
+    let again = Lease {
+        rvn: leaderd::lease::new_rvn(),
+        ..renewed.clone()
+    };
+    let held_by = Condition::HeldBy {
+        rvn: renewed.rvn.clone(),
+        holder: "a".into(),
+    };
+    lose_next_put.store(true, Ordering::SeqCst);
+    assert_eq!(
+        store.write(&again, &held_by, BUDGET).await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert!(
+        !lose_next_put.load(Ordering::SeqCst),
+        "the proxy did lose an answer"
+    );
+    assert_eq!(direct.read("e", BUDGET).await, Ok(Record::Valid(again)));
+}
