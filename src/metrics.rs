@@ -352,6 +352,7 @@ mod tests {
             malformed: None,
             heartbeat: now,
             first_observation_done: true,
+            rounds: 1,
             finished: false,
         }
     }

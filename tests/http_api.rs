@@ -37,6 +37,7 @@ fn follower(name: &str, now: Instant) -> ElectionState {
         malformed: None,
         heartbeat: now,
         first_observation_done: true,
+        rounds: 1,
         finished: false,
     }
 }
@@ -389,6 +390,7 @@ async fn healthz_store_timeout_counts_from_start_without_any_observation() {
             observed_at_unix_ms: None,
             last_error: Some("transport".into()),
             first_observation_done: false,
+            rounds: 0,
             ..follower(name, now)
         },
         follower,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Condition, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome};
+use super::{Condition, Lease, LeaseStore, Record, StoreError, WriteOutcome};
 
 /// How the store misbehaves, set by tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,19 +94,6 @@ impl MemoryStore {
     }
 }
 
-fn holds(current: &Record, condition: &Condition) -> bool {
-    match (condition, current) {
-        (Condition::NotExists, Record::Absent) => true,
-        (Condition::RvnIs(rvn), Record::Valid(l)) => &l.rvn == rvn,
-        (Condition::HeldBy { rvn, holder }, Record::Valid(l)) => {
-            &l.rvn == rvn && l.holder.as_deref() == Some(holder.as_str())
-        }
-        (Condition::Unchanged(guard), Record::Malformed(m)) => &m.guard == guard,
-        (Condition::Unchanged(RvnGuard::Raw(raw)), Record::Valid(l)) => &l.rvn == raw,
-        _ => false,
-    }
-}
-
 #[async_trait]
 impl LeaseStore for MemoryStore {
     fn kind(&self) -> &'static str {
@@ -134,7 +121,7 @@ impl LeaseStore for MemoryStore {
             .get(&lease.election)
             .cloned()
             .unwrap_or(Record::Absent);
-        if !holds(&current, condition) {
+        if !condition.holds(&current) {
             return Ok(WriteOutcome::ConditionFailed {
                 current: Some(current),
             });

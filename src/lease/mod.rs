@@ -114,6 +114,23 @@ pub enum Condition {
     Unchanged(RvnGuard),
 }
 
+impl Condition {
+    /// Whether a write under this condition would apply to `current`: the
+    /// reference semantics every store implements. A malformed item only ever
+    /// matches `Unchanged` with its own guard.
+    pub fn holds(&self, current: &Record) -> bool {
+        match (self, current) {
+            (Condition::NotExists, Record::Absent) => true,
+            (Condition::RvnIs(rvn), Record::Valid(l)) => &l.rvn == rvn,
+            (Condition::HeldBy { rvn, holder }, Record::Valid(l)) => {
+                &l.rvn == rvn && l.holder.as_deref() == Some(holder.as_str())
+            }
+            (Condition::Unchanged(guard), Record::Malformed(m)) => &m.guard == guard,
+            _ => false,
+        }
+    }
+}
+
 /// The answer to a conditional write. A failed condition is an answer, not an
 /// error: someone else wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,6 +276,10 @@ pub trait LeaseStore: Send + Sync + 'static {
                     tracing::debug!(election = %lease.election, "ambiguous write resolved by read-back: applied");
                     return Ok(WriteOutcome::Applied);
                 }
+                // Not applied, and the condition still holds: nobody else
+                // wrote, so this is the original (retryable) error, not a
+                // lost lease.
+                Ok(current) if condition.holds(&current) => return Err(err),
                 Ok(current) => {
                     return Ok(WriteOutcome::ConditionFailed {
                         current: Some(current),
