@@ -112,6 +112,10 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
     ));
     tracing::info!(listen = %cfg.http.listen, identity = %cfg.identity, store = store.kind(), elections = cfg.elections.len(), "leaderd running");
 
+    if let Some(path) = std::env::var_os("LEADERD_TEST_STALL_FILE") {
+        tokio::spawn(test_hooks::stall_when_file_appears(path.into()));
+    }
+
     let notify_task = tokio::spawn(notify_loop(
         notifier.clone(),
         handles
@@ -156,6 +160,32 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
 fn abort_all(handles: &BTreeMap<String, ElectionHandle>) {
     for h in handles.values() {
         h.abort();
+    }
+}
+
+/// Fault injection for the safety tests. Never enabled unless the test sets
+/// `LEADERD_TEST_STALL_FILE`.
+mod test_hooks {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// When the file appears, block every runtime worker thread for the number
+    /// of milliseconds written in it: the async runtime stalls as it would
+    /// under a runaway blocking call, while the guard process keeps time.
+    pub(super) async fn stall_when_file_appears(path: PathBuf) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let _ = std::fs::remove_file(&path);
+            let ms: u64 = text.trim().parse().unwrap_or(5_000);
+            tracing::warn!(stall_ms = ms, "test hook: stalling the async runtime");
+            let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+            for _ in 0..workers * 2 {
+                tokio::spawn(async move { std::thread::sleep(Duration::from_millis(ms)) });
+            }
+        }
     }
 }
 
