@@ -103,12 +103,8 @@ async fn status(args: StatusArgs) -> Result<(), ToolError> {
     let store = daemon::open_store(&cfg.store)
         .await
         .map_err(|e| ToolError(EX_UNAVAILABLE, e))?;
-    let names = if args.elections.is_empty() {
-        cfg.elections.clone()
-    } else {
-        args.elections.clone()
-    };
-    let rows = leaderd::cli::status::collect(store.as_ref(), &names, TOOL_BUDGET)
+    // No names: every election in the store.
+    let rows = leaderd::cli::status::collect(store.as_ref(), &args.elections, TOOL_BUDGET)
         .await
         .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
     if args.json {
