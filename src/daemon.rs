@@ -150,6 +150,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         restart_delay: RESTART_FIRST,
         seen_seq: None,
         always_started: false,
+        acquired_once: false,
     };
     let code = daemon.run().await;
 
@@ -301,6 +302,8 @@ struct Daemon {
     seen_seq: Option<u64>,
     /// Mode "always": the child was started once (restarts go via Backoff).
     always_started: bool,
+    /// Once a lease was held, `--acquire-timeout` no longer applies.
+    acquired_once: bool,
 }
 
 enum Event {
@@ -432,9 +435,12 @@ impl Daemon {
         }
 
         // --acquire-timeout: give up when not leading in time (0: one attempt).
+        if state.tenure.is_some() {
+            self.acquired_once = true;
+        }
         if let Some(by) = acquire_by
+            && !self.acquired_once
             && !leading
-            && state.tenure.is_none()
         {
             let tried_once = state.rounds >= 1;
             let zero = self.cfg.acquire_timeout == Some(Duration::ZERO);
@@ -719,7 +725,9 @@ impl Daemon {
                             tracing::warn!(error = %e, "cannot forward the signal to the child");
                         }
                     } else {
+                        // Nothing runs (maybe a restart was pending): exit 0.
                         self.child = ChildSlot::Idle;
+                        self.last_exit = None;
                     }
                 }
                 Some(s) => {
