@@ -223,6 +223,33 @@ async fn stop_sends_the_stop_signal_to_the_group() {
 }
 
 #[tokio::test]
+async fn stop_wakes_a_paused_child_so_it_can_exit_gracefully() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "exec 2>/dev/null; trap 'exit 7' TERM; echo > {}; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let mut child = supervisor::spawn(&spec(&script), None)
+        .await
+        .expect("child starts");
+    read_when_present(&ready).await;
+    let pid = child.pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP).expect("pause");
+    eventually("the child is stopped", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| stat_field(&s, 0).as_deref() == Some("T"))
+    })
+    .await;
+    // A grace far beyond the wait below: only a graceful exit passes.
+    child.stop(Duration::from_secs(300)).await.expect("stop");
+    let exit = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("the paused child ran its TERM handler");
+    assert_eq!(exit, ChildExit::Exited(7));
+}
+
+#[tokio::test]
 async fn stop_kills_after_the_grace_when_the_child_ignores_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let ready = dir.path().join("ready");
