@@ -426,7 +426,6 @@ impl Daemon {
                 );
                 s.killed = true;
                 let _ = child.kill().await;
-                self.metrics.child_killed(&self.cfg.primary);
             }
             if self.cfg.child.mode == Mode::WhileLeader {
                 self.reconcile_while_leader(&state, now, false).await;
@@ -585,16 +584,9 @@ impl Daemon {
                 .map_or(0, |e| e.lease_duration.as_millis() as u64);
             env.push(("LEADERD_LEASE_MS".to_owned(), lease_ms.to_string()));
         }
-        let guard_exe = match std::env::current_exe() {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot find our own executable to start the guard");
-                self.child = ChildSlot::Backoff {
-                    until: self.clock.now() + RESTART_CAP,
-                };
-                return;
-            }
-        };
+        // The running binary itself, even if a package upgrade replaced the
+        // file since we started.
+        let guard_exe = std::path::PathBuf::from("/proc/self/exe");
         let spec = ChildSpec {
             command: cfg.command.clone(),
             env,
