@@ -634,6 +634,9 @@ impl Daemon {
         let ran_for = self.clock.now() - started;
         self.metrics
             .child_exited(&self.cfg.primary, status.reason());
+        if matches!(status, ChildExit::Killed) {
+            self.metrics.child_killed(&self.cfg.primary);
+        }
         self.last_exit = Some(status);
         tracing::info!(
             exit_code = status.exit_code(),
