@@ -46,18 +46,17 @@ fn ready_status_watchdog_stopping_in_order_and_child_env_clean() {
     });
 
     let mut messages: Vec<String> = Vec::new();
-    let mut recv_until =
-        |pred: &dyn Fn(&[String]) -> bool, limit: Duration, msgs: &mut Vec<String>| {
-            let t0 = Instant::now();
-            let mut buf = [0u8; 4096];
-            while !pred(msgs) && t0.elapsed() < limit {
-                if let Ok(n) = sock.recv(&mut buf) {
-                    let text = String::from_utf8_lossy(&buf[..n]).to_string();
-                    msgs.extend(text.lines().map(String::from));
-                }
+    let recv_until = |pred: &dyn Fn(&[String]) -> bool, limit: Duration, msgs: &mut Vec<String>| {
+        let t0 = Instant::now();
+        let mut buf = [0u8; 4096];
+        while !pred(msgs) && t0.elapsed() < limit {
+            if let Ok(n) = sock.recv(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).to_string();
+                msgs.extend(text.lines().map(String::from));
             }
-            assert!(pred(msgs), "notifications so far: {msgs:?}");
-        };
+        }
+        assert!(pred(msgs), "notifications so far: {msgs:?}");
+    };
     recv_until(
         &|m: &[String]| m.iter().filter(|l| *l == "WATCHDOG=1").count() >= 2,
         Duration::from_secs(10),
