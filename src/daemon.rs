@@ -26,7 +26,7 @@ use crate::lease::sqlite::SqliteStore;
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::shutdown::{self, Signals};
-use crate::supervisor::{self, Child, ChildExit, ChildSpec};
+use crate::supervisor::{self, Child, ChildExit, ChildSpec, SupervisorError};
 
 /// How long the start-up store check may take with `fail_fast`.
 const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
@@ -362,7 +362,8 @@ impl Daemon {
                 }
             };
             match event {
-                Event::State | Event::Timer => {}
+                Event::State => tracing::debug!("event: state"),
+                Event::Timer => tracing::debug!("event: timer"),
                 Event::StateGone => {
                     tracing::error!(election = %self.primary_name(), "election task ended unexpectedly");
                     self.kill_child().await;
@@ -373,9 +374,9 @@ impl Daemon {
                         return code;
                     }
                 }
-                Event::Signal(None) => {}
+                Event::Signal(None) => tracing::debug!("event: signal channel closed"),
                 Event::Signal(Some(sig)) => self.on_signal(sig).await,
-                Event::Resign(None) => {}
+                Event::Resign(None) => tracing::debug!("event: resign channel closed"),
                 Event::Resign(Some(req)) => self.on_resign(req).await,
             }
         }
@@ -386,8 +387,11 @@ impl Daemon {
     fn next_timer(&self, acquire_by: Option<Instant>) -> Instant {
         let now = self.clock.now();
         let mut t = now + Duration::from_secs(1);
-        if let Some(a) = acquire_by {
-            t = t.min(a.max(now));
+        if let Some(a) = acquire_by
+            && !self.acquired_once
+        {
+            // Never in the past: the zero timeout is decided by `rounds`.
+            t = t.min(a.max(now + Duration::from_millis(10)));
         }
         if let ChildSlot::Backoff { until } = &self.child {
             t = t.min(*until);
@@ -521,8 +525,10 @@ impl Daemon {
                 let same_tenure = state.tenure.as_ref().map(|t| t.seq) == *seq;
                 if leading && same_tenure && !*stopping {
                     let t = state.tenure.as_ref().expect("leading implies a tenure");
-                    if let Err(e) = child.arm(t.stop_at, t.valid_until).await {
-                        tracing::warn!(error = %e, "cannot extend the child's deadline");
+                    match child.arm(t.stop_at, t.valid_until).await {
+                        // Exited: its exit report is on the way.
+                        Ok(()) | Err(SupervisorError::Gone) => {}
+                        Err(e) => tracing::warn!(error = %e, "cannot extend the child's deadline"),
                     }
                 } else if !*stopping {
                     // Lost the lease (or a new tenure began without us
