@@ -1114,17 +1114,29 @@ fn condition_expression(condition: &Condition) -> Result<ConditionExpression, St
             names: names(&[("#e", KEY)]),
             values: None,
         },
+        // The numeric attributes' types are part of the condition: an item
+        // another tool corrupted (DESIGN §1) is malformed, and only
+        // `Unchanged` may overwrite it, as in every other store.
         Condition::RvnIs(rvn) => ConditionExpression {
-            expression: "#r = :r",
-            names: names(&[("#r", "rvn")]),
-            values: Some(HashMap::from([(":r".to_owned(), s(rvn))])),
+            expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n)",
+            names: names(&[("#r", "rvn"), ("#t", "fencing_token"), ("#l", "lease_ms")]),
+            values: Some(HashMap::from([
+                (":r".to_owned(), s(rvn)),
+                (":n".to_owned(), s("N")),
+            ])),
         },
         Condition::HeldBy { rvn, holder } => ConditionExpression {
-            expression: "#r = :r AND #h = :h",
-            names: names(&[("#r", "rvn"), ("#h", "holder")]),
+            expression: "#r = :r AND #h = :h AND attribute_type(#t, :n) AND attribute_type(#l, :n)",
+            names: names(&[
+                ("#r", "rvn"),
+                ("#h", "holder"),
+                ("#t", "fencing_token"),
+                ("#l", "lease_ms"),
+            ]),
             values: Some(HashMap::from([
                 (":r".to_owned(), s(rvn)),
                 (":h".to_owned(), s(holder)),
+                (":n".to_owned(), s("N")),
             ])),
         },
         Condition::Unchanged(RvnGuard::Raw(raw)) => {
