@@ -12,8 +12,8 @@
 //! spend the CPU on its own request handling and turn the test into a
 //! benchmark of the emulator.
 //!
-//! `LEADERD_LOAD_SECS` (default 60: CI) sets the measured run after warm-up;
-//! the figure is 300. `LEADERD_LOAD_ELECTIONS` (default 1000).
+//! `LEADERD_TEST_LOAD_SECS` (default 60: CI) sets the measured run after warm-up;
+//! the figure is 300. `LEADERD_TEST_LOAD_ELECTIONS` (default 1000).
 //!
 //! Checked: every sample of `/status` on the three instances shows exactly
 //! one leader per election and the same leader throughout (no handover: no
@@ -62,7 +62,9 @@ fn rss_kib(pid: i32) -> u64 {
 }
 
 fn threads(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Election name -> holder, from one instance's `/status` (only the
@@ -86,9 +88,11 @@ fn led_by(node: &Leaderd) -> Option<Vec<String>> {
 /// Who leads each election according to the three `/status` answers;
 /// `Err` names an election with zero or several leaders.
 fn leadership(nodes: &[Leaderd], names: &[String]) -> Result<BTreeMap<String, String>, String> {
-    let mut map: BTreeMap<String, Vec<String>> = names.iter().map(|n| (n.clone(), Vec::new())).collect();
+    let mut map: BTreeMap<String, Vec<String>> =
+        names.iter().map(|n| (n.clone(), Vec::new())).collect();
     for node in nodes {
-        let led = led_by(node).ok_or_else(|| format!("{} did not answer /status", node.identity))?;
+        let led =
+            led_by(node).ok_or_else(|| format!("{} did not answer /status", node.identity))?;
         for e in led {
             map.entry(e).or_default().push(node.identity.clone());
         }
@@ -143,14 +147,18 @@ struct Sample {
 
 #[test]
 fn a_thousand_elections_over_three_instances() {
-    let secs = env_u64("LEADERD_LOAD_SECS", 60);
-    let count = env_u64("LEADERD_LOAD_ELECTIONS", 1000) as usize;
-    assert!(count >= 1, "LEADERD_LOAD_ELECTIONS must be at least 1");
+    let secs = env_u64("LEADERD_TEST_LOAD_SECS", 60);
+    let count = env_u64("LEADERD_TEST_LOAD_ELECTIONS", 1000) as usize;
+    assert!(count >= 1, "LEADERD_TEST_LOAD_ELECTIONS must be at least 1");
     let dir = tempfile::tempdir().expect("create a temporary directory");
     let names: Vec<String> = (1..=count).map(|i| format!("e{i:04}")).collect();
     let mut toml = String::new();
     let db = dir.path().join("leases.db");
-    let _ = writeln!(toml, "[store]\nkind = \"sqlite\"\npath = {:?}\n", db.display().to_string());
+    let _ = writeln!(
+        toml,
+        "[store]\nkind = \"sqlite\"\npath = {:?}\n",
+        db.display().to_string()
+    );
     for n in &names {
         let _ = writeln!(toml, "[[elections]]\nname = \"{n}\"");
     }
@@ -177,20 +185,28 @@ fn a_thousand_elections_over_three_instances() {
 
     // Every election acquired once (creations race: one wins each).
     let mut last_err = String::new();
-    let settled = wait_until(Duration::from_secs(60), || match leadership(&nodes, &names) {
-        Ok(_) => true,
-        Err(e) => {
-            last_err = e;
-            false
+    let settled = wait_until(Duration::from_secs(60), || {
+        match leadership(&nodes, &names) {
+            Ok(_) => true,
+            Err(e) => {
+                last_err = e;
+                false
+            }
         }
     });
-    assert!(settled.is_some(), "elections did not settle within 60 s: {last_err}");
+    assert!(
+        settled.is_some(),
+        "elections did not settle within 60 s: {last_err}"
+    );
     let first = leadership(&nodes, &names).expect("settled just above");
     let mut spread: BTreeMap<&str, usize> = BTreeMap::new();
     for who in first.values() {
         *spread.entry(who.as_str()).or_default() += 1;
     }
-    eprintln!("load: {count} elections settled in {:?}; leaders per instance {spread:?}", settled.unwrap_or_default());
+    eprintln!(
+        "load: {count} elections settled in {:?}; leaders per instance {spread:?}",
+        settled.unwrap_or_default()
+    );
 
     // Warm-up: allocator arenas, connection pool and blocking threads reach
     // their working size; then the baseline.
@@ -222,7 +238,10 @@ fn a_thousand_elections_over_three_instances() {
             Err(e) => panic!("after {:?}: {e}", t0.elapsed()),
         }
         checks += 1;
-        if samples.last().is_some_and(|s| t0.elapsed() - s.at >= Duration::from_secs(10)) {
+        if samples
+            .last()
+            .is_some_and(|s| t0.elapsed() - s.at >= Duration::from_secs(10))
+        {
             samples.push(sample(t0));
         }
     }
@@ -232,16 +251,31 @@ fn a_thousand_elections_over_three_instances() {
     for n in &nodes {
         let (status, text) = n.get("/metrics").expect("metrics answer");
         assert_eq!(status, 200);
-        let not_ok = metric_sum(&text, "leaderd_renew_total", |l| !l.contains("result=\"ok\""));
-        let ok = metric_sum(&text, "leaderd_renew_total", |l| l.contains("result=\"ok\""));
-        let lost = metric_sum(&text, "leaderd_transitions_total", |l| l.contains("direction=\"lost\""));
-        eprintln!("load: {}: renew ok {ok}, renew not ok {not_ok}, transitions lost {lost}", n.identity);
+        let not_ok = metric_sum(&text, "leaderd_renew_total", |l| {
+            !l.contains("result=\"ok\"")
+        });
+        let ok = metric_sum(&text, "leaderd_renew_total", |l| {
+            l.contains("result=\"ok\"")
+        });
+        let lost = metric_sum(&text, "leaderd_transitions_total", |l| {
+            l.contains("direction=\"lost\"")
+        });
+        eprintln!(
+            "load: {}: renew ok {ok}, renew not ok {not_ok}, transitions lost {lost}",
+            n.identity
+        );
         if not_ok != 0.0 || lost != 0.0 {
-            failures.push(format!("{}: {not_ok} renewal(s) not ok, {lost} leadership(s) lost", n.identity));
+            failures.push(format!(
+                "{}: {not_ok} renewal(s) not ok, {lost} leadership(s) lost",
+                n.identity
+            ));
         }
         let led = spread.get(n.identity.as_str()).copied().unwrap_or(0);
         if led > 0 && ok == 0.0 {
-            failures.push(format!("{} leads {led} election(s) but renewed none", n.identity));
+            failures.push(format!(
+                "{} leads {led} election(s) but renewed none",
+                n.identity
+            ));
         }
     }
 
@@ -257,13 +291,28 @@ fn a_thousand_elections_over_three_instances() {
     let (base, last) = (&samples[0], samples.last().expect("two samples at least"));
     for (i, n) in nodes.iter().enumerate() {
         if last.fds[i] > base.fds[i] + FD_TOLERANCE {
-            failures.push(format!("{}: open fds grew from {} to {}", n.identity, base.fds[i], last.fds[i]));
+            failures.push(format!(
+                "{}: open fds grew from {} to {}",
+                n.identity, base.fds[i], last.fds[i]
+            ));
         }
-        let allowed = base.rss[i] + RSS_TOLERANCE_KIB + (base.rss[i] as f64 * RSS_TOLERANCE_FRACTION) as u64;
+        let allowed =
+            base.rss[i] + RSS_TOLERANCE_KIB + (base.rss[i] as f64 * RSS_TOLERANCE_FRACTION) as u64;
         if last.rss[i] > allowed {
-            failures.push(format!("{}: RSS grew from {} KiB to {} KiB", n.identity, base.rss[i], last.rss[i]));
+            failures.push(format!(
+                "{}: RSS grew from {} KiB to {} KiB",
+                n.identity, base.rss[i], last.rss[i]
+            ));
         }
     }
-    eprintln!("load: {checks} /status checks over {} s after a {} s warm-up", t0.elapsed().as_secs(), warm_up.as_secs());
-    assert!(failures.is_empty(), "load run failed:\n{}", failures.join("\n"));
+    eprintln!(
+        "load: {checks} /status checks over {} s after a {} s warm-up",
+        t0.elapsed().as_secs(),
+        warm_up.as_secs()
+    );
+    assert!(
+        failures.is_empty(),
+        "load run failed:\n{}",
+        failures.join("\n")
+    );
 }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use cluster::{Cluster, ClusterSpec, ClockShift, L, RECOVERY, between, monotonic_ns, ms};
+use cluster::{ClockShift, Cluster, ClusterSpec, L, RECOVERY, between, monotonic_ns, ms};
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -82,10 +82,9 @@ fn pick_shift(rng: &mut StdRng) -> ClockShift {
 
 fn soak_secs() -> u64 {
     match std::env::var("LEADERD_SOAK_SECS") {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("LEADERD_SOAK_SECS={text:?} is not a whole number of seconds")),
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            panic!("LEADERD_SOAK_SECS={text:?} is not a whole number of seconds")
+        }),
         Err(_) => DEFAULT_SECS,
     }
 }
@@ -117,7 +116,11 @@ fn randomised_soak() {
         // Liveness: whatever happened before, a leader again within bounds.
         let leader = c.wait_leader(recovery, &[]);
         recovery = RECOVERY;
-        sleep(between(&mut rng, Duration::from_millis(500), Duration::from_millis(2_500)));
+        sleep(between(
+            &mut rng,
+            Duration::from_millis(500),
+            Duration::from_millis(2_500),
+        ));
         let kind = pick_kind(&mut rng);
         // The leader most of the time: faults on followers matter too.
         let target = if rng.random_bool(0.7) {
@@ -126,13 +129,24 @@ fn randomised_soak() {
             rng.random_range(0..c.nodes.len())
         };
         *injected.entry(kind).or_default() += 1;
-        let hold = between(&mut rng, Duration::from_millis(2_000), Duration::from_millis(5_000));
+        let hold = between(
+            &mut rng,
+            Duration::from_millis(2_000),
+            Duration::from_millis(5_000),
+        );
         match kind {
             Kind::Kill9AndRestartShifted => {
                 let shift = pick_shift(&mut rng);
-                let f = c.fault_begins(Some(target), format!("kill -9, restart with clock {shift:?}"));
+                let f = c.fault_begins(
+                    Some(target),
+                    format!("kill -9, restart with clock {shift:?}"),
+                );
                 c.nodes[target].kill9();
-                sleep(between(&mut rng, Duration::from_millis(200), Duration::from_millis(3_000)));
+                sleep(between(
+                    &mut rng,
+                    Duration::from_millis(200),
+                    Duration::from_millis(3_000),
+                ));
                 c.restart_node(target, shift);
                 c.fault_ends(f);
             }
@@ -146,7 +160,10 @@ fn randomised_soak() {
                 c.fault_ends(f);
             }
             Kind::FrozenMachine => {
-                let f = c.fault_begins(Some(target), "frozen machine (leaderd, guard, child) for 1.5 L");
+                let f = c.fault_begins(
+                    Some(target),
+                    "frozen machine (leaderd, guard, child) for 1.5 L",
+                );
                 let from_ns = monotonic_ns();
                 let frozen = c.freeze(target);
                 sleep(L.mul_f64(1.5));
@@ -159,11 +176,19 @@ fn randomised_soak() {
                 c.fault_ends(f);
             }
             Kind::Blackhole => proxy_fault(&mut c, target, Fault::Blackhole, hold, "blackhole"),
-            Kind::Latency => {
-                proxy_fault(&mut c, target, Fault::Latency(L.mul_f64(0.8)), hold, "latency 0.8 L")
-            }
+            Kind::Latency => proxy_fault(
+                &mut c,
+                target,
+                Fault::Latency(L.mul_f64(0.8)),
+                hold,
+                "latency 0.8 L",
+            ),
             Kind::ThrottlingStorm => {
-                let hold = between(&mut rng, Duration::from_millis(1_000), Duration::from_millis(4_000));
+                let hold = between(
+                    &mut rng,
+                    Duration::from_millis(1_000),
+                    Duration::from_millis(4_000),
+                );
                 let f = c.fault_begins(None, format!("throttling storm for {}", ms(hold)));
                 c.set_fault(None, Fault::Throttle);
                 sleep(hold);
@@ -171,12 +196,19 @@ fn randomised_soak() {
                 c.fault_ends(f);
             }
             Kind::ServerErrors => {
-                let fault = if rng.random_bool(0.5) { Fault::Http500 } else { Fault::Http503 };
+                let fault = if rng.random_bool(0.5) {
+                    Fault::Http500
+                } else {
+                    Fault::Http503
+                };
                 let what = format!("{fault:?}");
                 proxy_fault(&mut c, target, fault, hold, &what);
             }
             Kind::AnswerLost => {
-                let f = c.fault_begins(Some(target), format!("PutItem applied, answer lost, for {}", ms(hold)));
+                let f = c.fault_begins(
+                    Some(target),
+                    format!("PutItem applied, answer lost, for {}", ms(hold)),
+                );
                 c.proxies[target].set_for(&["PutItem"], Fault::ApplyThenLoseAnswer);
                 sleep(hold);
                 c.set_fault(Some(target), Fault::None);
@@ -191,8 +223,15 @@ fn randomised_soak() {
                 recovery = RECOVERY + Duration::from_secs(5);
             }
             Kind::RuntimeStall => {
-                let stall = between(&mut rng, Duration::from_millis(2_500), Duration::from_millis(4_500));
-                let f = c.fault_begins(Some(target), format!("async runtime stalled for {}", ms(stall)));
+                let stall = between(
+                    &mut rng,
+                    Duration::from_millis(2_500),
+                    Duration::from_millis(4_500),
+                );
+                let f = c.fault_begins(
+                    Some(target),
+                    format!("async runtime stalled for {}", ms(stall)),
+                );
                 c.nodes[target].paused = true;
                 c.nodes[target].stall(stall);
                 sleep(stall + Duration::from_millis(100));
@@ -223,10 +262,14 @@ fn randomised_soak() {
                 && f.thawed_ns <= earlier_last
         });
         if !excused {
-            c.fail(&format!("two leaders, not explained by a frozen machine: {overlap}\n{summary}"));
+            c.fail(&format!(
+                "two leaders, not explained by a frozen machine: {overlap}\n{summary}"
+            ));
         }
         if overlap.earlier_seen_running >= Duration::from_secs(1) {
-            c.fail(&format!("a frozen machine's child ran too long after thawing: {overlap}"));
+            c.fail(&format!(
+                "a frozen machine's child ran too long after thawing: {overlap}"
+            ));
         }
     }
     c.report(&summary);
@@ -247,7 +290,9 @@ fn randomised_soak() {
         ms(summary.max_seen_running())
     );
     if summary.tenures.len() < 2 && total > 0 {
-        c.fail(&format!("{total} fault(s) and the lease never moved:\n{summary}"));
+        c.fail(&format!(
+            "{total} fault(s) and the lease never moved:\n{summary}"
+        ));
     }
 }
 

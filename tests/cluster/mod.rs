@@ -97,11 +97,9 @@ pub fn seed(var: &str, what: &str) -> u64 {
 /// An RNG for one scenario: the run's seed mixed with the scenario's name,
 /// so replaying one scenario with its printed seed gives the same timings.
 pub fn scenario_rng(seed: u64, scenario: &str) -> StdRng {
-    let mixed = scenario
-        .bytes()
-        .fold(seed ^ 0x9e37_79b9_7f4a_7c15, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+    let mixed = scenario.bytes().fold(seed ^ 0x9e37_79b9_7f4a_7c15, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     StdRng::seed_from_u64(mixed)
 }
 
@@ -117,7 +115,9 @@ pub fn between(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
 /// timeline. nextest runs them in the `cluster` group (one at a time) anyway.
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A wall-clock shift for an instance, applied with
@@ -157,10 +157,25 @@ fn require_faketime() {
     );
 }
 
+/// The test's own `LEADERD_*` settings (seeds, durations) must not reach
+/// leaderd: its configuration rejects unknown `LEADERD_` keys.
+fn scrub_env(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        if let Some(k) = key.to_str()
+            && k.starts_with("LEADERD_")
+            && !k.starts_with("LEADERD_TEST_")
+        {
+            cmd.env_remove(k);
+        }
+    }
+}
+
 /// The port in leaderd's `leaderd running listen=127.0.0.1:PORT` log line.
 fn listen_port(log: &str) -> Option<u16> {
     let line = log.lines().find(|l| l.contains("leaderd running"))?;
-    let addr = line.split_whitespace().find_map(|w| w.strip_prefix("listen="))?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))?;
     addr.rsplit_once(':')?.1.trim_matches('"').parse().ok()
 }
 
@@ -189,7 +204,11 @@ pub fn descendants(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
                 continue;
             };
             if let Some((ppid, _)) = parent_and_group(pid) {
@@ -290,10 +309,7 @@ impl Node {
     }
 
     fn wait_http(&self, limit: Duration) -> bool {
-        wait_until(limit, || {
-            http(self.port, "GET", "/healthz", &[]).is_some()
-        })
-        .is_some()
+        wait_until(limit, || http(self.port, "GET", "/healthz", &[]).is_some()).is_some()
     }
 }
 
@@ -389,7 +405,10 @@ impl Cluster {
         let history = dir.path().join("history");
         // Created empty, so that a scenario where nobody ever led reads "".
         std::fs::write(&history, "").expect("create the history file");
-        let proxies = IDENTITIES.iter().map(|_| FaultProxy::start(upstream)).collect();
+        let proxies = IDENTITIES
+            .iter()
+            .map(|_| FaultProxy::start(upstream))
+            .collect();
         let mut cluster = Cluster {
             name: spec.name.clone(),
             dir,
@@ -439,6 +458,7 @@ impl Cluster {
                 c
             }
         };
+        scrub_env(&mut cmd);
         cmd.arg("run")
             // Port 0: leaderd logs the port it got (no race over "free" ports).
             .args(["--listen", "127.0.0.1:0"])
@@ -447,7 +467,10 @@ impl Cluster {
             .args(["--endpoint-url", &self.proxies[index].endpoint()])
             .args(["--table", &self.table])
             .args(timing_args())
-            .env("LEADERD_LEASE__STRICT_NEW_LEASE", self.spec.strict_new_lease.to_string())
+            .env(
+                "LEADERD_LEASE__STRICT_NEW_LEASE",
+                self.spec.strict_new_lease.to_string(),
+            )
             .env("LEADERD_TEST_STALL_FILE", &stall_file)
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
@@ -465,15 +488,23 @@ impl Cluster {
             // libfaketime 0.9.10 anyway: Python 3.11's time.sleep, an absolute
             // clock_nanosleep on CLOCK_MONOTONIC, fails there with EINVAL.)
             // leaderd and its guard keep the shifted clock.
-            cmd.args(["env", "-u", "LD_PRELOAD", "-u", "FAKETIME", "-u", "FAKETIME_DONT_FAKE_MONOTONIC"]);
+            cmd.args([
+                "env",
+                "-u",
+                "LD_PRELOAD",
+                "-u",
+                "FAKETIME",
+                "-u",
+                "FAKETIME_DONT_FAKE_MONOTONIC",
+            ]);
         }
         cmd.args([
-                "python3".to_owned(),
-                support::job_script().display().to_string(),
-                self.history.display().to_string(),
-                "--max-seconds".to_owned(),
-                "3600".to_owned(),
-            ]);
+            "python3".to_owned(),
+            support::job_script().display().to_string(),
+            self.history.display().to_string(),
+            "--max-seconds".to_owned(),
+            "3600".to_owned(),
+        ]);
         let spawned = cmd.spawn().expect("start leaderd");
         let pid = match shift {
             ClockShift::None => spawned.id() as i32,
@@ -486,7 +517,10 @@ impl Cluster {
                         std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe)
                     })
                 });
-                assert!(found.is_some(), "leaderd did not start below faketime within 10 s");
+                assert!(
+                    found.is_some(),
+                    "leaderd did not start below faketime within 10 s"
+                );
                 descendants(wrapper)
                     .into_iter()
                     .find(|&p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
@@ -520,7 +554,11 @@ impl Cluster {
     /// Start instance `index` again (after [`Node::kill9`]), same identity,
     /// maybe with another wall-clock shift. Waits until it serves HTTP.
     pub fn restart_node(&mut self, index: usize, shift: ClockShift) {
-        assert!(self.nodes[index].dead, "restart_node: {} is still running", self.nodes[index].identity);
+        assert!(
+            self.nodes[index].dead,
+            "restart_node: {} is still running",
+            self.nodes[index].identity
+        );
         if shift != ClockShift::None {
             require_faketime();
         }
@@ -536,8 +574,17 @@ impl Cluster {
 
     /// Create the table (directly on the emulator, not through a proxy).
     pub fn create_table(&self) {
-        let out = Command::new(leaderd_bin())
-            .args(["table", "create", "--store", "dynamodb", "--table", &self.table])
+        let mut cmd = Command::new(leaderd_bin());
+        scrub_env(&mut cmd);
+        let out = cmd
+            .args([
+                "table",
+                "create",
+                "--store",
+                "dynamodb",
+                "--table",
+                &self.table,
+            ])
             .args(["--endpoint-url", &self.endpoint])
             .args(["--wait", "60s"])
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
@@ -624,9 +671,12 @@ impl Cluster {
                 return false;
             }
             let id = &self.nodes[leaders[0]].identity;
-            let running = self.history_text().lines().rev().take(200).any(|l| {
-                l.split(' ').nth(2) == Some(id.as_str())
-            });
+            let running = self
+                .history_text()
+                .lines()
+                .rev()
+                .take(200)
+                .any(|l| l.split(' ').nth(2) == Some(id.as_str()));
             found = Some(leaders[0]);
             running
         });
@@ -648,6 +698,34 @@ impl Cluster {
         }
     }
 
+    /// CPU time (user + system) the guard process of instance `i` uses
+    /// over `window` (zero if it has none).
+    pub fn guard_cpu(&self, i: usize, window: Duration) -> Duration {
+        let guard = self.nodes[i].descendants().into_iter().find(|&p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"__guard"))
+        });
+        let Some(guard) = guard else {
+            return Duration::ZERO;
+        };
+        let ticks = || -> u64 {
+            std::fs::read_to_string(format!("/proc/{guard}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let (_, rest) = s.rsplit_once(')')?;
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    // utime and stime: fields 14 and 15, i.e. 11 and 12 after the name.
+                    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+                })
+                .unwrap_or(0)
+        };
+        let before = ticks();
+        std::thread::sleep(window);
+        let after = ticks();
+        // USER_HZ is 100 on Linux.
+        Duration::from_millis(after.saturating_sub(before) * 10)
+    }
+
     /// The history so far.
     pub fn history_text(&self) -> String {
         std::fs::read_to_string(&self.history).unwrap_or_default()
@@ -660,7 +738,10 @@ impl Cluster {
         eprintln!(
             "[{}] fault: {what}{}",
             self.name,
-            target.as_deref().map(|t| format!(" on {t}")).unwrap_or_default()
+            target
+                .as_deref()
+                .map(|t| format!(" on {t}"))
+                .unwrap_or_default()
         );
         self.faults.push(FaultRecord {
             from_ns: monotonic_ns(),
@@ -763,7 +844,9 @@ impl Cluster {
         });
         if gone.is_none() {
             let alive: Vec<i32> = writers.into_iter().filter(|&p| !process_gone(p)).collect();
-            self.fail(&format!("children still alive after every leaderd was killed: {alive:?}"));
+            self.fail(&format!(
+                "children still alive after every leaderd was killed: {alive:?}"
+            ));
         }
         // Lines written up to the kill are all there now.
         self.history_text()
@@ -805,7 +888,12 @@ impl Cluster {
             }) {
                 let from = at.saturating_sub(25);
                 let to = (at + 25).min(lines.len());
-                let _ = writeln!(out, "history lines {}..{} (around the later tenure's start):", from + 1, to);
+                let _ = writeln!(
+                    out,
+                    "history lines {}..{} (around the later tenure's start):",
+                    from + 1,
+                    to
+                );
                 for l in &lines[from..to] {
                     let _ = writeln!(out, "  {l}");
                 }
@@ -824,7 +912,10 @@ impl Cluster {
                 "\n  +{} {}{}{}",
                 ms(Duration::from_nanos(f.from_ns - t0)),
                 f.what,
-                f.target.as_deref().map(|t| format!(" on {t}")).unwrap_or_default(),
+                f.target
+                    .as_deref()
+                    .map(|t| format!(" on {t}"))
+                    .unwrap_or_default(),
                 f.to_ns
                     .map(|e| format!(" for {}", ms(Duration::from_nanos(e - f.from_ns))))
                     .unwrap_or_default()
@@ -848,7 +939,12 @@ impl Cluster {
                 })
                 .collect();
             let from = lines.len().saturating_sub(40);
-            let _ = writeln!(out, "---- {} ({}), last important log lines ----", node.identity, node.log_path.display());
+            let _ = writeln!(
+                out,
+                "---- {} ({}), last important log lines ----",
+                node.identity,
+                node.log_path.display()
+            );
             for l in &lines[from..] {
                 let _ = writeln!(out, "{l}");
             }
