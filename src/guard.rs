@@ -582,12 +582,17 @@ impl Guard {
             (a, b) => a.or(b),
         };
         match next {
-            // An all-zero expiry would disarm the timer; boot time is never 0.
+            // Relative expiry on CLOCK_BOOTTIME (still counts suspend; every
+            // wake re-checks and re-arms). Not TFD_TIMER_ABSTIME: libfaketime
+            // shifts absolute expiries by its wall-clock offset even for
+            // CLOCK_BOOTTIME, which made the kill late or the loop spin in the
+            // wall-clock-shift tests. A zero expiry would disarm the timer.
             Some(at) => self.timer.set(
                 Expiration::OneShot(TimeSpec::from_duration(
-                    at.since_origin().max(Duration::from_nanos(1)),
+                    at.saturating_since(crate::clock::boot_now())
+                        .max(Duration::from_nanos(1)),
                 )),
-                TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                TimerSetTimeFlags::empty(),
             )?,
             None => self.timer.unset()?,
         }
