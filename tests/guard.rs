@@ -1,13 +1,9 @@
 //! The guard owns the kill deadline (DESIGN §2), with real processes: the
 //! stop signal at `stop_at` and SIGKILL to the whole group (including a
 //! grandchild that ignores SIGTERM) at `kill_at`; re-arming keeps the child
-//! alive; the deadline holds while "leaderd" is stopped; the group dies within
-//! a second when "leaderd" is killed with SIGKILL; leaderd kills the group when
-//! the guard dies.
-//!
-//! "leaderd" in the kill and stop tests is a helper process: this test binary
-//! re-run as the ignored test `helper_leaderd`, which starts a child through
-//! the supervisor and re-arms its deadline every 200 ms.
+//! alive; leaderd kills the group when the guard dies. The same with the real
+//! daemon (kill -9 of leaderd, SIGSTOP of leaderd alone) is in
+//! tests/child_faults.rs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,8 +19,6 @@ const PATIENCE: Duration = Duration::from_secs(10);
 const SLACK: Duration = Duration::from_secs(1);
 /// /proc/uptime has a resolution of 10 ms and is truncated.
 const UPTIME_RESOLUTION: Duration = Duration::from_millis(20);
-
-const HELPER_DIR: &str = "LEADERD_TEST_HELPER_DIR";
 
 fn spec(dir: &Path) -> ChildSpec {
     // The child traps the stop signal (records when it came, by the boot-time
@@ -257,79 +251,4 @@ async fn guard_death_makes_leaderd_kill_the_group() {
         .expect("wait() notices the guard's death");
     assert_eq!(exit, ChildExit::Killed);
     gone(pids, PATIENCE);
-}
-
-/// Starts the helper "leaderd" and returns it with the child's pids.
-fn start_helper(dir: &Path) -> (std::process::Child, (i32, i32)) {
-    let helper = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "helper_leaderd", "--ignored", "--nocapture"])
-        .env(HELPER_DIR, dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("helper starts");
-    let pids = ready(dir);
-    (helper, pids)
-}
-
-#[test]
-fn sigkill_of_leaderd_kills_child_and_grandchild_within_a_second() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (mut helper, pids) = start_helper(dir.path());
-    kill(Pid::from_raw(helper.id() as i32), Signal::SIGKILL).expect("kill -9 leaderd");
-    helper.wait().expect("reap the helper");
-    // Measured from the moment leaderd is gone (reaped above).
-    gone(pids, Duration::from_secs(1));
-}
-
-#[test]
-fn sigstop_of_leaderd_alone_still_kills_by_the_deadline() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (mut helper, pids) = start_helper(dir.path());
-    std::thread::sleep(Duration::from_millis(500));
-    let helper_pid = Pid::from_raw(helper.id() as i32);
-    let stopped = boot_now();
-    kill(helper_pid, Signal::SIGSTOP).expect("stop leaderd");
-    // Every arm the helper sent before the stop had kill_at <= now + 3 s.
-    let dead = gone(pids, Duration::from_secs(3) + SLACK + SLACK);
-    assert!(
-        dead <= stopped + Duration::from_secs(3) + SLACK,
-        "{:?} after the stop",
-        dead - stopped
-    );
-    assert!(
-        dir.path().join("stopped").exists(),
-        "the stop signal came first"
-    );
-    kill(helper_pid, Signal::SIGKILL).expect("kill the stopped helper");
-    helper.wait().expect("reap the helper");
-}
-
-/// The "leaderd" of the two tests above (run by them, with `HELPER_DIR` set):
-/// starts the child with deadline (now + 2 s, now + 3 s) and re-arms it the
-/// same way every 200 ms until it is killed or stopped.
-#[test]
-#[ignore = "helper process, started by the SIGKILL and SIGSTOP tests"]
-fn helper_leaderd() {
-    let Some(dir) = std::env::var_os(HELPER_DIR) else {
-        panic!("run by the other tests in this file, with {HELPER_DIR} set");
-    };
-    let dir = PathBuf::from(dir);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let deadline = || {
-            let now = boot_now();
-            (now + Duration::from_secs(2), now + Duration::from_secs(3))
-        };
-        let mut child = supervisor::spawn(&spec(&dir), Some(deadline()))
-            .await
-            .expect("child starts");
-        loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let (stop_at, kill_at) = deadline();
-            child.arm(stop_at, kill_at).await.expect("arm");
-        }
-    });
 }
