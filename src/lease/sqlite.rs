@@ -7,10 +7,15 @@
 //! same row and both win. Reads in WAL mode see the last committed write, which
 //! is the strong consistency DESIGN §1 asks for.
 //!
-//! SQLite is blocking, so every request runs on tokio's blocking pool and is
-//! bounded by its budget twice: the busy timeout never waits longer than the
-//! budget, and the caller stops waiting when the budget is spent (a write
-//! that overran may still commit, which is what `StoreError::Timeout` says;
+//! SQLite is blocking, so requests run on tokio's blocking pool, in two
+//! lanes of fixed size: one writer connection (writes queue in arrival order
+//! inside the process, so a renewal never waits behind hundreds of follower
+//! reads or other writers of this process) and a few reader connections.
+//! Connections are kept for the store's life. Each request is bounded by its
+//! budget three times: waiting for its lane, the busy handler (short pauses,
+//! never past the deadline, while another process holds the lock), and the
+//! caller, who stops waiting when the budget is spent (a write that overran
+//! may still commit, which is what `StoreError::Timeout` says;
 //! [`LeaseStore::write`] resolves it by reading back).
 //!
 //! Columns are not type-checked by SQLite (no STRICT table), so a row written
@@ -20,12 +25,14 @@
 use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use tokio::sync::Semaphore;
 
 use super::{
     Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
@@ -73,8 +80,66 @@ const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fenc
 /// while it creates the table.
 const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connections kept for reuse; more are opened when requests overlap.
-const MAX_IDLE: usize = 4;
+/// Connections (and so blocking threads) writing at once: one. SQLite lets
+/// only one writer hold the file anyway; more writers in one process would
+/// only fight each other in the busy handler instead of queueing in order.
+const WRITERS: usize = 1;
+
+/// Connections reading at once. WAL readers do not block each other or the
+/// writer; two keep one slow read from stalling the others without letting
+/// hundreds of follower reads flood the blocking pool.
+const READERS: usize = 2;
+
+/// The busy handler's first and longest pause while another process holds
+/// the lock. SQLite's default handler sleeps up to 100 ms per retry, which
+/// leaves the lock idle most of the time when three processes take turns;
+/// a write holds it for well under a millisecond plus one fsync.
+const BUSY_FIRST_PAUSE: Duration = Duration::from_millis(1);
+const BUSY_MAX_PAUSE: Duration = Duration::from_millis(5);
+
+thread_local! {
+    /// The deadline of the request running on this thread, read by
+    /// [`busy_wait`] (SQLite's busy handler is a plain function pointer and
+    /// carries no state). Set and cleared by [`DeadlineScope`].
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Sets this thread's request deadline for the busy handler; clears it on
+/// drop, also when the work panics.
+struct DeadlineScope;
+
+impl DeadlineScope {
+    fn enter(deadline: Instant) -> DeadlineScope {
+        DEADLINE.set(Some(deadline));
+        DeadlineScope
+    }
+}
+
+impl Drop for DeadlineScope {
+    fn drop(&mut self) {
+        DEADLINE.set(None);
+    }
+}
+
+/// SQLite's busy handler: called while another connection holds the lock
+/// this one needs; `true` retries, `false` gives up with `SQLITE_BUSY`
+/// (which `classify` turns into `Timeout`). Short pauses, and never past the
+/// request's deadline; outside a request there is nobody to wait for.
+fn busy_wait(attempt: i32) -> bool {
+    let Some(deadline) = DEADLINE.get() else {
+        return false;
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return false;
+    }
+    let shift = u32::try_from(attempt).unwrap_or(0).min(8);
+    let pause = (BUSY_FIRST_PAUSE * (1u32 << shift))
+        .min(BUSY_MAX_PAUSE)
+        .min(left);
+    std::thread::sleep(pause);
+    true
+}
 
 /// A lease store in one SQLite file (DESIGN §1 semantics, shared by processes).
 #[derive(Debug, Clone)]
@@ -85,9 +150,62 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    /// Idle connections. The lock is held only to push or pop one, never
-    /// while SQLite works, so one slow request does not block another.
+    /// Conditional writes: one at a time, in arrival order.
+    writes: Lane,
+    /// Reads, lists and schema checks.
+    reads: Lane,
+}
+
+/// A fixed set of connections and a semaphore with one permit per
+/// connection: a request waits (FIFO, within its budget) for a permit
+/// before it takes a blocking thread, so a store never runs more than
+/// `size` blocking threads or holds more than `size` connections per lane.
+#[derive(Debug)]
+struct Lane {
+    permits: Arc<Semaphore>,
+    /// Connections not in use. A permit holder always finds one here or
+    /// opens the lane's next one (at most `size` ever exist). The lock is
+    /// held only to push or pop, never while SQLite works.
     idle: Mutex<Vec<Connection>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LaneKind {
+    Write,
+    Read,
+}
+
+impl Lane {
+    fn new(size: usize, idle: Vec<Connection>) -> Lane {
+        Lane {
+            permits: Arc::new(Semaphore::new(size)),
+            idle: Mutex::new(idle),
+        }
+    }
+
+    fn checkout(&self, path: &Path) -> Result<Connection, StoreError> {
+        if let Some(conn) = self.lock_idle().pop() {
+            return Ok(conn);
+        }
+        // No CREATE flag: `open` made the file; if it vanished since, say so
+        // instead of silently starting an empty store.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| open_error(path, "cannot open", &e))?;
+        configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
+        Ok(conn)
+    }
+
+    fn checkin(&self, conn: Connection) {
+        // Never more than the permits allow, so always kept.
+        self.lock_idle().push(conn);
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        // The lock only guards a Vec push/pop, which cannot leave it
+        // inconsistent; a poisoned lock is safe to keep using.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl SqliteStore {
@@ -97,7 +215,7 @@ impl SqliteStore {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)
+        let mut conn = Connection::open_with_flags(path, flags)
             .map_err(|e| open_error(path, "cannot open", &e))?;
         conn.busy_timeout(OPEN_BUSY_TIMEOUT)
             .map_err(|e| open_error(path, "cannot configure", &e))?;
@@ -109,13 +227,15 @@ impl SqliteStore {
             // readers and writers block each other more.
             tracing::warn!(path = %path.display(), journal_mode = %mode, "SQLite lease store is not in WAL mode (file system without shared memory?)");
         }
-        configure(&conn).map_err(|e| open_error(path, "cannot configure", &e))?;
         conn.execute(CREATE_TABLE, [])
             .map_err(|e| open_error(path, "cannot create the `leases` table in", &e))?;
+        // From here on the request-bounded handler replaces the timeout.
+        configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
-                idle: Mutex::new(vec![conn]),
+                writes: Lane::new(WRITERS, vec![conn]),
+                reads: Lane::new(READERS, Vec::new()),
             }),
         })
     }
@@ -125,9 +245,10 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Run `work` on a pooled connection on the blocking pool, within `budget`.
-    /// `work` gets the deadline (on the blocking thread's clock).
-    async fn run<T, F>(&self, budget: Duration, work: F) -> Result<T, StoreError>
+    /// Run `work` on one of `lane`'s connections on the blocking pool, within
+    /// `budget` (waiting for the lane included). `work` gets the deadline (on
+    /// the blocking thread's clock).
+    async fn run<T, F>(&self, lane: LaneKind, budget: Duration, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, &Path, Instant) -> Result<T, StoreError> + Send + 'static,
@@ -136,24 +257,44 @@ impl SqliteStore {
             return Err(StoreError::Timeout(budget));
         }
         let deadline = Instant::now() + budget;
+        let caller_deadline = tokio::time::Instant::now() + budget;
+        let permits = match lane {
+            LaneKind::Write => self.inner.writes.permits.clone(),
+            LaneKind::Read => self.inner.reads.permits.clone(),
+        };
+        let permit = match tokio::time::timeout_at(caller_deadline, permits.acquire_owned()).await
+        {
+            Err(_) => return Err(StoreError::Timeout(budget)),
+            Ok(Err(closed)) => {
+                // The semaphores are never closed; say so rather than panic.
+                return Err(StoreError::Other(format!(
+                    "SQLite lease store {}: {closed}",
+                    self.inner.path.display()
+                )));
+            }
+            Ok(Ok(permit)) => permit,
+        };
         let inner = self.inner.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let mut conn = inner.checkout()?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                inner.checkin(conn);
+            // Held until the work is done, even if the caller stopped
+            // waiting: the lane's bound counts running work, not waiters.
+            let _permit = permit;
+            let lane = match lane {
+                LaneKind::Write => &inner.writes,
+                LaneKind::Read => &inner.reads,
+            };
+            if Instant::now() >= deadline {
                 return Err(StoreError::Timeout(budget));
             }
-            // Waiting for another process's lock must end within the budget;
-            // `classify` turns a busy timeout into `Timeout(budget)`.
-            let res = conn
-                .busy_timeout(left.min(Duration::from_secs(3600)))
-                .map_err(|e| classify(&inner.path, budget, &e))
-                .and_then(|()| work(&mut conn, &inner.path, deadline));
-            inner.checkin(conn);
+            let mut conn = lane.checkout(&inner.path)?;
+            let res = {
+                let _scope = DeadlineScope::enter(deadline);
+                work(&mut conn, &inner.path, deadline)
+            };
+            lane.checkin(conn);
             res
         });
-        match tokio::time::timeout(budget, task).await {
+        match tokio::time::timeout_at(caller_deadline, task).await {
             Err(_) => Err(StoreError::Timeout(budget)),
             Ok(Err(join)) => Err(StoreError::Other(format!(
                 "SQLite request on {} failed: {join}",
@@ -164,36 +305,10 @@ impl SqliteStore {
     }
 }
 
-impl Inner {
-    fn checkout(&self) -> Result<Connection, StoreError> {
-        if let Some(conn) = self.lock_idle().pop() {
-            return Ok(conn);
-        }
-        // No CREATE flag: `open` made the file; if it vanished since, say so
-        // instead of silently starting an empty store.
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&self.path, flags)
-            .map_err(|e| open_error(&self.path, "cannot open", &e))?;
-        configure(&conn).map_err(|e| open_error(&self.path, "cannot configure", &e))?;
-        Ok(conn)
-    }
-
-    fn checkin(&self, conn: Connection) {
-        let mut idle = self.lock_idle();
-        if idle.len() < MAX_IDLE {
-            idle.push(conn);
-        }
-    }
-
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
-        // The lock only guards a Vec push/pop, which cannot leave it
-        // inconsistent; a poisoned lock is safe to keep using.
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// Per-connection settings.
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
+fn configure(conn: &mut Connection) -> rusqlite::Result<()> {
+    // Replaces any busy timeout: waits are bounded by the request instead.
+    conn.busy_handler(Some(busy_wait))?;
     // FULL: a committed write survives power loss. Losing the last write of
     // a tenure could hand out its fencing token a second time.
     conn.pragma_update(None, "synchronous", "FULL")
@@ -596,7 +711,7 @@ impl LeaseStore for SqliteStore {
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
         let election = election.to_owned();
-        self.run(budget, move |conn, path, _| {
+        self.run(LaneKind::Read, budget, move |conn, path, _| {
             let row = read_row(conn, &election).map_err(|e| classify(path, budget, &e))?;
             Ok(row.map_or(Record::Absent, |r| r.to_record()))
         })
@@ -611,14 +726,14 @@ impl LeaseStore for SqliteStore {
     ) -> Result<WriteOutcome, StoreError> {
         let lease = lease.clone();
         let condition = condition.clone();
-        self.run(budget, move |conn, path, deadline| {
+        self.run(LaneKind::Write, budget, move |conn, path, deadline| {
             put_blocking(conn, path, budget, deadline, &lease, &condition)
         })
         .await
     }
 
     async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
-        self.run(budget, move |conn, path, _| {
+        self.run(LaneKind::Read, budget, move |conn, path, _| {
             let err = |e: rusqlite::Error| classify(path, budget, &e);
             let mut stmt = conn.prepare(SELECT_ALL).map_err(err)?;
             let rows = stmt
@@ -631,7 +746,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {
-        self.run(budget, move |conn, path, _| {
+        self.run(LaneKind::Read, budget, move |conn, path, _| {
             check_blocking(conn, path, budget)
         })
         .await
