@@ -22,10 +22,10 @@
 //! by another tool may hold anything; such a row is read as
 //! [`Record::Malformed`] and never panics anything.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -262,8 +262,7 @@ impl SqliteStore {
             LaneKind::Write => self.inner.writes.permits.clone(),
             LaneKind::Read => self.inner.reads.permits.clone(),
         };
-        let permit = match tokio::time::timeout_at(caller_deadline, permits.acquire_owned()).await
-        {
+        let permit = match tokio::time::timeout_at(caller_deadline, permits.acquire_owned()).await {
             Err(_) => return Err(StoreError::Timeout(budget)),
             Ok(Err(closed)) => {
                 // The semaphores are never closed; say so rather than panic.
@@ -929,6 +928,67 @@ mod tests {
         assert_eq!(
             store.read("e", Duration::ZERO).await,
             Err(StoreError::Timeout(Duration::ZERO))
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_waits_for_another_process_lock_then_applies() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let other = Connection::open(&path).expect("second connection");
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+        let writer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .put(&sample("e"), &Condition::NotExists, Duration::from_secs(30))
+                    .await
+            })
+        };
+        // The busy handler keeps retrying while the lock is held...
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writer.is_finished(), "the write gave up while waiting");
+        other.execute_batch("ROLLBACK").expect("release the lock");
+        // ...and takes it once released.
+        let res = writer.await.expect("the write task ran");
+        assert_eq!(res, Ok(WriteOutcome::Applied));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_share_a_fixed_set_of_connections() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let budget = Duration::from_secs(60);
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                let name = format!("e{}", i % 20);
+                if i % 3 == 0 {
+                    // Only one per election can win; the rest fail the condition.
+                    store
+                        .put(&sample(&name), &Condition::NotExists, budget)
+                        .await
+                        .map(|_| ())
+                } else {
+                    store.read(&name, budget).await.map(|_| ())
+                }
+            });
+        }
+        while let Some(res) = tasks.join_next().await {
+            assert_eq!(res.expect("the request task ran"), Ok(()));
+        }
+        assert_eq!(store.list(budget).await.map(|l| l.len()), Ok(20));
+        // Every connection is back and none beyond the lanes' sizes was opened.
+        assert_eq!(store.inner.writes.lock_idle().len(), WRITERS);
+        let readers = store.inner.reads.lock_idle().len();
+        assert!(
+            (1..=READERS).contains(&readers),
+            "{readers} reader connections"
         );
     }
 
