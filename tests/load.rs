@@ -2,7 +2,8 @@
 //! with no missed renewal and no growth in open file descriptors or memory.
 //!
 //! Every instance campaigns for every election (so each election has one
-//! leader and two followers, and the leaderships spread over the three), with
+//! leader and two followers; whoever starts first wins most of them, so one
+//! instance carries nearly all renewals: the harder case for the store), with
 //! DESIGN's default timing (L = 10 s, R = 5 s, P = 1 s): about 2,000 follower
 //! reads and 200 renewals a second in all.
 //!
