@@ -851,6 +851,31 @@ impl Engine {
                     tracing::debug!(election = %self.name(), fencing_token = term.lease.fencing_token, "renewed");
                 }
                 Ok(WriteOutcome::ConditionFailed { current }) => {
+                    // An earlier renew whose answer was lost may have applied:
+                    // the record then carries an rvn we wrote. Adopt it and
+                    // renew again at once; validity still counts from the
+                    // last write we know succeeded (the conservative choice).
+                    let current = match current {
+                        Some(c) => Some(c),
+                        None => self
+                            .store
+                            .read(
+                                self.name(),
+                                self.cfg.request_budget().min(stop_at - self.clock.now()),
+                            )
+                            .await
+                            .ok(),
+                    };
+                    if let Some(Record::Valid(l)) = &current
+                        && l.holder.as_deref() == Some(self.cfg.identity.as_str())
+                        && l.fencing_token == term.lease.fencing_token
+                        && self.own_rvns.contains(&l.rvn)
+                    {
+                        tracing::debug!(election = %self.name(), "an earlier renew had applied; continuing from it");
+                        term.lease.rvn = l.rvn.clone();
+                        next_renew = self.clock.now();
+                        continue;
+                    }
                     self.observer.renew(self.name(), Outcome::Lost);
                     let by = match &current {
                         Some(Record::Valid(l)) => {
@@ -900,12 +925,32 @@ impl Engine {
             self.observer.transition(self.name(), Transition::Lost);
         }
         let budget = self.cfg.request_budget();
-        match self.timed_write("release", &released, &cond, budget).await {
+        let mut outcome = self.timed_write("release", &released, &cond, budget).await;
+        // A renew whose answer was lost may have applied after all: the
+        // record then carries an rvn we wrote. Release that one instead.
+        if let Ok(WriteOutcome::ConditionFailed { current }) = &outcome {
+            let current = match current {
+                Some(c) => Some(c.clone()),
+                None => self.store.read(self.name(), budget).await.ok(),
+            };
+            if let Some(Record::Valid(l)) = current
+                && l.holder.as_deref() == Some(self.cfg.identity.as_str())
+                && self.own_rvns.contains(&l.rvn)
+            {
+                let cond = Condition::HeldBy {
+                    rvn: l.rvn.clone(),
+                    holder: self.cfg.identity.clone(),
+                };
+                released.rvn = new_rvn();
+                outcome = self.timed_write("release", &released, &cond, budget).await;
+            }
+        }
+        match outcome {
             Ok(WriteOutcome::Applied) => {
                 tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "released the lease");
             }
             Ok(WriteOutcome::ConditionFailed { .. }) => {
-                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "release found the lease already taken by someone else");
+                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "nothing to release: someone else wrote the lease record since our last write");
             }
             Err(e) => {
                 tracing::warn!(election = %self.name(), identity = %self.cfg.identity, error = %e, "release failed; the lease will expire on its own");

@@ -389,3 +389,103 @@ fn timing_invariant_is_enforced_with_the_values_named() {
     assert!(c.validate().unwrap_err().contains("must be shorter"));
     assert_eq!(cfg("a").retries_that_fit(), 2);
 }
+
+/// A store that can apply a write yet lose its answer while reads fail too,
+/// so the read-back cannot resolve it: the leader does not know its renew
+/// applied.
+struct LostAnswers {
+    inner: MemoryStore,
+    lose_next_put: std::sync::atomic::AtomicBool,
+    reads_fail: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for LostAnswers {
+    fn kind(&self) -> &'static str {
+        "lost-answers"
+    }
+    async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
+        if self.reads_fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Transport("reads fail (injected)".into()));
+        }
+        self.inner.read(election, budget).await
+    }
+    async fn put(
+        &self,
+        lease: &Lease,
+        condition: &Condition,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        let out = self.inner.put(lease, condition, budget).await;
+        if self
+            .lose_next_put
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.reads_fail
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(StoreError::Timeout(budget));
+        }
+        out
+    }
+    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        self.inner.list(budget).await
+    }
+    async fn check(&self, budget: Duration) -> Result<(), StoreError> {
+        self.inner.check(budget).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renew_that_applied_unknown_to_us_does_not_lose_the_lease() {
+    use std::sync::atomic::Ordering;
+    let memory = MemoryStore::new();
+    let store = Arc::new(LostAnswers {
+        inner: memory.clone(),
+        lose_next_put: false.into(),
+        reads_fail: false.into(),
+    });
+    // R = 2 s: the renew's budget (R) ends long before the stop time (7.7 s).
+    let mut c = cfg("a");
+    c.renew_interval = Duration::from_secs(2);
+    let mut h = spawn(store.clone(), c, Clock::tokio(), Arc::new(NoObserver));
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let seq = h.state.borrow().tenure.as_ref().unwrap().seq;
+    // The renew at 2 s applies; its answer and every read-back until 4 s are
+    // lost, so the engine does not know.
+    store.lose_next_put.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(4_100)).await;
+    store.reads_fail.store(false, Ordering::SeqCst);
+    // The retry finds our own newer rvn in the record: same tenure.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let s = h.state.borrow().clone();
+    assert_eq!(s.role, Role::Leader, "{s:?}");
+    assert_eq!(s.tenure.unwrap().seq, seq);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_after_a_renew_that_applied_unknown_to_us_still_releases() {
+    use std::sync::atomic::Ordering;
+    let memory = MemoryStore::new();
+    let store = Arc::new(LostAnswers {
+        inner: memory.clone(),
+        lose_next_put: false.into(),
+        reads_fail: false.into(),
+    });
+    let mut h = spawn(
+        store.clone(),
+        cfg("a"),
+        Clock::tokio(),
+        Arc::new(NoObserver),
+    );
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    // The renew at 5 s applies unknown to us; reads fail until the stop time.
+    store.lose_next_put.store(true, Ordering::SeqCst);
+    until(&mut h, Duration::from_secs(10), |s| {
+        s.role == Role::Stopping
+    })
+    .await;
+    store.reads_fail.store(false, Ordering::SeqCst);
+    // The child is stopped; the release must find and release our own rvn.
+    assert!(h.release(AfterRelease::Exit).await);
+    assert_eq!(stored(&memory).holder, None, "released");
+}
