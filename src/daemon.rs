@@ -95,10 +95,16 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
             return EX_SOFTWARE;
         }
     };
+    let http_addr = listener.local_addr().ok();
     let (resign_tx, resign_rx) = mpsc::channel(8);
-    let mut app = AppState::new(cfg.primary.clone(), clock.clone(), metrics.clone(), resign_tx)
-        .with_admin_token(cfg.http.admin_token.clone())
-        .with_store_timeout(cfg.health.store_timeout);
+    let mut app = AppState::new(
+        cfg.primary.clone(),
+        clock.clone(),
+        metrics.clone(),
+        resign_tx,
+    )
+    .with_admin_token(cfg.http.admin_token.clone())
+    .with_store_timeout(cfg.health.store_timeout);
     for e in &cfg.elections {
         if let Some(h) = handles.get(&e.name) {
             app = app.with_election(h.state.clone(), http::wedge_threshold(e));
@@ -110,7 +116,9 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         http::router(app),
         http_stop.clone().cancelled_owned(),
     ));
-    tracing::info!(listen = %cfg.http.listen, identity = %cfg.identity, store = store.kind(), elections = cfg.elections.len(), "leaderd running");
+    // The bound address (port 0 in the configuration picks a free one).
+    let listen = http_addr.map_or_else(|| cfg.http.listen.to_string(), |a| a.to_string());
+    tracing::info!(listen = %listen, identity = %cfg.identity, store = store.kind(), elections = cfg.elections.len(), "leaderd running");
 
     if let Some(path) = std::env::var_os("LEADERD_TEST_STALL_FILE") {
         tokio::spawn(test_hooks::stall_when_file_appears(path.into()));
@@ -118,10 +126,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
 
     let notify_task = tokio::spawn(notify_loop(
         notifier.clone(),
-        handles
-            .values()
-            .map(|h| h.state.clone())
-            .collect(),
+        handles.values().map(|h| h.state.clone()).collect(),
         cfg.primary.clone(),
         clock.clone(),
     ));
@@ -144,7 +149,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         pending_resign: None,
         restart_delay: RESTART_FIRST,
         seen_seq: None,
-        was_leading: false,
+        always_started: false,
     };
     let code = daemon.run().await;
 
@@ -206,7 +211,9 @@ async fn notify_loop(
     notifier.send("READY=1");
     let mut last_status = String::new();
     let watchdog = notifier.watchdog();
-    let tick = watchdog.map_or(Duration::from_secs(1), |w| (w / 3).max(Duration::from_millis(100)));
+    let tick = watchdog.map_or(Duration::from_secs(1), |w| {
+        (w / 3).max(Duration::from_millis(100))
+    });
     loop {
         let now = clock.now();
         let status = states
@@ -214,7 +221,11 @@ async fn notify_loop(
             .map(|s| {
                 let st = s.borrow();
                 if st.is_leader_at(now) {
-                    format!("leader of {} (fencing token {})", st.election, st.fencing_token.unwrap_or(0))
+                    format!(
+                        "leader of {} (fencing token {})",
+                        st.election,
+                        st.fencing_token.unwrap_or(0)
+                    )
                 } else {
                     format!(
                         "follower of {} (leader: {})",
@@ -234,7 +245,8 @@ async fn notify_loop(
             // restarts the unit.
             let fresh = states.iter().all(|s| {
                 let st = s.borrow();
-                now - st.heartbeat < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
+                now - st.heartbeat
+                    < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
             });
             if fresh {
                 notifier.send("WATCHDOG=1");
@@ -253,7 +265,8 @@ async fn notify_loop(
 enum ChildSlot {
     Idle,
     Running {
-        child: Child,
+        // Boxed: a Child is large next to the other variants.
+        child: Box<Child>,
         /// Tenure the child runs under (None in mode "always").
         seq: Option<u64>,
         started: Instant,
@@ -286,7 +299,8 @@ struct Daemon {
     restart_delay: Duration,
     /// Tenure seq seen by mode "always", to signal gains and losses once.
     seen_seq: Option<u64>,
-    was_leading: bool,
+    /// Mode "always": the child was started once (restarts go via Backoff).
+    always_started: bool,
 }
 
 enum Event {
@@ -314,9 +328,6 @@ impl Daemon {
     async fn run(&mut self) -> i32 {
         let started = self.clock.now();
         let acquire_by = self.cfg.acquire_timeout.map(|t| started + t);
-        if self.has_command() && self.cfg.child.mode == Mode::Always {
-            self.start_child(None).await;
-        }
         loop {
             // Act on the current state first, then wait for the next event.
             if let Some(code) = self.reconcile(acquire_by).await {
@@ -398,26 +409,26 @@ impl Daemon {
         let now = self.clock.now();
         let state = self.primary.borrow().clone();
         let leading = state.is_leader_at(now);
-        if leading != self.was_leading {
-            self.was_leading = leading;
-        }
 
-        // Shutdown: once the child is gone, we are done.
+        // Shutdown: once the child is gone, we are done. Until then the
+        // lease rules still apply: the engine keeps renewing, the guard's
+        // deadline follows the renewals, a lost lease stops the child.
         if let Some(s) = &mut self.shutdown {
-            match &mut self.child {
-                ChildSlot::Running { child, .. } => {
-                    if now >= s.kill_at && !s.killed {
-                        tracing::warn!("child still running after shutdown_grace; killing its process group");
-                        s.killed = true;
-                        let _ = child.kill().await;
-                        self.metrics.child_killed(&self.cfg.primary);
-                    }
-                    return None;
-                }
-                _ => {
-                    return Some(self.last_exit.map_or(0, |e| e.exit_code()));
-                }
+            let ChildSlot::Running { child, .. } = &mut self.child else {
+                return Some(self.last_exit.map_or(0, |e| e.exit_code()));
+            };
+            if now >= s.kill_at && !s.killed {
+                tracing::warn!(
+                    "child still running after shutdown_grace; killing its process group"
+                );
+                s.killed = true;
+                let _ = child.kill().await;
+                self.metrics.child_killed(&self.cfg.primary);
             }
+            if self.cfg.child.mode == Mode::WhileLeader {
+                self.reconcile_while_leader(&state, now, false).await;
+            }
+            return None;
         }
 
         // --acquire-timeout: give up when not leading in time (0: one attempt).
@@ -438,36 +449,62 @@ impl Daemon {
         }
         match self.cfg.child.mode {
             Mode::Always => self.reconcile_always(&state, now).await,
-            Mode::WhileLeader => self.reconcile_while_leader(&state, now).await,
+            Mode::WhileLeader => self.reconcile_while_leader(&state, now, true).await,
         }
         None
     }
 
     async fn reconcile_always(&mut self, state: &ElectionState, now: Instant) {
-        let seq = state.tenure.as_ref().filter(|_| state.is_leader_at(now)).map(|t| t.seq);
-        if seq != self.seen_seq {
-            let gained = seq.is_some();
+        let seq = state
+            .tenure
+            .as_ref()
+            .filter(|_| state.is_leader_at(now))
+            .map(|t| t.seq);
+        // Start once the first observation settled whether we lead: the child
+        // learns its initial role from LEADERD_IS_LEADER, and is signalled
+        // only of later transitions (a signal racing the child's own start
+        // could kill it before it installs its handler).
+        let due = match self.child {
+            ChildSlot::Idle => !self.always_started && (state.rounds >= 1 || seq.is_some()),
+            ChildSlot::Backoff { until } => now >= until,
+            ChildSlot::Running { .. } => false,
+        };
+        if due {
+            self.always_started = true;
             self.seen_seq = seq;
-            let sig = if gained {
-                self.cfg.child.signal_on_gain
-            } else {
-                self.cfg.child.signal_on_loss
-            };
-            if let (Some(sig), ChildSlot::Running { child, .. }) = (sig, &mut self.child) {
-                tracing::info!(election = %state.election, signal = %sig, gained, "signalling the child of a leadership change");
+            self.start_child(None).await;
+            return;
+        }
+        if seq == self.seen_seq {
+            return;
+        }
+        let lost = self.seen_seq.is_some();
+        let gained = seq.is_some();
+        self.seen_seq = seq;
+        let ChildSlot::Running { child, .. } = &mut self.child else {
+            return;
+        };
+        let signals = [
+            (lost, self.cfg.child.signal_on_loss, "loss"),
+            (gained, self.cfg.child.signal_on_gain, "gain"),
+        ];
+        for (happened, sig, what) in signals {
+            if let (true, Some(sig)) = (happened, sig) {
+                tracing::info!(election = %state.election, signal = %sig, transition = what, "signalling the child of a leadership change");
                 if let Err(e) = child.signal(sig).await {
                     tracing::warn!(error = %e, "cannot signal the child");
                 }
             }
         }
-        if let ChildSlot::Backoff { until } = self.child
-            && now >= until
-        {
-            self.start_child(None).await;
-        }
     }
 
-    async fn reconcile_while_leader(&mut self, state: &ElectionState, now: Instant) {
+    /// `may_start`: false while shutting down (never start a new child then).
+    async fn reconcile_while_leader(
+        &mut self,
+        state: &ElectionState,
+        now: Instant,
+        may_start: bool,
+    ) {
         let leading = state.is_leader_at(now);
         match &mut self.child {
             ChildSlot::Running {
@@ -500,7 +537,7 @@ impl Daemon {
                 }
             }
             ChildSlot::Idle => {
-                if leading && self.pending_resign.is_none() {
+                if leading && may_start && self.pending_resign.is_none() {
                     let t = state.tenure.clone().expect("leading implies a tenure");
                     self.start_child(Some(&t)).await;
                 }
@@ -508,7 +545,7 @@ impl Daemon {
             ChildSlot::Backoff { until } => {
                 if !leading {
                     self.child = ChildSlot::Idle;
-                } else if now >= *until {
+                } else if now >= *until && may_start {
                     let t = state.tenure.clone().expect("leading implies a tenure");
                     self.start_child(Some(&t)).await;
                 }
@@ -522,9 +559,16 @@ impl Daemon {
         let mut env = vec![
             ("LEADERD_ELECTION".to_owned(), state.election.clone()),
             ("LEADERD_IDENTITY".to_owned(), state.identity.clone()),
+            (
+                "LEADERD_IS_LEADER".to_owned(),
+                state.is_leader_at(self.clock.now()).to_string(),
+            ),
         ];
         if let Some(t) = tenure {
-            env.push(("LEADERD_FENCING_TOKEN".to_owned(), t.fencing_token.to_string()));
+            env.push((
+                "LEADERD_FENCING_TOKEN".to_owned(),
+                t.fencing_token.to_string(),
+            ));
             env.push(("LEADERD_LEASE_MS".to_owned(), t.lease_ms.to_string()));
         } else {
             let lease_ms = self
@@ -557,7 +601,7 @@ impl Daemon {
                 tracing::info!(election = %state.election, identity = %state.identity, fencing_token = ?tenure.map(|t| t.fencing_token), pid = child.pid(), command = ?cfg.command, "child started");
                 self.metrics.child_started(&self.cfg.primary);
                 self.child = ChildSlot::Running {
-                    child,
+                    child: Box::new(child),
                     seq: tenure.map(|t| t.seq),
                     started: self.clock.now(),
                     stopping: false,
@@ -590,9 +634,15 @@ impl Daemon {
             return None;
         };
         let ran_for = self.clock.now() - started;
-        self.metrics.child_exited(&self.cfg.primary, status.reason());
+        self.metrics
+            .child_exited(&self.cfg.primary, status.reason());
         self.last_exit = Some(status);
-        tracing::info!(exit_code = status.exit_code(), reason = status.reason(), ran_ms = ran_for.as_millis() as u64, "child exited");
+        tracing::info!(
+            exit_code = status.exit_code(),
+            reason = status.reason(),
+            ran_ms = ran_for.as_millis() as u64,
+            "child exited"
+        );
         if self.shutdown.is_some() {
             return None;
         }
@@ -606,12 +656,18 @@ impl Daemon {
         }
         match self.cfg.child.on_child_exit {
             OnChildExit::Exit => {
-                tracing::info!(exit_code = status.exit_code(), "child exited on its own; releasing and exiting with its code");
+                tracing::info!(
+                    exit_code = status.exit_code(),
+                    "child exited on its own; releasing and exiting with its code"
+                );
                 Some(status.exit_code())
             }
             OnChildExit::Restart => {
                 let delay = self.bump_restart_delay(ran_for);
-                tracing::info!(delay_ms = delay.as_millis() as u64, "restarting the child after a delay");
+                tracing::info!(
+                    delay_ms = delay.as_millis() as u64,
+                    "restarting the child after a delay"
+                );
                 self.child = ChildSlot::Backoff {
                     until: self.clock.now() + delay,
                 };
@@ -647,7 +703,11 @@ impl Daemon {
             match &mut self.shutdown {
                 None => {
                     let grace = self.cfg.child.shutdown_grace;
-                    tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: stopping the child, then releasing");
+                    if matches!(self.child, ChildSlot::Running { .. }) {
+                        tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: forwarding the signal to the child, then releasing");
+                    } else {
+                        tracing::info!(signal = %sig, "shutting down: releasing");
+                    }
                     self.shutdown = Some(Shutdown {
                         kill_at: self.clock.now() + grace,
                         killed: false,
@@ -682,25 +742,31 @@ impl Daemon {
 
     async fn on_resign(&mut self, req: ResignRequest) {
         let is_primary = req.election == self.cfg.primary;
-        if is_primary && let ChildSlot::Running { child, stopping, .. } = &mut self.child {
-            if self.cfg.child.mode == Mode::WhileLeader {
-                // The child must be gone before the lease is released.
-                tracing::info!(election = %req.election, "resign requested: stopping the child first");
-                *stopping = true;
-                if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
-                    tracing::error!(error = %e, "cannot stop the child; killing its process group");
-                    let _ = child.kill().await;
-                }
-                self.pending_resign = Some(req);
-                return;
+        let while_leader = self.cfg.child.mode == Mode::WhileLeader;
+        if is_primary
+            && while_leader
+            && let ChildSlot::Running {
+                child, stopping, ..
+            } = &mut self.child
+        {
+            // The child must be gone before the lease is released.
+            tracing::info!(election = %req.election, "resign requested: stopping the child first");
+            *stopping = true;
+            if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
+                tracing::error!(error = %e, "cannot stop the child; killing its process group");
+                let _ = child.kill().await;
             }
+            self.pending_resign = Some(req);
+            return;
         }
         self.finish_resign(req).await;
     }
 
     async fn finish_resign(&mut self, req: ResignRequest) {
         let Some(h) = self.handles.get(&req.election) else {
-            let _ = req.done.send(Err(format!("unknown election `{}`", req.election)));
+            let _ = req
+                .done
+                .send(Err(format!("unknown election `{}`", req.election)));
             return;
         };
         let sit_out = self
@@ -730,10 +796,7 @@ impl Daemon {
     /// Final step of every exit path: the child is gone; give up every lease.
     async fn release_all(&mut self) {
         self.kill_child().await;
-        let releases = self
-            .handles
-            .values()
-            .map(|h| h.release(AfterRelease::Exit));
+        let releases = self.handles.values().map(|h| h.release(AfterRelease::Exit));
         futures_util::future::join_all(releases).await;
     }
 }

@@ -12,14 +12,21 @@
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
+//! - [`supervisor`]: the child process: start, signal, stop, reap.
+//! - [`guard`]: the separate process that owns the child's kill deadline.
+//! - [`reaper`]: zombie reaping when leaderd runs as PID 1.
 //! - [`daemon`]: wiring for `leaderd run`.
 
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod daemon;
 pub mod election;
+pub mod guard;
 pub mod http;
 pub mod lease;
 pub mod metrics;
 pub mod notify;
+pub mod reaper;
 pub mod shutdown;
+pub mod supervisor;

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leaderd::cli::{self, Command, EX_CONFIG, EX_SOFTWARE, EX_UNAVAILABLE, StatusArgs, TableAction, TableArgs};
+use leaderd::cli::{
+    self, Command, EX_CONFIG, EX_SOFTWARE, EX_UNAVAILABLE, StatusArgs, TableAction, TableArgs,
+};
 use leaderd::config::{Config, LogConfig, LogFormat, StoreKind, ToolConfig};
 use leaderd::daemon;
 use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
@@ -17,6 +19,17 @@ use leaderd::shutdown::Signals;
 const TOOL_BUDGET: Duration = Duration::from_secs(10);
 
 fn main() {
+    // The guard (`leaderd __guard`, started by leaderd itself for each child)
+    // runs before anything else: no async runtime, no threads.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| leaderd::guard::is_subcommand(&a))
+    {
+        std::process::exit(leaderd::guard::main());
+    }
+    // As PID 1 (a container's init), fork so that PID 1 only reaps zombies
+    // and forwards signals; this process goes on as leaderd.
+    leaderd::reaper::init_if_pid1();
     // SAFETY: first thing in main: no other thread exists yet.
     let notifier = unsafe { Notifier::from_env() };
     let cli = cli::parse().unwrap_or_else(|e| e.exit());
@@ -137,6 +150,7 @@ fn init_logging(cfg: &LogConfig) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     let _ = match cfg.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

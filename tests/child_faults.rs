@@ -42,7 +42,8 @@ fn timing() -> Vec<String> {
 }
 
 fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("monotonic clock");
+    let ts =
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("monotonic clock");
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
@@ -144,7 +145,10 @@ fn store_unreachable_for_the_leader_only_stops_its_child_before_anyone_else_lead
     let cut = monotonic_ns();
     proxies[old].set(Fault::Blackhole);
     wait_until(Duration::from_secs(10), || {
-        nodes.iter().enumerate().any(|(i, n)| i != old && n.is_leader())
+        nodes
+            .iter()
+            .enumerate()
+            .any(|(i, n)| i != old && n.is_leader())
     })
     .expect("another instance leads");
     std::thread::sleep(Duration::from_secs(1));
@@ -188,18 +192,30 @@ fn kill_9_of_leaderd_takes_its_child_and_grandchildren_within_a_second() {
         "--store-path".into(),
         dir.path().join("l.db").display().to_string(),
     ];
-    let mut node = start(dir.path(), "alpha", &store, job(&history, &["--grandchild"]));
+    let mut node = start(
+        dir.path(),
+        "alpha",
+        &store,
+        job(&history, &["--grandchild"]),
+    );
     wait_until(Duration::from_secs(10), || {
         let log = std::fs::read_to_string(&history).unwrap_or_default();
-        lines_of(&log, "alpha").iter().filter(|l| l.1 == "start").count() >= 2
+        lines_of(&log, "alpha")
+            .iter()
+            .filter(|l| l.1 == "start")
+            .count()
+            >= 2
     })
     .expect("child and grandchild started");
     let log = std::fs::read_to_string(&history).expect("history");
-    let pids: std::collections::BTreeSet<u32> = lines_of(&log, "alpha").iter().map(|l| l.2).collect();
+    let pids: std::collections::BTreeSet<u32> =
+        lines_of(&log, "alpha").iter().map(|l| l.2).collect();
     assert_eq!(pids.len(), 2, "child and grandchild: {pids:?}");
     node.kill9();
-    let took = wait_until(Duration::from_secs(5), || pids.iter().all(|p| process_gone(*p)))
-        .expect("child and grandchild die with leaderd");
+    let took = wait_until(Duration::from_secs(5), || {
+        pids.iter().all(|p| process_gone(*p))
+    })
+    .expect("child and grandchild die with leaderd");
     assert!(took <= Duration::from_secs(1), "took {took:?}");
 }
 
@@ -226,7 +242,11 @@ fn sigstop_of_leaderd_alone_still_kills_its_child_by_the_end_of_validity() {
     nodes[old].signal(Signal::SIGSTOP);
     std::thread::sleep(L.mul_f64(1.5));
     let log = std::fs::read_to_string(&history).expect("history");
-    let last = lines_of(&log, &old_id).iter().map(|l| l.0).max().expect("old lines");
+    let last = lines_of(&log, &old_id)
+        .iter()
+        .map(|l| l.0)
+        .max()
+        .expect("old lines");
     let kill_bound = stopped_at + (VALIDITY + SLACK).as_nanos() as u64;
     assert!(
         last <= kill_bound,
@@ -236,11 +256,17 @@ fn sigstop_of_leaderd_alone_still_kills_its_child_by_the_end_of_validity() {
     );
     nodes[old].signal(Signal::SIGCONT);
     wait_until(Duration::from_secs(10), || {
-        nodes.iter().enumerate().any(|(i, n)| i != old && n.is_leader())
+        nodes
+            .iter()
+            .enumerate()
+            .any(|(i, n)| i != old && n.is_leader())
     })
     .expect("another instance leads");
     std::thread::sleep(Duration::from_secs(1));
-    assert!(!nodes[old].is_leader(), "the thawed leaderd must not claim leadership");
+    assert!(
+        !nodes[old].is_leader(),
+        "the thawed leaderd must not claim leadership"
+    );
     let log = std::fs::read_to_string(&history).expect("history");
     let summary = support::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"));
     assert!(summary.tenures.len() >= 2, "{summary}");

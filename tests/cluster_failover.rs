@@ -75,33 +75,54 @@ fn scenario(mut nodes: Vec<Leaderd>) {
 
     // The 503 body of a follower names the leader.
     let leader_id = leaders(&refs())[0].clone();
-    let follower = nodes.iter().find(|n| n.identity != leader_id).expect("two followers");
+    let follower = nodes
+        .iter()
+        .find(|n| n.identity != leader_id)
+        .expect("two followers");
     let (status, body) = follower.leader().expect("follower answers");
     assert_eq!(status, 503);
     assert_eq!(body["leader"], leader_id.as_str(), "{body}");
     assert_eq!(body["is_leader"], false);
 
     // kill -9 of the leader: a new leader within L·(1+D) + P + 1 s.
-    let idx = nodes.iter().position(|n| n.identity == leader_id).expect("leader");
+    let idx = nodes
+        .iter()
+        .position(|n| n.identity == leader_id)
+        .expect("leader");
     let mut crashed = nodes.remove(idx);
     crashed.kill9();
     let took = wait_until(crash_bound() + Duration::from_secs(5), || {
         leaders(&nodes.iter().collect::<Vec<_>>()).len() == 1
     })
     .expect("a new leader after kill -9");
-    assert!(took <= crash_bound(), "failover after kill -9 took {took:?} > {:?}", crash_bound());
+    assert!(
+        took <= crash_bound(),
+        "failover after kill -9 took {took:?} > {:?}",
+        crash_bound()
+    );
     eprintln!("failover after kill -9: {took:?}");
 
     // SIGTERM of the new leader: it releases, the last one leads within P + 1 s.
     let leader_id = leaders(&nodes.iter().collect::<Vec<_>>())[0].clone();
-    let idx = nodes.iter().position(|n| n.identity == leader_id).expect("leader");
+    let idx = nodes
+        .iter()
+        .position(|n| n.identity == leader_id)
+        .expect("leader");
     let mut stopped = nodes.remove(idx);
     stopped.signal(Signal::SIGTERM);
-    let took = wait_until(graceful_bound() + Duration::from_secs(5), || nodes[0].is_leader())
-        .expect("the last instance leads after SIGTERM of the leader");
-    assert!(took <= graceful_bound(), "handover after SIGTERM took {took:?} > {:?}", graceful_bound());
+    let took = wait_until(graceful_bound() + Duration::from_secs(5), || {
+        nodes[0].is_leader()
+    })
+    .expect("the last instance leads after SIGTERM of the leader");
+    assert!(
+        took <= graceful_bound(),
+        "handover after SIGTERM took {took:?} > {:?}",
+        graceful_bound()
+    );
     eprintln!("handover after SIGTERM: {took:?}");
-    let status = stopped.wait_exit(Duration::from_secs(10)).expect("leaderd exits after SIGTERM");
+    let status = stopped
+        .wait_exit(Duration::from_secs(10))
+        .expect("leaderd exits after SIGTERM");
     assert_eq!(status.code(), Some(0), "exit status {status:?}");
 }
 
@@ -132,6 +153,9 @@ fn three_instances_on_dynamodb_local() {
         table,
     ];
     // Each instance may create the table: creation is idempotent.
-    let env = [("LEADERD_STORE__CREATE_TABLE".to_string(), "true".to_string())];
+    let env = [(
+        "LEADERD_STORE__CREATE_TABLE".to_string(),
+        "true".to_string(),
+    )];
     scenario(start_three(dir.path(), &store, &env));
 }

@@ -54,7 +54,11 @@ impl ElectionStatus {
             Record::Absent => {}
             Record::Valid(l) => {
                 s.election = l.election.clone();
-                s.state = if l.holder.is_some() { "held" } else { "released" };
+                s.state = if l.holder.is_some() {
+                    "held"
+                } else {
+                    "released"
+                };
                 s.holder = l.holder.clone();
                 s.fencing_token = Some(l.fencing_token);
                 s.lease_ms = Some(l.lease_ms);
@@ -119,12 +123,20 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
             },
             r.holder.clone().unwrap_or_else(dash),
             r.fencing_token.map_or_else(dash, |t| t.to_string()),
-            r.age_ms.map_or_else(dash, |a| format!("{:.1}s", a as f64 / 1000.0)),
-            r.lease_ms.map_or_else(dash, |l| format!("{:.1}s", l as f64 / 1000.0)),
+            r.age_ms
+                .map_or_else(dash, |a| format!("{:.1}s", a as f64 / 1000.0)),
+            r.lease_ms
+                .map_or_else(dash, |l| format!("{:.1}s", l as f64 / 1000.0)),
         ]);
     }
     let widths: Vec<usize> = (0..6)
-        .map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for l in &lines {
@@ -188,7 +200,9 @@ mod tests {
             }),
         );
         let names = ["a", "b", "m", "z"].map(String::from);
-        let rows = collect(&store, &names, Duration::from_secs(1)).await.unwrap();
+        let rows = collect(&store, &names, Duration::from_secs(1))
+            .await
+            .unwrap();
         let states: Vec<_> = rows.iter().map(|r| r.state).collect();
         assert_eq!(states, ["held", "released", "malformed", "absent"]);
         assert_eq!(rows[0].holder.as_deref(), Some("web-1"));

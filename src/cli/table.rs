@@ -9,7 +9,11 @@ use crate::lease::dynamodb::{DynamoStore, TableInfo, TtlStatus};
 
 /// Create the table (on-demand, key `election`), wait until ACTIVE, and
 /// optionally enable TTL on `expires_at`. Returns the description to print.
-pub async fn create(store: &DynamoStore, ttl: bool, wait: Duration) -> Result<TableInfo, StoreError> {
+pub async fn create(
+    store: &DynamoStore,
+    ttl: bool,
+    wait: Duration,
+) -> Result<TableInfo, StoreError> {
     store.create_table(ttl, wait).await
 }
 
@@ -35,7 +39,8 @@ pub fn render_text(info: &TableInfo) -> String {
         } else {
             "WRONG (leaderd needs partition key `election` of type S)"
         },
-        info.item_count.map_or_else(|| "-".to_owned(), |c| c.to_string()),
+        info.item_count
+            .map_or_else(|| "-".to_owned(), |c| c.to_string()),
         ttl,
     )
 }

@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -15,15 +15,6 @@ use std::time::{Duration, Instant};
 /// The leaderd binary under test.
 pub fn leaderd_bin() -> &'static str {
     env!("CARGO_BIN_EXE_leaderd")
-}
-
-/// A free loopback TCP port (bound and released; the small race is fine on
-/// a test machine).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral loopback port")
 }
 
 /// One running `leaderd run`.
@@ -56,18 +47,17 @@ pub struct Spec<'a> {
 impl Leaderd {
     /// Start `leaderd run --listen 127.0.0.1:<free> --identity <id> ARGS [-- CMD]`.
     pub fn start(spec: Spec<'_>) -> Leaderd {
-        let port = free_port();
         let log_path = spec.dir.join(format!("{}.log", spec.identity));
         let log = std::fs::File::create(&log_path).expect("create the instance log");
         let mut cmd = Command::new(leaderd_bin());
         cmd.arg("run")
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg("127.0.0.1:0")
             .arg("--identity")
             .arg(spec.identity)
             .args(&spec.args)
-            .env("AWS_ACCESS_KEY_ID", "leaderd-test")
-            .env("AWS_SECRET_ACCESS_KEY", "leaderd-test")
+            .env("AWS_ACCESS_KEY_ID", "leaderdtest")
+            .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
             .env("AWS_REGION", "us-east-1")
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("RUST_BACKTRACE", "1")
@@ -79,13 +69,26 @@ impl Leaderd {
             cmd.arg("--").args(&spec.command);
         }
         let child = cmd.spawn().expect("start leaderd");
-        Leaderd {
+        let mut node = Leaderd {
             child,
-            port,
+            port: 0,
             identity: spec.identity.to_owned(),
             log_path,
             exited: None,
-        }
+        };
+        // leaderd binds port 0 and logs the port it got: no race with other
+        // tests over "free" ports.
+        let found = wait_until(Duration::from_secs(30), || {
+            node.port = listen_port(&node.log()).unwrap_or(0);
+            node.port != 0 || matches!(node.child.try_wait(), Ok(Some(_)))
+        });
+        assert!(
+            found.is_some() && node.port != 0,
+            "{} did not start serving HTTP; log:\n{}",
+            node.identity,
+            node.log()
+        );
+        node
     }
 
     /// The process id.
@@ -172,9 +175,23 @@ impl Drop for Leaderd {
     }
 }
 
+/// The port in leaderd's "leaderd running listen=127.0.0.1:PORT" log line.
+fn listen_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("leaderd running"))?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))?;
+    addr.rsplit_once(':')?.1.trim_matches('"').parse().ok()
+}
+
 /// One HTTP/1.0 request to 127.0.0.1:port; `(status, body)` or `None` if the
 /// server does not answer within 2 s. HTTP/1.0 keeps the response unchunked.
-pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Option<(u16, String)> {
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(
         &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         Duration::from_secs(2),
