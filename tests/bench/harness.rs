@@ -74,13 +74,16 @@ pub struct Env {
     pub table: String,
     /// tests/support/job.py.
     pub job_py: PathBuf,
+    /// The Python interpreter itself (not a wrapper such as a pyenv shim,
+    /// whose start-up would count as the child's).
+    pub python: PathBuf,
 }
 
 impl Env {
     /// The command line of a job.py child that appends to `log`.
     pub fn job_command(&self, log: &Path) -> Vec<String> {
         vec![
-            "python3".into(),
+            self.python.display().to_string(),
             self.job_py.display().to_string(),
             log.display().to_string(),
             // Beats are not used; the `start` line is.
@@ -137,6 +140,23 @@ impl Env {
                 String::from_utf8_lossy(&out.stderr).trim()
             ))
         }
+    }
+}
+
+/// The interpreter `python3` on PATH resolves to.
+pub fn python() -> Result<PathBuf, String> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .map_err(|e| format!("cannot run python3 (needed for tests/support/job.py): {e}"))?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if out.status.success() && path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "python3 did not name its interpreter: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -527,7 +547,8 @@ pub fn cpu_seconds(pid: i32, clock_ticks: f64) -> Option<f64> {
     Some((utime + stime) / clock_ticks)
 }
 
-/// A `/proc/PID/status` field in KiB (`VmHWM`, `VmRSS`).
+/// The number in a `/proc/PID/status` field: KiB for `VmHWM`, `VmRSS`,
+/// `RssAnon`, `RssFile`; a count for `Threads`.
 pub fn status_kib(pid: i32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find_map(|line| {

@@ -223,17 +223,16 @@ pub fn failover(
                 .ok_or_else(|| format!("{label}: the leader (slot {leader}) does not renew"))?;
                 let phase_ns = rand::rng().random_range(0..R.as_nanos() as u64);
                 sleep_until(renewal.at_ns + phase_ns);
-                if cluster
-                    .watcher
-                    .first(renewal.at_ns, "PutItem", |s| s == leader)
-                    .is_some()
-                {
-                    // Another write (a retry) came in between: the phase is
-                    // not what we meant; try again.
-                    continue;
-                }
                 let at = cluster.instance(leader)?.signal(Signal::SIGKILL);
-                (at, Some(ms_between(renewal.at_ns, at)))
+                // The last write of the dead leader, now that it can send no
+                // more: a renewal sent just before the kill may reach the
+                // proxy (and the watcher) a moment after it.
+                std::thread::sleep(Duration::from_millis(20));
+                let last = cluster
+                    .watcher
+                    .last_between(renewal.at_ns - 1, u64::MAX, "PutItem", leader)
+                    .map_or(renewal.at_ns, |e| e.at_ns);
+                (at, Some(ms_between(last, at).max(0.0)))
             }
             Departure::Graceful => {
                 // A random moment relative to the followers' polls.
@@ -364,8 +363,11 @@ pub struct Footprint {
     pub lead_all_ms: f64,
     /// leaderd's peak RSS (VmHWM) at the end, KiB.
     pub hwm_kib: u64,
-    /// leaderd's RSS at the end, KiB.
-    pub rss_kib: u64,
+    /// leaderd's RSS at the end, KiB: total, anonymous (heap, stacks),
+    /// file-backed (the mapped binary and libraries).
+    pub rss_kib: (u64, u64, u64),
+    /// leaderd's threads and open sockets at the end.
+    pub threads_fds: (u64, usize),
     /// leaderd's CPU seconds per minute over the quiet window.
     pub cpu_per_min: f64,
     /// Helper processes leaderd started (not the child): (name, peak RSS
@@ -503,7 +505,22 @@ pub fn footprint(
     });
     let slowest_renew_bucket = slowest_bucket(&metrics, "renew");
     let hwm_kib = status_kib(pid, "VmHWM").ok_or("cannot read leaderd's VmHWM")?;
-    let rss_kib = status_kib(pid, "VmRSS").ok_or("cannot read leaderd's VmRSS")?;
+    let rss_kib = (
+        status_kib(pid, "VmRSS").ok_or("cannot read leaderd's VmRSS")?,
+        status_kib(pid, "RssAnon").unwrap_or(0),
+        status_kib(pid, "RssFile").unwrap_or(0),
+    );
+    let threads_fds = (
+        status_kib(pid, "Threads").unwrap_or(0),
+        std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| {
+            fds.flatten()
+                .filter(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        }),
+    );
     let helpers = helpers
         .iter()
         .zip(helper_cpu0.iter().zip(&helper_cpu1))
@@ -522,6 +539,7 @@ pub fn footprint(
         lead_all_ms,
         hwm_kib,
         rss_kib,
+        threads_fds,
         cpu_per_min: (cpu1 - cpu0) / minutes,
         helpers,
         requests_per_min: counts
