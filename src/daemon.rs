@@ -26,7 +26,7 @@ use crate::lease::sqlite::SqliteStore;
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::shutdown::{self, Signals};
-use crate::supervisor::{self, Child, ChildExit, ChildSpec};
+use crate::supervisor::{self, Child, ChildExit, ChildSpec, SupervisorError};
 
 /// How long the start-up store check may take with `fail_fast`.
 const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
@@ -150,6 +150,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         restart_delay: RESTART_FIRST,
         seen_seq: None,
         always_started: false,
+        acquired_once: false,
     };
     let code = daemon.run().await;
 
@@ -301,6 +302,8 @@ struct Daemon {
     seen_seq: Option<u64>,
     /// Mode "always": the child was started once (restarts go via Backoff).
     always_started: bool,
+    /// Once a lease was held, `--acquire-timeout` no longer applies.
+    acquired_once: bool,
 }
 
 enum Event {
@@ -359,7 +362,8 @@ impl Daemon {
                 }
             };
             match event {
-                Event::State | Event::Timer => {}
+                Event::State => tracing::debug!("event: state"),
+                Event::Timer => tracing::debug!("event: timer"),
                 Event::StateGone => {
                     tracing::error!(election = %self.primary_name(), "election task ended unexpectedly");
                     self.kill_child().await;
@@ -370,9 +374,9 @@ impl Daemon {
                         return code;
                     }
                 }
-                Event::Signal(None) => {}
+                Event::Signal(None) => tracing::debug!("event: signal channel closed"),
                 Event::Signal(Some(sig)) => self.on_signal(sig).await,
-                Event::Resign(None) => {}
+                Event::Resign(None) => tracing::debug!("event: resign channel closed"),
                 Event::Resign(Some(req)) => self.on_resign(req).await,
             }
         }
@@ -383,8 +387,11 @@ impl Daemon {
     fn next_timer(&self, acquire_by: Option<Instant>) -> Instant {
         let now = self.clock.now();
         let mut t = now + Duration::from_secs(1);
-        if let Some(a) = acquire_by {
-            t = t.min(a.max(now));
+        if let Some(a) = acquire_by
+            && !self.acquired_once
+        {
+            // Never in the past: the zero timeout is decided by `rounds`.
+            t = t.min(a.max(now + Duration::from_millis(10)));
         }
         if let ChildSlot::Backoff { until } = &self.child {
             t = t.min(*until);
@@ -423,7 +430,6 @@ impl Daemon {
                 );
                 s.killed = true;
                 let _ = child.kill().await;
-                self.metrics.child_killed(&self.cfg.primary);
             }
             if self.cfg.child.mode == Mode::WhileLeader {
                 self.reconcile_while_leader(&state, now, false).await;
@@ -432,9 +438,12 @@ impl Daemon {
         }
 
         // --acquire-timeout: give up when not leading in time (0: one attempt).
+        if state.tenure.is_some() {
+            self.acquired_once = true;
+        }
         if let Some(by) = acquire_by
+            && !self.acquired_once
             && !leading
-            && state.tenure.is_none()
         {
             let tried_once = state.rounds >= 1;
             let zero = self.cfg.acquire_timeout == Some(Duration::ZERO);
@@ -516,8 +525,10 @@ impl Daemon {
                 let same_tenure = state.tenure.as_ref().map(|t| t.seq) == *seq;
                 if leading && same_tenure && !*stopping {
                     let t = state.tenure.as_ref().expect("leading implies a tenure");
-                    if let Err(e) = child.arm(t.stop_at, t.valid_until).await {
-                        tracing::warn!(error = %e, "cannot extend the child's deadline");
+                    match child.arm(t.stop_at, t.valid_until).await {
+                        // Exited: its exit report is on the way.
+                        Ok(()) | Err(SupervisorError::Gone) => {}
+                        Err(e) => tracing::warn!(error = %e, "cannot extend the child's deadline"),
                     }
                 } else if !*stopping {
                     // Lost the lease (or a new tenure began without us
@@ -579,16 +590,9 @@ impl Daemon {
                 .map_or(0, |e| e.lease_duration.as_millis() as u64);
             env.push(("LEADERD_LEASE_MS".to_owned(), lease_ms.to_string()));
         }
-        let guard_exe = match std::env::current_exe() {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot find our own executable to start the guard");
-                self.child = ChildSlot::Backoff {
-                    until: self.clock.now() + RESTART_CAP,
-                };
-                return;
-            }
-        };
+        // The running binary itself, even if a package upgrade replaced the
+        // file since we started.
+        let guard_exe = std::path::PathBuf::from("/proc/self/exe");
         let spec = ChildSpec {
             command: cfg.command.clone(),
             env,
@@ -636,6 +640,9 @@ impl Daemon {
         let ran_for = self.clock.now() - started;
         self.metrics
             .child_exited(&self.cfg.primary, status.reason());
+        if matches!(status, ChildExit::Killed) {
+            self.metrics.child_killed(&self.cfg.primary);
+        }
         self.last_exit = Some(status);
         tracing::info!(
             exit_code = status.exit_code(),
@@ -719,7 +726,9 @@ impl Daemon {
                             tracing::warn!(error = %e, "cannot forward the signal to the child");
                         }
                     } else {
+                        // Nothing runs (maybe a restart was pending): exit 0.
                         self.child = ChildSlot::Idle;
+                        self.last_exit = None;
                     }
                 }
                 Some(s) => {

@@ -12,7 +12,7 @@
 //!   child subreaper, so the job's orphans are reparented to it;
 //! - enforces the last deadline leaderd armed, on `CLOCK_BOOTTIME` (a timerfd
 //!   with an absolute expiry, so suspend and resume are counted): the stop
-//!   signal to the group at `stop_at`, SIGKILL at `kill_at`;
+//!   signal (then SIGCONT) to the group at `stop_at`, SIGKILL at `kill_at`;
 //! - SIGKILLs everything the moment the control socket closes (leaderd died,
 //!   even by SIGKILL);
 //! - reports the child's exit, then kills and reaps every remaining member of
@@ -533,7 +533,7 @@ impl Guard {
                 Err(_) => eprintln!("leaderd guard: ignoring unknown signal number {n}"),
             },
             Request::Stop { grace } => {
-                self.signal_group(self.stop_signal);
+                self.stop_group();
                 let kill_at = boot_now() + grace;
                 self.stop_kill_at = Some(self.stop_kill_at.map_or(kill_at, |k| k.min(kill_at)));
             }
@@ -556,7 +556,7 @@ impl Guard {
             && now >= stop_at
         {
             self.lease_stop_sent = true;
-            self.signal_group(self.stop_signal);
+            self.stop_group();
             // A stop is not undone by a later re-arm: the kill stays at the
             // validity leaderd promised when the stop began.
             self.stop_kill_at = Some(self.stop_kill_at.map_or(kill_at, |k| k.min(kill_at)));
@@ -582,16 +582,28 @@ impl Guard {
             (a, b) => a.or(b),
         };
         match next {
-            // An all-zero expiry would disarm the timer; boot time is never 0.
+            // Relative expiry on CLOCK_BOOTTIME (still counts suspend; every
+            // wake re-checks and re-arms). Not TFD_TIMER_ABSTIME: libfaketime
+            // shifts absolute expiries by its wall-clock offset even for
+            // CLOCK_BOOTTIME, which made the kill late or the loop spin in the
+            // wall-clock-shift tests. A zero expiry would disarm the timer.
             Some(at) => self.timer.set(
                 Expiration::OneShot(TimeSpec::from_duration(
-                    at.since_origin().max(Duration::from_nanos(1)),
+                    at.saturating_since(crate::clock::boot_now())
+                        .max(Duration::from_nanos(1)),
                 )),
-                TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                TimerSetTimeFlags::empty(),
             )?,
             None => self.timer.unset()?,
         }
         Ok(())
+    }
+
+    /// The stop signal, then SIGCONT: a stopped process runs no handler, so
+    /// without it a job someone paused would sit out the whole grace.
+    fn stop_group(&self) {
+        self.signal_group(self.stop_signal);
+        self.signal_group(Signal::SIGCONT);
     }
 
     fn signal_group(&self, sig: Signal) {

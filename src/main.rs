@@ -19,6 +19,10 @@ use leaderd::shutdown::Signals;
 const TOOL_BUDGET: Duration = Duration::from_secs(10);
 
 fn main() {
+    // As PID 1 (a container's init), fork first, before any thread exists:
+    // PID 1 then only reaps zombies and forwards signals, and this process
+    // goes on as leaderd.
+    leaderd::reaper::init_if_pid1();
     // The guard (`leaderd __guard`, started by leaderd itself for each child)
     // runs before anything else: no async runtime, no threads.
     if std::env::args_os()
@@ -27,9 +31,6 @@ fn main() {
     {
         std::process::exit(leaderd::guard::main());
     }
-    // As PID 1 (a container's init), fork so that PID 1 only reaps zombies
-    // and forwards signals; this process goes on as leaderd.
-    leaderd::reaper::init_if_pid1();
     // SAFETY: first thing in main: no other thread exists yet.
     let notifier = unsafe { Notifier::from_env() };
     let cli = cli::parse().unwrap_or_else(|e| e.exit());
@@ -103,12 +104,8 @@ async fn status(args: StatusArgs) -> Result<(), ToolError> {
     let store = daemon::open_store(&cfg.store)
         .await
         .map_err(|e| ToolError(EX_UNAVAILABLE, e))?;
-    let names = if args.elections.is_empty() {
-        cfg.elections.clone()
-    } else {
-        args.elections.clone()
-    };
-    let rows = leaderd::cli::status::collect(store.as_ref(), &names, TOOL_BUDGET)
+    // No names: every election in the store.
+    let rows = leaderd::cli::status::collect(store.as_ref(), &args.elections, TOOL_BUDGET)
         .await
         .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
     if args.json {

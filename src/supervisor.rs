@@ -312,7 +312,7 @@ impl Child {
                                 pid = self.pid,
                                 "the guard process died; killing the child's process group"
                             );
-                            //MUT
+                            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
                             self.exit = Some(ChildExit::Killed);
                         }
                     }

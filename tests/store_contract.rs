@@ -503,6 +503,35 @@ mod contract {
         assert_eq!(read(&store, &absent).await, Record::Absent);
     }
 
+    /// A malformed item whose rvn and holder still match is not renewed or
+    /// taken over: only `Unchanged` may overwrite it (DESIGN §1).
+    pub async fn renew_refuses_a_malformed_item(b: &dyn Backend) {
+        let store = b.store().await;
+        let election = common::unique_name("corrupt");
+        b.put_raw(
+            &election,
+            &spoiled("fencing_token", Some(RawValue::S("forty-one"))),
+        )
+        .await;
+        expect_malformed(read(&store, &election).await);
+        let mine = lease(&election, "other-tool", 42);
+        let renew = Condition::HeldBy {
+            rvn: "raw-rvn-1".into(),
+            holder: "other-tool".into(),
+        };
+        assert_condition_failed(
+            store.put(&mine, &renew, BUDGET).await,
+            "renew of a malformed item",
+        );
+        assert_condition_failed(
+            store
+                .put(&mine, &Condition::RvnIs("raw-rvn-1".into()), BUDGET)
+                .await,
+            "take-over of a malformed item",
+        );
+        expect_malformed(read(&store, &election).await);
+    }
+
     /// A missing table is its own clear error for every operation.
     pub async fn missing_table(b: &dyn Backend) {
         let store = b.store_without_table().await;
@@ -564,6 +593,11 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn malformed_overwrite_only_while_unchanged() {
                 contract::malformed_overwrite_only_while_unchanged(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn renew_refuses_a_malformed_item() {
+                contract::renew_refuses_a_malformed_item(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -22,7 +22,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
@@ -663,41 +663,39 @@ where
         SdkError::TimeoutError(_) => StoreError::Timeout(budget),
         SdkError::DispatchFailure(df) => {
             if chain(err).any(is_credentials_error) {
-                return StoreError::Credentials(format!("{}", DisplayErrorContext(err)));
+                return StoreError::Credentials(describe(err));
             }
             if chain(err).any(is_connect_error) {
                 // Nothing reached the server.
-                return StoreError::Transport(format!("{}", DisplayErrorContext(err)));
+                return StoreError::Transport(describe(err));
             }
             match df.as_connector_error() {
-                Some(c) if c.is_user() => {
-                    StoreError::Other(format!("{}", DisplayErrorContext(err)))
-                }
+                Some(c) if c.is_user() => StoreError::Other(describe(err)),
                 Some(c) if c.is_timeout() => StoreError::Timeout(budget),
                 // The connection broke after it was established: the request
                 // may have been sent and applied. Only a read-back can tell.
                 _ => StoreError::Server(format!(
                     "connection lost after sending the request (it may have been applied): {}",
-                    DisplayErrorContext(err)
+                    describe(err)
                 )),
             }
         }
         SdkError::ResponseError(re) => {
             let status = re.raw().status().as_u16();
             if status == 429 {
-                StoreError::Throttled(format!("HTTP 429: {}", DisplayErrorContext(err)))
+                StoreError::Throttled(format!("HTTP 429: {}", describe(err)))
             } else {
                 // The server got the request; its answer was unreadable.
                 StoreError::Server(format!(
                     "unreadable answer (HTTP {status}): {}",
-                    DisplayErrorContext(err)
+                    describe(err)
                 ))
             }
         }
         SdkError::ConstructionFailure(_) if chain(err).any(is_credentials_error) => {
-            StoreError::Credentials(format!("{}", DisplayErrorContext(err)))
+            StoreError::Credentials(describe(err))
         }
-        _ => StoreError::Other(format!("{}", DisplayErrorContext(err))),
+        _ => StoreError::Other(describe(err)),
     }
 }
 
@@ -750,6 +748,19 @@ fn chain<'a>(
         Some(io) => io.get_ref().map(|p| p as &(dyn StdError + 'static)),
         None => e.source(),
     })
+}
+
+/// One line for logs: each cause's message once, outermost first (the SDK's
+/// own `DisplayErrorContext` appends a multi-line debug dump).
+fn describe(err: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for e in chain(err) {
+        let text = e.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
 }
 
 fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
@@ -1114,17 +1125,29 @@ fn condition_expression(condition: &Condition) -> Result<ConditionExpression, St
             names: names(&[("#e", KEY)]),
             values: None,
         },
+        // The numeric attributes' types are part of the condition: an item
+        // another tool corrupted (DESIGN §1) is malformed, and only
+        // `Unchanged` may overwrite it, as in every other store.
         Condition::RvnIs(rvn) => ConditionExpression {
-            expression: "#r = :r",
-            names: names(&[("#r", "rvn")]),
-            values: Some(HashMap::from([(":r".to_owned(), s(rvn))])),
+            expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n)",
+            names: names(&[("#r", "rvn"), ("#t", "fencing_token"), ("#l", "lease_ms")]),
+            values: Some(HashMap::from([
+                (":r".to_owned(), s(rvn)),
+                (":n".to_owned(), s("N")),
+            ])),
         },
         Condition::HeldBy { rvn, holder } => ConditionExpression {
-            expression: "#r = :r AND #h = :h",
-            names: names(&[("#r", "rvn"), ("#h", "holder")]),
+            expression: "#r = :r AND #h = :h AND attribute_type(#t, :n) AND attribute_type(#l, :n)",
+            names: names(&[
+                ("#r", "rvn"),
+                ("#h", "holder"),
+                ("#t", "fencing_token"),
+                ("#l", "lease_ms"),
+            ]),
             values: Some(HashMap::from([
                 (":r".to_owned(), s(rvn)),
                 (":h".to_owned(), s(holder)),
+                (":n".to_owned(), s("N")),
             ])),
         },
         Condition::Unchanged(RvnGuard::Raw(raw)) => {
