@@ -557,6 +557,16 @@ pub fn status_kib(pid: i32, field: &str) -> Option<u64> {
     })
 }
 
+/// A field of `/proc/PID/smaps_rollup` in KiB (`Pss`: resident pages, each
+/// shared page divided among the processes that map it).
+pub fn smaps_kib(pid: i32, field: &str) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup.lines().find_map(|line| {
+        let value = line.strip_prefix(field)?.strip_prefix(':')?;
+        value.split_whitespace().next()?.parse().ok()
+    })
+}
+
 /// Processes whose parent is `pid`: (pid, command name).
 pub fn children_of(pid: i32) -> Vec<(i32, String)> {
     let mut found = Vec::new();

@@ -12,7 +12,7 @@ use rand::Rng as _;
 
 use crate::harness::{
     Env, Instance, JobLog, Watcher, children_of, cpu_seconds, http_get, mono_ns, ms_between, poll,
-    sleep_until, status_kib,
+    sleep_until, smaps_kib, status_kib,
 };
 use crate::proxy::FaultProxy;
 use crate::{D, L, M, P, R};
@@ -366,6 +366,9 @@ pub struct Footprint {
     /// leaderd's RSS at the end, KiB: total, anonymous (heap, stacks),
     /// file-backed (the mapped binary and libraries).
     pub rss_kib: (u64, u64, u64),
+    /// Proportional set size at the end, KiB: leaderd, and its helpers
+    /// together (the guard is the same binary, so they share its pages).
+    pub pss_kib: (u64, u64),
     /// leaderd's threads and open sockets at the end.
     pub threads_fds: (u64, usize),
     /// leaderd's CPU seconds per minute over the quiet window.
@@ -380,6 +383,8 @@ pub struct Footprint {
     pub renewals: (f64, f64),
     /// Renewals that did not succeed (`lost`, `timeout`, ...), whole run.
     pub renew_failures: f64,
+    /// Those failures by result label (`timeout: 40`, ...).
+    pub renew_failure_kinds: Vec<String>,
     /// Slowest renew request, as the upper bound of its histogram bucket (s).
     pub slowest_renew_bucket: Option<f64>,
     /// Worst renewal delay seen by sampling `/status` (ms), how many samples.
@@ -401,8 +406,16 @@ pub fn footprint(
 ) -> Result<Footprint, String> {
     let label = format!("fp{n}-{}", tag());
     let elections: Vec<String> = (0..n).map(|i| format!("{label}-{i:04}")).collect();
-    let proxy = FaultProxy::start(store);
-    let config = env.write_config(&format!("{label}.toml"), &proxy.endpoint(), &elections)?;
+    // Straight to the emulator, no proxy: with hundreds of pooled
+    // connections a proxy that forwards on an upstream connection the
+    // emulator has closed as idle resets the client, a failure real
+    // DynamoDB traffic would not see at that rate. Requests are counted by
+    // leaderd's own histogram instead.
+    let config = env.write_config(
+        &format!("{label}.toml"),
+        &format!("http://{store}"),
+        &elections,
+    )?;
     let command: Vec<String> = vec!["sleep".into(), "86400".into()];
     let mut instance = Instance::start(env, &label, &config, &command)?;
     instance.wait_http(Duration::from_secs(30))?;
@@ -446,14 +459,13 @@ pub fn footprint(
         .into_iter()
         .filter(|(_, name)| name != "sleep")
         .collect();
-    let renew_ok_before = renew_ok_total(instance.port)?;
+    let (renew_ok_before, requests_before) = renew_ok_total(instance.port)?;
     let t_metrics0 = mono_ns();
     let cpu0 = cpu_seconds(pid, clock_ticks).ok_or("cannot read leaderd's /proc stat")?;
     let helper_cpu0: Vec<f64> = helpers
         .iter()
         .map(|(p, _)| cpu_seconds(*p, clock_ticks).unwrap_or(0.0))
         .collect();
-    proxy.clear_counts();
     let t0 = mono_ns();
     std::thread::sleep(window);
     let cpu1 = cpu_seconds(pid, clock_ticks).ok_or("leaderd exited during the window")?;
@@ -462,8 +474,14 @@ pub fn footprint(
         .map(|(p, _)| cpu_seconds(*p, clock_ticks).unwrap_or(0.0))
         .collect();
     let t1 = mono_ns();
-    let counts = proxy.counts();
-    let renew_ok_after = renew_ok_total(instance.port)?;
+    let (renew_ok_after, requests_after) = renew_ok_total(instance.port)?;
+    let counts: BTreeMap<String, f64> = requests_after
+        .into_iter()
+        .map(|(op, n)| {
+            let before = requests_before.get(&op).copied().unwrap_or(0.0);
+            (op, n - before)
+        })
+        .collect();
     let t_metrics1 = mono_ns();
     let minutes = ms_between(t0, t1) / 60e3;
 
@@ -500,6 +518,16 @@ pub fn footprint(
         .get("/metrics")
         .map(|(_, body)| body)
         .ok_or("leaderd does not answer /metrics")?;
+    let renew_failure_kinds = ["lost", "throttled", "timeout", "error"]
+        .iter()
+        .filter_map(|result| {
+            let label = format!("result=\"{result}\"");
+            let n = metric_sum(&metrics, "leaderd_renew_total", |labels| {
+                labels.contains(&label)
+            });
+            (n > 0.0).then(|| format!("{result}: {n}"))
+        })
+        .collect();
     let renew_failures = metric_sum(&metrics, "leaderd_renew_total", |labels| {
         !labels.contains("result=\"ok\"")
     });
@@ -509,6 +537,13 @@ pub fn footprint(
         status_kib(pid, "VmRSS").ok_or("cannot read leaderd's VmRSS")?,
         status_kib(pid, "RssAnon").unwrap_or(0),
         status_kib(pid, "RssFile").unwrap_or(0),
+    );
+    let pss_kib = (
+        smaps_kib(pid, "Pss").unwrap_or(0),
+        helpers
+            .iter()
+            .map(|(p, _)| smaps_kib(*p, "Pss").unwrap_or(0))
+            .sum(),
     );
     let threads_fds = (
         status_kib(pid, "Threads").unwrap_or(0),
@@ -539,6 +574,7 @@ pub fn footprint(
         lead_all_ms,
         hwm_kib,
         rss_kib,
+        pss_kib,
         threads_fds,
         cpu_per_min: (cpu1 - cpu0) / minutes,
         helpers,
@@ -548,6 +584,7 @@ pub fn footprint(
             .collect(),
         renewals: (renew_ok_after - renew_ok_before, renewal_room),
         renew_failures,
+        renew_failure_kinds,
         slowest_renew_bucket,
         worst_delay_ms,
         samples: (samples, not_leading),
@@ -555,11 +592,29 @@ pub fn footprint(
     })
 }
 
-fn renew_ok_total(port: u16) -> Result<f64, String> {
+/// Successful renewals, and store requests by engine operation (`renew`,
+/// `read`, ...), summed over every election.
+fn renew_ok_total(port: u16) -> Result<(f64, BTreeMap<String, f64>), String> {
     let (_, body) = http_get(port, "/metrics").ok_or("leaderd does not answer /metrics")?;
-    Ok(metric_sum(&body, "leaderd_renew_total", |labels| {
+    let ok = metric_sum(&body, "leaderd_renew_total", |labels| {
         labels.contains("result=\"ok\"")
-    }))
+    });
+    let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("leaderd_store_request_duration_seconds_count{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let op = labels
+            .split(',')
+            .find_map(|pair| pair.strip_prefix("op=\"")?.strip_suffix('"'));
+        if let (Some(op), Ok(n)) = (op, value.trim().parse::<f64>()) {
+            *by_op.entry(op.to_owned()).or_default() += n;
+        }
+    }
+    Ok((ok, by_op))
 }
 
 /// Sum of the samples of `name` whose label set passes `filter`.
