@@ -580,7 +580,7 @@ pub fn footprint(
         helpers,
         requests_per_min: counts
             .into_iter()
-            .map(|(op, c)| (op, c as f64 / minutes))
+            .map(|(op, c)| (op, c / minutes))
             .collect(),
         renewals: (renew_ok_after - renew_ok_before, renewal_room),
         renew_failures,
