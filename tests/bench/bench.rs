@@ -1,0 +1,884 @@
+//! The leaderd benchmark: failover time, store cost at rest, footprint,
+//! start-up time and binary size, each printed next to its floor and its
+//! target. docs/benchmarks.md publishes a run of it.
+//!
+//! ```text
+//! cargo build --release
+//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,cost,footprint,startup,size]
+//! ```
+//!
+//! It runs the release `leaderd` binary (target/release/leaderd, or under
+//! CARGO_TARGET_DIR) against a DynamoDB Local it starts itself, each instance
+//! behind its own counting proxy (tests/support/proxy.rs), with
+//! tests/support/job.py as the child: the child writes a CLOCK_MONOTONIC
+//! timestamp when it starts, the same clock the benchmark reads when it sends
+//! a signal. The report (Markdown) goes to stdout, progress to stderr.
+
+mod dynamo_local;
+mod harness;
+#[allow(dead_code)] // the benchmark uses the proxy's request counts only
+#[path = "../support/proxy.rs"]
+mod proxy;
+mod scenarios;
+mod stats;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, ValueEnum};
+
+use harness::Env;
+use scenarios::{Departure, FailoverTrial, Footprint, RestCost, Startup};
+use stats::{HEADER_S, Summary};
+
+/// L: lease duration.
+pub const L: Duration = Duration::from_secs(10);
+/// R: renew interval (the default, L/2).
+pub const R: Duration = Duration::from_secs(5);
+/// P: follower poll and renew retry interval.
+pub const P: Duration = Duration::from_secs(1);
+/// D: tolerated clock drift (the default).
+pub const D: f64 = 0.01;
+/// M: safety margin (the default).
+pub const M: Duration = Duration::from_millis(200);
+
+/// Instances per failover cluster: the leader and two followers.
+const CLUSTER: usize = 3;
+
+/// Acceptance targets of issue 7.
+const CRASH_MAX_TARGET_S: f64 = 11.5;
+const GRACEFUL_MEDIAN_TARGET_S: f64 = 1.2;
+const RSS_ONE_TARGET_MIB: f64 = 15.0;
+const RSS_THOUSAND_TARGET_MIB: f64 = 64.0;
+const CPU_THOUSAND_TARGET: f64 = 3.0;
+const BINARY_TARGET_MIB: f64 = 12.0;
+
+#[derive(Debug, Parser)]
+#[command(about = "Measure leaderd's failover time, store cost and footprint")]
+struct Args {
+    /// Fewer trials and shorter windows: for trying the benchmark out, not
+    /// for publishing figures.
+    #[arg(long)]
+    quick: bool,
+    /// Trials per failover scenario [default: 20, 5 with --quick].
+    #[arg(long, value_name = "N")]
+    trials: Option<usize>,
+    /// Run only these scenarios [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    only: Vec<Scenario>,
+    /// The leaderd binary [default: target/release/leaderd].
+    #[arg(long, value_name = "PATH")]
+    leaderd: Option<PathBuf>,
+    /// Keep the working directory (configs, logs, child histories).
+    #[arg(long)]
+    keep: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+enum Scenario {
+    Crash,
+    Graceful,
+    Cost,
+    Footprint,
+    Startup,
+    Size,
+}
+
+/// Windows and counts for one run.
+struct Plan {
+    trials: usize,
+    rest_window: Duration,
+    cpu_window: Duration,
+    sample_window: Duration,
+    startups: usize,
+    elections: Vec<usize>,
+}
+
+impl Plan {
+    fn new(args: &Args) -> Plan {
+        let (trials, rest, cpu, sample, startups) = if args.quick {
+            (5, 30, 20, 10, 3)
+        } else {
+            (20, 120, 60, 30, 10)
+        };
+        Plan {
+            trials: args.trials.unwrap_or(trials),
+            rest_window: Duration::from_secs(rest),
+            cpu_window: Duration::from_secs(cpu),
+            sample_window: Duration::from_secs(sample),
+            startups,
+            elections: vec![1, 100, 1000],
+        }
+    }
+}
+
+/// One line of the acceptance summary.
+struct Verdict {
+    figure: String,
+    target: String,
+    measured: String,
+    /// How far inside (positive) or outside (negative) the target, in words.
+    margin: String,
+    pass: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs the selected scenarios; `Ok(false)` if one of them failed to run.
+fn run(args: &Args) -> Result<bool, String> {
+    let plan = Plan::new(args);
+    if plan.trials == 0 {
+        return Err("--trials must be at least 1".into());
+    }
+    let selected = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
+    let bin = match &args.leaderd {
+        Some(path) => path.clone(),
+        None => default_binary(),
+    };
+    check_binary(&bin)?;
+    let job_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/job.py");
+    if !job_py.is_file() {
+        return Err(format!("{} is missing", job_py.display()));
+    }
+    let workdir = tempfile::Builder::new()
+        .prefix("leaderd-bench-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a working directory: {e}"))?;
+    eprintln!("bench: working directory {}", workdir.path().display());
+
+    let mut out = String::new();
+    let mut verdicts = Vec::new();
+    let mut failed = false;
+    header(&mut out, args, &bin);
+
+    let needs_store = [
+        Scenario::Crash,
+        Scenario::Graceful,
+        Scenario::Cost,
+        Scenario::Footprint,
+        Scenario::Startup,
+    ]
+    .into_iter()
+    .any(selected);
+    if needs_store {
+        eprintln!("bench: starting DynamoDB Local");
+        let store = dynamo_local::DynamoLocal::start(workdir.path())?;
+        let env = Env {
+            bin: bin.clone(),
+            dir: workdir.path().to_path_buf(),
+            table: "leaderd_bench".into(),
+            job_py,
+            python: harness::python()?,
+        };
+        let table_config =
+            env.write_config("table.toml", &format!("http://{}", store.addr), &[])?;
+        env.create_table(&table_config)?;
+        let clock_ticks = harness::clock_ticks()?;
+
+        let mut section = |name: &str, result: Result<(), String>| {
+            if let Err(e) = result {
+                eprintln!("bench: {name} failed: {e}");
+                let _ = writeln!(out, "## {name}\n\nFAILED: {e}\n");
+                failed = true;
+            }
+        };
+        let mut body = String::new();
+        if selected(Scenario::Crash) {
+            eprintln!("bench: crash failover, {} trials", plan.trials);
+            let r = scenarios::failover(&env, store.addr, Departure::Crash, plan.trials, CLUSTER)
+                .map(|trials| report_crash(&mut body, &mut verdicts, &trials));
+            section("Crash failover", r);
+        }
+        if selected(Scenario::Graceful) {
+            eprintln!("bench: graceful handover, {} trials", plan.trials);
+            let r =
+                scenarios::failover(&env, store.addr, Departure::Graceful, plan.trials, CLUSTER)
+                    .map(|trials| report_graceful(&mut body, &mut verdicts, &trials));
+            section("Graceful handover", r);
+        }
+        if selected(Scenario::Cost) {
+            eprintln!("bench: store cost at rest over {:?}", plan.rest_window);
+            let r = scenarios::cost_at_rest(&env, store.addr, plan.rest_window, CLUSTER)
+                .map(|costs| report_cost(&mut body, &mut verdicts, &costs, plan.rest_window));
+            section("Store cost at rest", r);
+        }
+        if selected(Scenario::Footprint) {
+            let mut footprints = Vec::new();
+            let mut result = Ok(());
+            for &n in &plan.elections {
+                eprintln!("bench: footprint with {n} elections");
+                match scenarios::footprint(
+                    &env,
+                    store.addr,
+                    n,
+                    plan.cpu_window,
+                    plan.sample_window,
+                    clock_ticks,
+                ) {
+                    Ok(f) => footprints.push(f),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            report_footprint(&mut body, &mut verdicts, &footprints, &plan);
+            section("Footprint", result);
+        }
+        if selected(Scenario::Startup) {
+            eprintln!("bench: start to leading, {} trials", plan.startups);
+            let r = scenarios::startup(&env, store.addr, plan.startups)
+                .map(|starts| report_startup(&mut body, &starts));
+            section("Start to leading", r);
+        }
+        out.push_str(&body);
+    }
+    if selected(Scenario::Size) {
+        report_size(&mut out, &mut verdicts, &bin)?;
+    }
+    report_verdicts(&mut out, &verdicts);
+    println!("{out}");
+
+    if args.keep || failed {
+        let kept = workdir.keep();
+        eprintln!("bench: logs kept in {}", kept.display());
+    }
+    Ok(!failed)
+}
+
+fn default_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("release/leaderd")
+}
+
+/// The binary must exist and be newer than every source file, so the figures
+/// are those of the code in the tree.
+fn check_binary(bin: &Path) -> Result<(), String> {
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .map_err(|e| {
+            format!(
+                "no leaderd binary at {} ({e}); build it with `cargo build --release`",
+                bin.display()
+            )
+        })?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    let mut stack = vec![
+        root.join("src"),
+        root.join("Cargo.toml"),
+        root.join("Cargo.lock"),
+    ];
+    while let Some(path) = stack.pop() {
+        if let Ok(entries) = std::fs::read_dir(&path) {
+            stack.extend(entries.flatten().map(|e| e.path()));
+        } else if let Ok(modified) = std::fs::metadata(&path).and_then(|m| m.modified()) {
+            if newest.as_ref().is_none_or(|(t, _)| modified > *t) {
+                newest = Some((modified, path));
+            }
+        }
+    }
+    match newest {
+        Some((modified, path)) if modified > built => Err(format!(
+            "{} is older than {}; rebuild it with `cargo build --release`",
+            bin.display(),
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn header(out: &mut String, args: &Args, bin: &Path) {
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let kib: f64 = l
+                    .strip_prefix("MemTotal:")?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some(format!("{:.1} GiB", kib / 1024.0 / 1024.0))
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let version = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "# leaderd benchmark{}\n",
+        if args.quick {
+            " (--quick: not for publishing)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "- command: `cargo run --release --example bench -- {}`",
+        command.join(" ")
+    );
+    let _ = writeln!(out, "- binary: `{}` ({version})", bin.display());
+    let _ = writeln!(
+        out,
+        "- machine: {cores} CPUs ({cpu}), {memory} memory, Linux {}",
+        kernel.trim()
+    );
+    let _ = writeln!(
+        out,
+        "- load average at start: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let _ = writeln!(
+        out,
+        "- timing: L = {} s, R = {} s, P = {} s, D = {} %, M = {} ms, G = 2 s (kill grace, default)",
+        L.as_secs(),
+        R.as_secs(),
+        P.as_secs(),
+        D * 100.0,
+        M.as_millis()
+    );
+    let _ = writeln!(
+        out,
+        "- store: DynamoDB Local (in memory) on loopback; every leaderd talks to it through its own counting proxy; child: tests/support/job.py (`sleep` for the footprint)\n"
+    );
+}
+
+fn summary_row(out: &mut String, label: &str, values: impl Iterator<Item = f64>) {
+    let values: Vec<f64> = values.collect();
+    if let Some(s) = Summary::of(&values) {
+        let _ = writeln!(out, "{}", s.row_s(label));
+    }
+}
+
+fn report_crash(out: &mut String, verdicts: &mut Vec<Verdict>, trials: &[FailoverTrial]) {
+    let l_ms = L.as_secs_f64() * 1e3;
+    let _ = writeln!(out, "## Crash failover\n");
+    let _ = writeln!(
+        out,
+        "`kill -9` of the leader's leaderd at a random point of its renewal cycle → the new leader's child writes its `start` line. {CLUSTER} instances; the killed one comes back as a follower before the next trial.\n"
+    );
+    let _ = writeln!(out, "{HEADER_S}");
+    summary_row(
+        out,
+        "kill → new child started",
+        trials.iter().map(|t| t.total),
+    );
+    summary_row(
+        out,
+        "kill → takeover write",
+        trials.iter().map(|t| t.takeover),
+    );
+    summary_row(
+        out,
+        "takeover write → child started",
+        trials.iter().map(|t| t.total - t.takeover),
+    );
+    summary_row(
+        out,
+        "kill after the last renewal (phase)",
+        trials.iter().filter_map(|t| t.phase),
+    );
+    summary_row(
+        out,
+        "floor: L·(1+D) − phase",
+        trials.iter().filter_map(|t| t.floor),
+    );
+    summary_row(
+        out,
+        "above the floor: total − floor",
+        trials.iter().filter_map(|t| t.floor.map(|f| t.total - f)),
+    );
+    let _ = writeln!(
+        out,
+        "\nFloor: a follower may take over only once the last rvn it saw stayed unchanged for L·(1+D) = {:.1} s on its own clock, so no failover beats L·(1+D) − (time from the last renewal to the crash): between L·(1+D) − R = {:.1} s (crash just before a renewal) and L·(1+D) = {:.1} s (just after). \
+         The follower starts that wait when its poll first shows the renewed rvn, which adds 0 to P = {} s; then come a takeover write and the child's exec. So the excess over the floor should lie between 0 and P plus a few tens of milliseconds; the worst case overall is L·(1+D) + P ≈ {:.1} s plus that.",
+        l_ms * (1.0 + D) / 1e3,
+        (l_ms * (1.0 + D) - R.as_secs_f64() * 1e3) / 1e3,
+        l_ms * (1.0 + D) / 1e3,
+        P.as_secs(),
+        (l_ms * (1.0 + D) + P.as_secs_f64() * 1e3) / 1e3
+    );
+    if let Some(s) = Summary::of(&trials.iter().map(|t| t.total).collect::<Vec<_>>()) {
+        let max = s.max / 1e3;
+        verdicts.push(verdict(
+            "crash failover, max",
+            CRASH_MAX_TARGET_S,
+            max,
+            "s",
+            trials.len(),
+        ));
+    }
+    out.push('\n');
+}
+
+fn report_graceful(out: &mut String, verdicts: &mut Vec<Verdict>, trials: &[FailoverTrial]) {
+    let _ = writeln!(out, "## Graceful handover\n");
+    let _ = writeln!(
+        out,
+        "SIGTERM to the leader's leaderd (it stops its child, releases the lease, exits) at a random moment → the new leader's child writes its `start` line. {CLUSTER} instances.\n"
+    );
+    let _ = writeln!(out, "{HEADER_S}");
+    summary_row(
+        out,
+        "SIGTERM → new child started",
+        trials.iter().map(|t| t.total),
+    );
+    summary_row(
+        out,
+        "SIGTERM → release write",
+        trials.iter().filter_map(|t| t.release),
+    );
+    summary_row(
+        out,
+        "release write → takeover write",
+        trials
+            .iter()
+            .filter_map(|t| t.release.map(|r| t.takeover - r)),
+    );
+    summary_row(
+        out,
+        "takeover write → child started",
+        trials.iter().map(|t| t.total - t.takeover),
+    );
+    let missing = trials.iter().filter(|t| t.release.is_none()).count();
+    if missing > 0 {
+        let _ = writeln!(
+            out,
+            "\n{missing} trial(s) showed no release write before the takeover."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nFloor: followers see the released record at their next poll, up to one poll interval P = {} s after the release (with two followers polling at independent phases the wait is shorter on average). \
+         Before it: the child's stop and the release write; after it: the takeover write and the child's exec.",
+        P.as_secs()
+    );
+    if let Some(s) = Summary::of(&trials.iter().map(|t| t.total).collect::<Vec<_>>()) {
+        let _ = writeln!(
+            out,
+            "Median {:.3} s against one poll interval: {:+.3} s.",
+            s.median / 1e3,
+            s.median / 1e3 - P.as_secs_f64()
+        );
+        verdicts.push(verdict(
+            "graceful handover, median",
+            GRACEFUL_MEDIAN_TARGET_S,
+            s.median / 1e3,
+            "s",
+            trials.len(),
+        ));
+    }
+    out.push('\n');
+}
+
+fn report_cost(
+    out: &mut String,
+    verdicts: &mut Vec<Verdict>,
+    costs: &[RestCost],
+    window: Duration,
+) {
+    let leader_floor = 60.0 / R.as_secs_f64();
+    let follower_floor = 60.0 / P.as_secs_f64();
+    let minutes = window.as_secs_f64() / 60.0;
+    // A window of finite length counts whole requests: ±1 per window.
+    let slack = 1.0 / minutes;
+    let _ = writeln!(out, "## Store cost at rest\n");
+    let _ = writeln!(
+        out,
+        "One election, {CLUSTER} instances, counted by each instance's proxy over {:.0} s with no leadership change (requests per minute; one election, so also per election). \
+         Counting whole requests in a finite window is exact to ±{slack:.2}/min.\n",
+        window.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| instance | role | GetItem/min | PutItem/min | other/min | floor/min | beyond the floor/min |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+    let mut worst_excess: f64 = 0.0;
+    for (i, cost) in costs.iter().enumerate() {
+        let get = cost.per_minute.get("GetItem").copied().unwrap_or(0.0);
+        let put = cost.per_minute.get("PutItem").copied().unwrap_or(0.0);
+        let other: f64 = cost
+            .per_minute
+            .iter()
+            .filter(|(op, _)| op.as_str() != "GetItem" && op.as_str() != "PutItem")
+            .fold(0.0, |sum, (_, n)| sum + n);
+        let (role, floor, needed) = if cost.leader {
+            ("leader", format!("{leader_floor:.0} writes"), put)
+        } else {
+            ("follower", format!("{follower_floor:.0} reads"), get)
+        };
+        // Anything but the needed kind of request is beyond the floor.
+        let excess = if cost.leader {
+            (put - leader_floor).max(0.0) + get + other
+        } else {
+            (get - follower_floor).max(0.0) + put + other
+        };
+        let _ = needed;
+        worst_excess = worst_excess.max(excess);
+        let _ = writeln!(
+            out,
+            "| {} | {role} | {get:.2} | {put:.2} | {other:.2} | {floor} | {excess:.2} |",
+            (b'a' + i as u8) as char
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nFloor: a leader must write once per R ({leader_floor:.0}/min) to keep its lease, a follower must read once per P ({follower_floor:.0}/min) to notice a crash or a release. \
+         Reads and writes are both charged per request in DynamoDB on-demand mode (a strongly consistent read of an item under 4 KB is one read request unit, a write under 1 KB one write request unit).\n"
+    );
+    verdicts.push(Verdict {
+        figure: "at rest: requests beyond 60/R writes (leader), 60/P reads (follower)".into(),
+        target: format!("none (±{slack:.2}/min counting)"),
+        measured: format!("{worst_excess:.2}/min"),
+        margin: if worst_excess <= slack {
+            "at the floor".into()
+        } else {
+            format!("{:.2}/min beyond", worst_excess)
+        },
+        pass: worst_excess <= slack,
+    });
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn report_footprint(
+    out: &mut String,
+    verdicts: &mut Vec<Verdict>,
+    footprints: &[Footprint],
+    plan: &Plan,
+) {
+    if footprints.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## Footprint\n");
+    let _ = writeln!(
+        out,
+        "One leaderd leading every election (child `sleep`, so the supervisor and its guard run too), talking to DynamoDB Local directly (store requests counted by leaderd's own `leaderd_store_request_duration_seconds` histogram). CPU over a {:.0} s window with no HTTP traffic; then `/status` sampled every {:.0} ms for {:.0} s; peak RSS (VmHWM) at the end.\n",
+        plan.cpu_window.as_secs_f64(),
+        footprints[0].sample_every_ms,
+        plan.sample_window.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| elections | peak RSS (MiB) | RSS at end: anon + file (MiB) | PSS at end: leaderd + guard (MiB) | threads, sockets | CPU s/min | CPU ms per store request | guard: peak RSS (MiB), CPU s/min | renew writes/min (floor n·60/R) | other requests/min | time to lead all (s) |"
+    );
+    let _ = writeln!(
+        out,
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
+    );
+    for f in footprints {
+        let helpers: Vec<String> = f
+            .helpers
+            .iter()
+            .map(|(name, hwm, cpu)| format!("{name}: {:.1}, {cpu:.3}", mib(*hwm)))
+            .collect();
+        let put = f.requests_per_min.get("renew").copied().unwrap_or(0.0);
+        let all: f64 = f.requests_per_min.values().fold(0.0, |sum, n| sum + n);
+        let floor = f.elections as f64 * 60.0 / R.as_secs_f64();
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.1} + {:.1} | {:.1} + {:.1} | {}, {} | {:.3} | {:.2} | {} | {put:.0} ({floor:.0}) | {:.1} | {:.1} |",
+            f.elections,
+            mib(f.hwm_kib),
+            mib(f.rss_kib.1),
+            mib(f.rss_kib.2),
+            mib(f.pss_kib.0),
+            mib(f.pss_kib.1),
+            f.threads_fds.0,
+            f.threads_fds.1,
+            f.cpu_per_min,
+            if all > 0.0 {
+                f.cpu_per_min * 1e3 / all
+            } else {
+                0.0
+            },
+            if helpers.is_empty() {
+                "none".into()
+            } else {
+                helpers.join("; ")
+            },
+            all - put,
+            f.lead_all_ms / 1e3
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nRSS counts every resident page a process maps, file-backed pages of the binary included; the guard is the same binary (`leaderd __guard`), so summing the two RSS figures counts those shared pages twice. PSS divides each shared page among the processes that map it, so the PSS sum is what the pair costs the machine."
+    );
+    let _ = writeln!(out, "\nRenewals:\n");
+    let _ = writeln!(
+        out,
+        "| elections | renewals ok / room | failed renewals (whole run) | slowest renew request ≤ | worst renewal delay (ms) | /status samples (not leading) |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|");
+    for f in footprints {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} / {:.0} | {:.0}{} | {} | {:.0} | {} ({}) |",
+            f.elections,
+            f.renewals.0,
+            f.renewals.1,
+            f.renew_failures,
+            if f.renew_failure_kinds.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", f.renew_failure_kinds.join(", "))
+            },
+            f.slowest_renew_bucket
+                .map_or("-".into(), |b| format!("{} ms", b * 1e3)),
+            f.worst_delay_ms,
+            f.samples.0,
+            f.samples.1
+        );
+    }
+    let due_ms = L.as_secs_f64() * 1e3 * (1.0 - D) - M.as_secs_f64() * 1e3 - R.as_secs_f64() * 1e3;
+    let _ = writeln!(
+        out,
+        "\nWorst renewal delay, measured from outside: a renewal is due R after the previous write was sent, when the lease has L·(1−D) − M − R = {due_ms:.0} ms left; `lease_remaining_ms` in `/status` shows how much is left, so {due_ms:.0} ms minus the smallest value ever sampled is how long after its due time the latest renewal took effect (scheduling delay plus the write's round trip). \
+         Sampling every {:.0} ms can miss up to that much of the true worst. `renewals ok / room` compares `leaderd_renew_total{{result=\"ok\"}}` over the quiet window with the renewals an R-spaced schedule has room for; `slowest renew request` is the upper bound of the highest non-empty `leaderd_store_request_duration_seconds{{op=\"renew\"}}` bucket.\n",
+        footprints[0].sample_every_ms
+    );
+    for f in footprints {
+        let total_hwm = f.hwm_kib + f.helpers.iter().map(|h| h.1).sum::<u64>();
+        if f.elections == 1 {
+            verdicts.push(verdict(
+                "1 election: peak RSS, leaderd process",
+                RSS_ONE_TARGET_MIB,
+                mib(f.hwm_kib),
+                "MiB",
+                1,
+            ));
+            verdicts.push(verdict(
+                "1 election: peak RSS leaderd + guard, summed",
+                RSS_ONE_TARGET_MIB,
+                mib(total_hwm),
+                "MiB",
+                1,
+            ));
+            verdicts.push(verdict(
+                "1 election: PSS leaderd + guard (shared pages once)",
+                RSS_ONE_TARGET_MIB,
+                mib(f.pss_kib.0 + f.pss_kib.1),
+                "MiB",
+                1,
+            ));
+        }
+        if f.elections == 1000 {
+            verdicts.push(verdict(
+                "1,000 elections: peak RSS, leaderd process",
+                RSS_THOUSAND_TARGET_MIB,
+                mib(f.hwm_kib),
+                "MiB",
+                1,
+            ));
+            verdicts.push(verdict(
+                "1,000 elections: peak RSS leaderd + guard, summed",
+                RSS_THOUSAND_TARGET_MIB,
+                mib(total_hwm),
+                "MiB",
+                1,
+            ));
+            let cpu = f.cpu_per_min + f.helpers.iter().map(|h| h.2).sum::<f64>();
+            verdicts.push(verdict(
+                "1,000 elections: CPU s/min, leaderd + guard",
+                CPU_THOUSAND_TARGET,
+                cpu,
+                "s",
+                1,
+            ));
+            verdicts.push(verdict(
+                "1,000 elections: worst renewal delay",
+                P.as_secs_f64() * 1e3,
+                f.worst_delay_ms,
+                "ms",
+                1,
+            ));
+            if f.renew_failures > 0.0 || f.samples.1 > 0 {
+                verdicts.push(Verdict {
+                    figure: "1,000 elections: every renewal on time".into(),
+                    target: "no failed renewal, always leading".into(),
+                    measured: format!(
+                        "{} failed, {} not-leading samples",
+                        f.renew_failures, f.samples.1
+                    ),
+                    margin: "missed".into(),
+                    pass: false,
+                });
+            }
+        }
+    }
+}
+
+fn report_startup(out: &mut String, starts: &[Startup]) {
+    let _ = writeln!(out, "## Start to leading\n");
+    let _ = writeln!(
+        out,
+        "A fresh leaderd for an election that has no item in the (existing) table: spawn → first store request, → the create write, → `/leader` answers 200 (polled every 5 ms), → the child's `start` line.\n"
+    );
+    let _ = writeln!(out, "{HEADER_S}");
+    summary_row(
+        out,
+        "spawn → first store request",
+        starts.iter().map(|s| s.first_request),
+    );
+    summary_row(out, "spawn → create write", starts.iter().map(|s| s.create));
+    summary_row(
+        out,
+        "spawn → leading (/leader 200)",
+        starts.iter().map(|s| s.leading),
+    );
+    summary_row(out, "spawn → child started", starts.iter().map(|s| s.child));
+    let mut ops: BTreeMap<String, usize> = BTreeMap::new();
+    for s in starts {
+        for (op, n) in &s.ops {
+            *ops.entry(op.clone()).or_default() += n;
+        }
+    }
+    let ops: Vec<String> = ops
+        .iter()
+        .map(|(op, n)| format!("{op} × {:.1}", *n as f64 / starts.len() as f64))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nStore requests before leading, per start: {}. Floor: one consistent read (finds no item) and one conditional write; everything before the first request is process start-up (runtime, configuration, the AWS SDK's client).\n",
+        ops.join(", ")
+    );
+}
+
+fn report_size(out: &mut String, verdicts: &mut Vec<Verdict>, bin: &Path) -> Result<(), String> {
+    let bytes = std::fs::read(bin).map_err(|e| format!("cannot read {}: {e}", bin.display()))?;
+    let symbols = has_symbol_table(&bytes);
+    let size_mib = bytes.len() as f64 / 1024.0 / 1024.0;
+    let _ = writeln!(out, "## Binary\n");
+    let _ = writeln!(
+        out,
+        "`{}`: {} bytes = {size_mib:.2} MiB, {} (release profile: opt-level 3, thin LTO, one codegen unit, `strip = \"symbols\"`).\n",
+        bin.display(),
+        bytes.len(),
+        match symbols {
+            Some(false) => "no symbol table (stripped)",
+            Some(true) => "WITH a symbol table (not stripped)",
+            None => "not an ELF64 file this benchmark can read",
+        }
+    );
+    let mut v = verdict(
+        "release binary, stripped",
+        BINARY_TARGET_MIB,
+        size_mib,
+        "MiB",
+        1,
+    );
+    if symbols != Some(false) {
+        v.pass = false;
+        v.margin = "not stripped".into();
+    }
+    verdicts.push(v);
+    Ok(())
+}
+
+/// Whether an ELF64 little-endian file has a `.symtab` (SHT_SYMTAB) section;
+/// `None` if it is not such a file.
+fn has_symbol_table(elf: &[u8]) -> Option<bool> {
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(elf.get(at..at + 8)?.try_into().ok()?));
+    let table = usize::try_from(u64_at(0x28)?).ok()?;
+    let entry = usize::from(u16_at(0x3a)?);
+    let count = usize::from(u16_at(0x3c)?);
+    const SHT_SYMTAB: u32 = 2;
+    let mut found = false;
+    for i in 0..count {
+        found |= u32_at(table + i * entry + 4)? == SHT_SYMTAB;
+    }
+    Some(found)
+}
+
+/// A "lower is better" figure against its target.
+fn verdict(figure: &str, target: f64, measured: f64, unit: &str, n: usize) -> Verdict {
+    let pass = measured <= target;
+    let diff = (target - measured).abs();
+    let pct = if target > 0.0 {
+        diff / target * 100.0
+    } else {
+        0.0
+    };
+    let precision = if unit == "ms" { 0 } else { 2 };
+    Verdict {
+        figure: figure.to_owned(),
+        target: format!("≤ {target} {unit}"),
+        measured: format!(
+            "{measured:.precision$} {unit}{}",
+            if n > 1 {
+                format!(" (n = {n})")
+            } else {
+                String::new()
+            }
+        ),
+        margin: format!(
+            "{diff:.precision$} {unit} ({pct:.0} %) {}",
+            if pass { "inside" } else { "OVER" }
+        ),
+        pass,
+    }
+}
+
+fn report_verdicts(out: &mut String, verdicts: &[Verdict]) {
+    if verdicts.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## Acceptance (issue 7)\n");
+    let _ = writeln!(out, "| figure | target | measured | margin | |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for v in verdicts {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            v.figure,
+            v.target,
+            v.measured,
+            v.margin,
+            if v.pass { "pass" } else { "MISS" }
+        );
+    }
+}
