@@ -204,7 +204,7 @@ pub async fn spawn(
     match child.next_report().await {
         Some(Report::Started(pid)) if pid > 0 => {
             child.pid = pid;
-            tracing::info!(pid, command = ?spec.command, "child started");
+            tracing::debug!(pid, command = ?spec.command, "guard started the child");
             Ok(child)
         }
         Some(Report::Failed(message)) => {
@@ -287,7 +287,7 @@ impl Child {
             if !self.closed {
                 match self.next_report().await {
                     Some(Report::Exit(exit)) => {
-                        tracing::info!(pid = self.pid, %exit, "child exited");
+                        tracing::debug!(pid = self.pid, %exit, "guard reported the child's exit");
                         self.exit = Some(exit);
                     }
                     Some(Report::DeadlineStop) => tracing::warn!(
