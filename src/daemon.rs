@@ -632,12 +632,24 @@ impl Daemon {
 
     async fn on_child_exit(&mut self, status: ChildExit) -> Option<i32> {
         let ChildSlot::Running {
-            started, stopping, ..
+            started,
+            stopping,
+            seq,
+            ..
         } = std::mem::replace(&mut self.child, ChildSlot::Idle)
         else {
             return None;
         };
-        let ran_for = self.clock.now() - started;
+        let now = self.clock.now();
+        let ran_for = now - started;
+        // Did the lease end under it? The guard stops and kills on its own
+        // deadline, e.g. while leaderd itself was stopped or stalled, so the
+        // exit can arrive before this loop saw the loss: then it is a stop
+        // for the lost lease, not the child ending on its own.
+        let lease_ended = {
+            let state = self.primary.borrow();
+            !state.is_leader_at(now) || state.tenure.as_ref().map(|t| t.seq) != seq
+        };
         self.metrics
             .child_exited(&self.cfg.primary, status.reason());
         if matches!(status, ChildExit::Killed) {
@@ -657,8 +669,14 @@ impl Daemon {
             self.finish_resign(req).await;
             return None;
         }
-        if stopping && self.cfg.child.mode == Mode::WhileLeader {
-            // We stopped it because the lease was lost: wait for a new tenure.
+        if self.cfg.child.mode == Mode::WhileLeader
+            && (stopping || lease_ended || matches!(status, ChildExit::Killed))
+        {
+            // Stopped because the lease was lost: wait for a new tenure.
+            tracing::info!(
+                exit_code = status.exit_code(),
+                "child stopped with the lease; waiting for a new tenure"
+            );
             return None;
         }
         match self.cfg.child.on_child_exit {

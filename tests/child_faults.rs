@@ -267,6 +267,14 @@ fn sigstop_of_leaderd_alone_still_kills_its_child_by_the_end_of_validity() {
         !nodes[old].is_leader(),
         "the thawed leaderd must not claim leadership"
     );
+    // Its child ended because the guard stopped it for the lost lease, not on
+    // its own: with on_child_exit = "exit" (the default) leaderd must go on
+    // campaigning, not exit.
+    assert!(
+        nodes[old].wait_exit(Duration::from_millis(500)).is_none(),
+        "the thawed leaderd exited instead of campaigning again:\n{}",
+        nodes[old].log()
+    );
     let log = std::fs::read_to_string(&history).expect("history");
     let summary = support::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"));
     assert!(summary.tenures.len() >= 2, "{summary}");
