@@ -582,12 +582,7 @@ impl Daemon {
             ));
             env.push(("LEADERD_LEASE_MS".to_owned(), t.lease_ms.to_string()));
         } else {
-            let lease_ms = self
-                .cfg
-                .elections
-                .iter()
-                .find(|e| e.name == self.cfg.primary)
-                .map_or(0, |e| e.lease_duration.as_millis() as u64);
+            let lease_ms = self.lease_of(&self.cfg.primary).as_millis() as u64;
             env.push(("LEADERD_LEASE_MS".to_owned(), lease_ms.to_string()));
         }
         // The running binary itself, even if a package upgrade replaced the
@@ -699,7 +694,7 @@ impl Daemon {
                 None
             }
             OnChildExit::Release => {
-                let sit_out = self.primary_lease();
+                let sit_out = self.lease_of(&self.cfg.primary);
                 if let Some(h) = self.handles.get(&self.cfg.primary) {
                     tracing::info!(election = %self.cfg.primary, "child exited on its own; releasing the lease and sitting out one lease");
                     h.release(AfterRelease::SitOut(sit_out)).await;
@@ -715,11 +710,13 @@ impl Daemon {
         }
     }
 
-    fn primary_lease(&self) -> Duration {
+    /// The configured lease duration of `election` (every election named in
+    /// a request was validated against the configuration).
+    fn lease_of(&self, election: &str) -> Duration {
         self.cfg
             .elections
             .iter()
-            .find(|e| e.name == self.cfg.primary)
+            .find(|e| e.name == election)
             .map_or(Duration::from_secs(10), |e| e.lease_duration)
     }
 
@@ -796,12 +793,7 @@ impl Daemon {
                 .send(Err(format!("unknown election `{}`", req.election)));
             return;
         };
-        let sit_out = self
-            .cfg
-            .elections
-            .iter()
-            .find(|e| e.name == req.election)
-            .map_or(Duration::from_secs(10), |e| e.lease_duration);
+        let sit_out = self.lease_of(&req.election);
         tracing::info!(election = %req.election, "resigning: releasing the lease and sitting out one lease");
         let released = h.release(AfterRelease::SitOut(sit_out)).await;
         let _ = req.done.send(if released {

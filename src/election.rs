@@ -747,17 +747,27 @@ impl Engine {
         }
     }
 
-    fn publish_term(&self, term: &Term, role: Role) {
-        let valid_until = term.last_send + self.cfg.validity();
-        let tenure = Tenure {
+    /// The published view of `term`, ending at `valid_until` and due to stop
+    /// the child at `stop_at`.
+    fn tenure_of(term: &Term, valid_until: Instant, stop_at: Instant) -> Tenure {
+        Tenure {
             fencing_token: term.lease.fencing_token,
             since_unix_ms: term.lease.acquired_at_ms,
             since: term.since,
             valid_until,
-            stop_at: valid_until.saturating_sub(self.cfg.kill_grace),
+            stop_at,
             seq: term.seq,
             lease_ms: term.lease.lease_ms,
-        };
+        }
+    }
+
+    fn publish_term(&self, term: &Term, role: Role) {
+        let valid_until = term.last_send + self.cfg.validity();
+        let tenure = Self::tenure_of(
+            term,
+            valid_until,
+            valid_until.saturating_sub(self.cfg.kill_grace),
+        );
         let at = self.clock.now();
         let unix = clock::unix_ms();
         let me = self.cfg.identity.clone();
@@ -961,19 +971,9 @@ impl Engine {
     }
 
     async fn stopping(&mut self, term: Term, kill_at: Instant) -> Step {
-        let mut tenure_state = {
-            let valid_until = term.last_send + self.cfg.validity();
-            Tenure {
-                fencing_token: term.lease.fencing_token,
-                since_unix_ms: term.lease.acquired_at_ms,
-                since: term.since,
-                valid_until: kill_at.min(valid_until),
-                stop_at: self.clock.now(),
-                seq: term.seq,
-                lease_ms: term.lease.lease_ms,
-            }
-        };
-        tenure_state.stop_at = tenure_state.stop_at.min(tenure_state.valid_until);
+        // Stop now; the child must be dead by `kill_at`, never after validity.
+        let valid_until = kill_at.min(term.last_send + self.cfg.validity());
+        let tenure_state = Self::tenure_of(&term, valid_until, self.clock.now().min(valid_until));
         let was_leader = self.state_tx.borrow().role == Role::Leader;
         self.state_tx.send_modify(|s| {
             s.role = Role::Stopping;

@@ -15,25 +15,7 @@ use common::daemon::{Leaderd, Spec, wait_until};
 fn start(dir: &std::path::Path, db: &std::path::Path) -> Leaderd {
     let node = Leaderd::start(Spec {
         identity: "a",
-        args: [
-            "--store",
-            "sqlite",
-            "--store-path",
-            db.to_str().expect("utf-8"),
-            "--lease-duration",
-            "2s",
-            "--renew-interval",
-            "1s",
-            "--retry-interval",
-            "250ms",
-            "--kill-grace",
-            "500ms",
-            "--election",
-            "job",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        args: common::daemon::sqlite_short_args(db, "job"),
         env: vec![],
         command: vec![],
         dir,

@@ -24,21 +24,7 @@ const GRACE: Duration = Duration::from_millis(500);
 const SLACK: Duration = Duration::from_millis(250);
 
 fn timing() -> Vec<String> {
-    [
-        "--lease-duration",
-        "2s",
-        "--renew-interval",
-        "1s",
-        "--retry-interval",
-        "250ms",
-        "--kill-grace",
-        "500ms",
-        "--election",
-        "job",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    common::daemon::short_lease_args("job")
 }
 
 fn monotonic_ns() -> u64 {

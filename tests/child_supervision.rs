@@ -11,25 +11,7 @@ use nix::sys::signal::Signal;
 
 /// L = 2 s, R = 1 s, P = 250 ms, G = 500 ms.
 fn timing(db: &Path) -> Vec<String> {
-    [
-        "--store",
-        "sqlite",
-        "--store-path",
-        db.to_str().expect("utf-8 temp path"),
-        "--lease-duration",
-        "2s",
-        "--renew-interval",
-        "1s",
-        "--retry-interval",
-        "250ms",
-        "--kill-grace",
-        "500ms",
-        "--election",
-        "job",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    common::daemon::sqlite_short_args(db, "job")
 }
 
 struct Env {

@@ -10,25 +10,7 @@ use std::time::Duration;
 use common::daemon::{Leaderd, Spec, http, wait_until};
 
 fn sqlite_args(db: &std::path::Path) -> Vec<String> {
-    [
-        "--store",
-        "sqlite",
-        "--store-path",
-        db.to_str().expect("utf-8 path"),
-        "--lease-duration",
-        "2s",
-        "--renew-interval",
-        "1s",
-        "--retry-interval",
-        "250ms",
-        "--kill-grace",
-        "500ms",
-        "--election",
-        "web",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    common::daemon::sqlite_short_args(db, "web")
 }
 
 fn start(dir: &std::path::Path, id: &str) -> Leaderd {

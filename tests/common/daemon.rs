@@ -234,3 +234,35 @@ pub fn leaders(instances: &[&Leaderd]) -> Vec<String> {
         .map(|i| i.identity.clone())
         .collect()
 }
+
+/// Short timing that keeps real-process tests quick and valid under
+/// R + G + M + L·D < L: L = 2 s, R = 1 s, P = 250 ms, G = 500 ms, for one
+/// election.
+pub fn short_lease_args(election: &str) -> Vec<String> {
+    [
+        "--lease-duration",
+        "2s",
+        "--renew-interval",
+        "1s",
+        "--retry-interval",
+        "250ms",
+        "--kill-grace",
+        "500ms",
+        "--election",
+        election,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The SQLite store in `db` with [`short_lease_args`].
+pub fn sqlite_short_args(db: &Path, election: &str) -> Vec<String> {
+    let mut args: Vec<String> = ["--store", "sqlite", "--store-path"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(db.to_str().expect("utf-8 temp path").to_owned());
+    args.extend(short_lease_args(election));
+    args
+}
