@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,cost,footprint,startup,size]
+//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,cost,footprint,startup,size] [--elections 1,100,1000]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
@@ -74,6 +74,9 @@ struct Args {
     /// Keep the working directory (configs, logs, child histories).
     #[arg(long)]
     keep: bool,
+    /// Election counts for the footprint scenario [default: 1,100,1000].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    elections: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -109,7 +112,11 @@ impl Plan {
             cpu_window: Duration::from_secs(cpu),
             sample_window: Duration::from_secs(sample),
             startups,
-            elections: vec![1, 100, 1000],
+            elections: if args.elections.is_empty() {
+                vec![1, 100, 1000]
+            } else {
+                args.elections.clone()
+            },
         }
     }
 }
