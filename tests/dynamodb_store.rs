@@ -294,6 +294,7 @@ fn client_with(
         .region(Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .credentials_provider(provider)
+        .http_client(leaderd::lease::dynamodb::https_client())
         .build();
     Client::from_conf(config)
 }

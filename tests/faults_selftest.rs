@@ -1008,6 +1008,7 @@ fn client(
             "faults-selftest",
         ))
         .endpoint_url(endpoint)
+        .http_client(leaderd::lease::dynamodb::https_client())
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(max_attempts)

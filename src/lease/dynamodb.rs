@@ -21,7 +21,9 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
+use aws_sdk_dynamodb::config::{
+    BehaviorVersion, Region, SharedHttpClient, StalledStreamProtectionConfig,
+};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::primitives::Blob;
@@ -30,6 +32,7 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableDescription, TableStatus,
     TimeToLiveSpecification, TimeToLiveStatus,
 };
+use aws_smithy_http_client::tls;
 use backon::{ExponentialBuilder, Retryable};
 use tokio::time::Instant;
 
@@ -70,6 +73,18 @@ pub struct DynamoStore {
     table: String,
 }
 
+/// The HTTPS client for DynamoDB and for the credential providers that call
+/// AWS (STS for web identity, ECS, instance metadata): hyper with rustls on
+/// ring and the platform's root certificates. The SDK's default client is the
+/// same stack on aws-lc; ring does the same TLS in 1.8 MiB less binary.
+pub fn https_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
 /// What `describe_table` / `create_table` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableInfo {
@@ -106,11 +121,13 @@ impl DynamoStore {
     pub async fn new(cfg: &DynamoConfig) -> DynamoStore {
         let shared = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(cfg.region.clone()))
+            .http_client(https_client())
             .load()
             .await;
         let mut builder = aws_sdk_dynamodb::config::Builder::from(&shared)
             .retry_config(RetryConfig::disabled())
-            .timeout_config(client_timeouts(None));
+            .timeout_config(client_timeouts())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
         if let Some(url) = &cfg.endpoint_url {
             builder = builder.endpoint_url(url);
         }
@@ -121,15 +138,17 @@ impl DynamoStore {
     }
 
     /// A store using a client built elsewhere (its credentials, endpoint and
-    /// HTTP settings are kept). Its retries are turned off and its connect
-    /// timeout set as in [`DynamoStore::new`]: this store retries by itself,
-    /// within each request's budget.
+    /// HTTP client are kept; build it with [`https_client`]). Its retries,
+    /// connect timeout and stalled-stream protection are set as in
+    /// [`DynamoStore::new`]: this store retries by itself and bounds every
+    /// request by its own budget.
     pub fn from_client(client: &Client, table: impl Into<String>) -> DynamoStore {
         let config = client
             .config()
             .to_builder()
             .retry_config(RetryConfig::disabled())
-            .timeout_config(client_timeouts(None))
+            .timeout_config(client_timeouts())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
             .build();
         DynamoStore {
             client: Client::from_conf(config),
@@ -172,8 +191,6 @@ impl DynamoStore {
                 .billing_mode(BillingMode::PayPerRequest)
                 .key_schema(key.clone())
                 .attribute_definitions(attribute.clone())
-                .customize()
-                .config_override(op_timeouts(left))
                 .send();
             async move {
                 match bounded(left, req).await? {
@@ -216,13 +233,7 @@ impl DynamoStore {
     /// DescribeTable within `budget` (throttling retried).
     async fn describe(&self, budget: Duration) -> Result<TableDescription, StoreError> {
         retry_throttled(budget, |left| {
-            let req = self
-                .client
-                .describe_table()
-                .table_name(&self.table)
-                .customize()
-                .config_override(op_timeouts(left))
-                .send();
+            let req = self.client.describe_table().table_name(&self.table).send();
             async move {
                 match bounded(left, req).await? {
                     Ok(out) => out.table.ok_or_else(|| {
@@ -272,8 +283,6 @@ impl DynamoStore {
                 .client
                 .describe_time_to_live()
                 .table_name(&self.table)
-                .customize()
-                .config_override(op_timeouts(left))
                 .send();
             async move {
                 match bounded(left, req).await? {
@@ -311,8 +320,6 @@ impl DynamoStore {
                 .client
                 .describe_time_to_live()
                 .table_name(&self.table)
-                .customize()
-                .config_override(op_timeouts(left))
                 .send();
             async move {
                 match bounded(left, req).await? {
@@ -366,8 +373,6 @@ impl DynamoStore {
                 .update_time_to_live()
                 .table_name(&self.table)
                 .time_to_live_specification(spec.clone())
-                .customize()
-                .config_override(op_timeouts(left))
                 .send();
             async move {
                 match bounded(left, req).await? {
@@ -426,8 +431,6 @@ impl LeaseStore for DynamoStore {
                 .table_name(&self.table)
                 .key(KEY, AttributeValue::S(election.to_owned()))
                 .consistent_read(true)
-                .customize()
-                .config_override(op_timeouts(left))
                 .send();
             async move {
                 match bounded(left, req).await? {
@@ -467,8 +470,6 @@ impl LeaseStore for DynamoStore {
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
                 )
-                .customize()
-                .config_override(op_timeouts(left))
                 .send();
             async move {
                 match bounded(left, req).await? {
@@ -504,8 +505,6 @@ impl LeaseStore for DynamoStore {
                     .table_name(&self.table)
                     .consistent_read(true)
                     .set_exclusive_start_key(start.clone())
-                    .customize()
-                    .config_override(op_timeouts(left))
                     .send();
                 async move {
                     match bounded(left, req).await? {
@@ -554,25 +553,21 @@ impl LeaseStore for DynamoStore {
 // ---------------------------------------------------------------------------
 // Requests: time bounds, throttling retry, error classification.
 
-/// Client-wide timeouts; with `op` also the whole-operation bound.
-fn client_timeouts(op: Option<Duration>) -> TimeoutConfig {
-    let mut b = TimeoutConfig::builder().connect_timeout(CONNECT_TIMEOUT);
-    if let Some(op) = op {
-        b = b.operation_timeout(op).operation_attempt_timeout(op);
-    }
-    b.build()
-}
-
-/// A per-request override bounding the request by `left`. It repeats the
-/// connect timeout because an override replaces the whole timeout config, and
-/// the SDK keys its connection pools by connect/read timeout: a different
-/// value would open a new pool per request.
-fn op_timeouts(left: Duration) -> aws_sdk_dynamodb::config::Builder {
-    aws_sdk_dynamodb::config::Builder::new().timeout_config(client_timeouts(Some(left)))
+/// Client-wide timeouts: only the connect limit. Each request is bounded by
+/// [`bounded`] instead of a per-request config override, which would rebuild
+/// the client's configuration layers on every call (a third of the SDK's
+/// allocations per request, measured with heaptrack).
+fn client_timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
 }
 
 /// Await an SDK request for at most `left`. The outer result is our own
-/// timeout (nothing to inspect); the inner one is the SDK's answer.
+/// timeout (nothing to inspect); the inner one is the SDK's answer. The
+/// bound covers the whole call: credential resolution, connecting, sending
+/// and reading the answer. A request cut off here is dropped with its
+/// connection, so a late answer cannot be mistaken for another's.
 async fn bounded<T, E>(
     left: Duration,
     request: impl Future<Output = Result<T, SdkError<E>>>,
@@ -581,9 +576,7 @@ async fn bounded<T, E>(
         // Nothing was sent, but there is no time to send anything either.
         return Err(StoreError::Timeout(left));
     }
-    // The SDK's operation timeout should fire first; this one also covers
-    // credential resolution and anything else the SDK might wait on.
-    tokio::time::timeout(left + Duration::from_millis(5), request)
+    tokio::time::timeout(left, request)
         .await
         .map_err(|_| StoreError::Timeout(left))
 }
