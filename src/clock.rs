@@ -36,6 +36,22 @@ impl Instant {
     pub fn saturating_sub(self, d: Duration) -> Instant {
         Instant(self.0.saturating_sub(d))
     }
+
+    /// This instant rounded down to a multiple of `tick` since the origin
+    /// (unchanged for a zero tick). Timers that round their deadlines down
+    /// to a shared grid fire together: a daemon with many elections wakes
+    /// once per tick instead of once per election.
+    pub fn floor_to(self, tick: Duration) -> Instant {
+        let tick_ns = tick.as_nanos();
+        if tick_ns == 0 {
+            return self;
+        }
+        let ns = self.0.as_nanos();
+        let floored = ns - ns % tick_ns;
+        Instant(Duration::from_nanos(
+            u64::try_from(floored).unwrap_or(u64::MAX),
+        ))
+    }
 }
 
 impl Add<Duration> for Instant {
@@ -156,6 +172,16 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let b = boot_now();
         assert!(b - a >= Duration::from_millis(5));
+    }
+
+    #[test]
+    fn floor_to_rounds_down_to_the_grid() {
+        let at = |ms| Instant::from_since_origin(Duration::from_millis(ms));
+        let tick = Duration::from_millis(50);
+        assert_eq!(at(5_049).floor_to(tick), at(5_000));
+        assert_eq!(at(5_050).floor_to(tick), at(5_050));
+        assert_eq!(at(7).floor_to(tick), at(0));
+        assert_eq!(at(7).floor_to(Duration::ZERO), at(7));
     }
 
     #[tokio::test(start_paused = true)]

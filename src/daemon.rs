@@ -37,6 +37,21 @@ const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
 const RESTART_FIRST: Duration = Duration::from_secs(1);
 const RESTART_CAP: Duration = Duration::from_secs(30);
 
+/// Elections start [`CAMPAIGN_SPACING`] apart, all within [`CAMPAIGN_SPREAD`].
+const CAMPAIGN_SPACING: Duration = Duration::from_millis(1);
+const CAMPAIGN_SPREAD: Duration = Duration::from_secs(1);
+
+/// When election `i` of `n` makes its first store request, after start.
+fn campaign_delay(i: usize, n: usize) -> Duration {
+    let spread = CAMPAIGN_SPACING
+        .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+        .min(CAMPAIGN_SPREAD);
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    spread.mul_f64(i as f64 / n as f64)
+}
+
 /// Open the configured store (and create the DynamoDB table when asked).
 pub async fn open_store(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String> {
     match cfg.kind {
@@ -82,8 +97,20 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
     let clock = Clock::boot();
     let metrics = Arc::new(Metrics::new());
     let mut handles: BTreeMap<String, ElectionHandle> = BTreeMap::new();
-    for e in &cfg.elections {
-        let handle = election::spawn(store.clone(), e.clone(), clock.clone(), metrics.clone());
+    // Spread the elections' first store requests: a thousand elections reach
+    // the store over a second instead of in one burst that would open a
+    // connection per election (and keep them all pooled), and their renewals
+    // stay that far apart afterwards. One election starts at once.
+    let n = cfg.elections.len();
+    for (i, e) in cfg.elections.iter().enumerate() {
+        let delay = campaign_delay(i, n);
+        let handle = election::spawn_after(
+            store.clone(),
+            e.clone(),
+            clock.clone(),
+            metrics.clone(),
+            delay,
+        );
         handles.insert(e.name.clone(), handle);
     }
 
@@ -187,8 +214,11 @@ mod test_hooks {
             let _ = std::fs::remove_file(&path);
             let ms: u64 = text.trim().parse().unwrap_or(5_000);
             tracing::warn!(stall_ms = ms, "test hook: stalling the async runtime");
-            let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-            for _ in 0..workers * 2 {
+            // One sleeper per worker is enough with one worker; with more,
+            // twice as many make sure every worker gets one.
+            let workers = tokio::runtime::Handle::current().metrics().num_workers();
+            let sleepers = if workers == 1 { 1 } else { workers * 2 };
+            for _ in 0..sleepers {
                 tokio::spawn(async move { std::thread::sleep(Duration::from_millis(ms)) });
             }
         }
@@ -834,5 +864,23 @@ impl From<&StoreConfig> for DynamoConfig {
                 .unwrap_or_else(|| "us-east-1".to_owned()),
             endpoint_url: cfg.endpoint_url.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn campaign_starts_are_spaced_and_bounded() {
+        assert_eq!(campaign_delay(0, 1), Duration::ZERO);
+        assert_eq!(campaign_delay(0, 1000), Duration::ZERO);
+        // 1 ms apart up to a thousand elections...
+        assert_eq!(campaign_delay(1, 10), Duration::from_millis(1));
+        assert_eq!(campaign_delay(999, 1000), Duration::from_millis(999));
+        // ...then closer, so that all start within a second.
+        let last = campaign_delay(9999, 10_000);
+        assert!(last < CAMPAIGN_SPREAD && last > Duration::from_millis(999));
+        assert_eq!(campaign_delay(5000, 10_000), Duration::from_millis(500));
     }
 }

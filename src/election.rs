@@ -347,12 +347,26 @@ impl ElectionHandle {
     }
 }
 
-/// Start the election task.
+/// Start the election task; it campaigns at once.
 pub fn spawn(
     store: Arc<dyn LeaseStore>,
     config: ElectionConfig,
     clock: Clock,
     observer: Arc<dyn Observer>,
+) -> ElectionHandle {
+    spawn_after(store, config, clock, observer, Duration::ZERO)
+}
+
+/// Start the election task; its first store request waits `delay` (it
+/// reports follower meanwhile and obeys release/exit at once). A daemon with
+/// many elections spaces their starts so they do not all hit the store in
+/// the same instant, and keep their renewals apart after that.
+pub fn spawn_after(
+    store: Arc<dyn LeaseStore>,
+    config: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+    delay: Duration,
 ) -> ElectionHandle {
     let now = clock.now();
     let (state_tx, state) = watch::channel(ElectionState {
@@ -385,7 +399,7 @@ pub fn spawn(
         tenure_seq: 0,
         warned_malformed: None,
     };
-    let task = tokio::spawn(engine.run());
+    let task = tokio::spawn(engine.run(delay));
     ElectionHandle {
         state,
         commands,
@@ -442,8 +456,13 @@ struct Engine {
 }
 
 impl Engine {
-    async fn run(mut self) {
+    async fn run(mut self, delay: Duration) {
         let mut step = Step::Follow;
+        if !delay.is_zero()
+            && let Some(decided) = self.wait_follower(self.clock.now() + delay).await
+        {
+            step = decided;
+        }
         loop {
             step = match step {
                 Step::Follow => self.follow().await,
@@ -795,7 +814,7 @@ impl Engine {
         if role == Role::Leader {
             self.announce_gain(&term);
         }
-        let mut next_renew = term.last_send + self.cfg.renew_interval;
+        let mut next_renew = self.renew_due(term.last_send);
         loop {
             self.beat();
             let valid_until = term.last_send + self.cfg.validity();
@@ -856,7 +875,7 @@ impl Engine {
                     self.observer.renew(self.name(), Outcome::Ok);
                     term.lease = renewed;
                     term.last_send = send;
-                    next_renew = send + self.cfg.renew_interval;
+                    next_renew = self.renew_due(send);
                     self.publish_term(&term, role);
                     tracing::debug!(election = %self.name(), fencing_token = term.lease.fencing_token, "renewed");
                 }
@@ -907,6 +926,16 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// When to renew after a write sent at `send`: R later, rounded down to
+    /// a grid of R/100 shared by every election of this process. Only the
+    /// first renewal of a tenure moves (earlier, by less than R/100, which
+    /// is always safe); the later ones are R apart on the grid. Elections
+    /// whose renewals fall in the same tick are renewed in one wake-up, and
+    /// their requests and answers are handled in batches.
+    fn renew_due(&self, send: Instant) -> Instant {
+        (send + self.cfg.renew_interval).floor_to(self.cfg.renew_interval / 100)
     }
 
     fn announce_gain(&self, term: &Term) {

@@ -96,6 +96,75 @@ async fn first_acquisition_on_empty_store() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn delayed_start_touches_the_store_only_after_its_delay() {
+    let store = MemoryStore::new();
+    let mut h = spawn_after(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        Arc::new(NoObserver),
+        Duration::from_millis(700),
+    );
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    assert_eq!(
+        store.get("report"),
+        Record::Absent,
+        "wrote before its delay"
+    );
+    assert_eq!(h.state.borrow().role, Role::Follower);
+    let took = until(&mut h, S, |s| s.role == Role::Leader).await;
+    assert!(
+        took >= Duration::from_millis(50) && took < Duration::from_millis(60),
+        "led {took:?} after the check, want just after the 700 ms delay"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_fall_on_a_shared_grid_of_r_over_100() {
+    let store = MemoryStore::new();
+    let rec = Arc::new(Recorder::default());
+    let clock = Clock::tokio();
+    let t0 = tokio::time::Instant::now();
+    // Acquired at 1,234 ms on the process clock: the first renewal is due
+    // at 6,234 ms, rounded down to the 50 ms grid; then every R on the grid.
+    let mut h = spawn_after(
+        Arc::new(store.clone()),
+        cfg("a"),
+        clock,
+        rec.clone(),
+        Duration::from_millis(1_234),
+    );
+    until(&mut h, 2 * S, |s| s.role == Role::Leader).await;
+    tokio::time::sleep_until(t0 + Duration::from_millis(16_300)).await;
+    let offsets: Vec<u64> = rec
+        .renews
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(t, _)| (*t - t0).as_millis() as u64)
+        .collect();
+    assert_eq!(offsets, vec![6_200, 11_200, 16_200]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delayed_start_obeys_release_at_once() {
+    let store = MemoryStore::new();
+    let h = spawn_after(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        Arc::new(NoObserver),
+        Duration::from_secs(30),
+    );
+    let t0 = tokio::time::Instant::now();
+    // Not leading: nothing to release, and the task ends.
+    assert!(!h.release(AfterRelease::Exit).await);
+    h.join().await;
+    assert!(t0.elapsed() < Duration::from_millis(10));
+    assert_eq!(store.get("report"), Record::Absent);
+}
+
+#[tokio::test(start_paused = true)]
 async fn leader_renews_every_renew_interval() {
     let store = MemoryStore::new();
     let rec = Arc::new(Recorder::default());
