@@ -797,7 +797,7 @@ fn report_size(out: &mut String, verdicts: &mut Vec<Verdict>, bin: &Path) -> Res
     let _ = writeln!(out, "## Binary\n");
     let _ = writeln!(
         out,
-        "`{}`: {} bytes = {size_mib:.2} MiB, {} (release profile: opt-level 3, thin LTO, one codegen unit, `strip = \"symbols\"`).\n",
+        "`{}`: {} bytes = {size_mib:.2} MiB, {} (release profile: opt-level 3, fat LTO, one codegen unit, `panic = \"abort\"`, `strip = \"symbols\"`).\n",
         bin.display(),
         bytes.len(),
         match symbols {
