@@ -43,13 +43,11 @@ const CAMPAIGN_SPREAD: Duration = Duration::from_secs(1);
 
 /// When election `i` of `n` makes its first store request, after start.
 fn campaign_delay(i: usize, n: usize) -> Duration {
-    let spread = CAMPAIGN_SPACING
-        .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
-        .min(CAMPAIGN_SPREAD);
-    if n == 0 {
-        return Duration::ZERO;
-    }
-    spread.mul_f64(i as f64 / n as f64)
+    let i = u32::try_from(i).unwrap_or(u32::MAX);
+    let n = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+    CAMPAIGN_SPACING
+        .saturating_mul(i)
+        .min(CAMPAIGN_SPREAD.saturating_mul(i) / n)
 }
 
 /// Open the configured store (and create the DynamoDB table when asked).
@@ -214,11 +212,9 @@ mod test_hooks {
             let _ = std::fs::remove_file(&path);
             let ms: u64 = text.trim().parse().unwrap_or(5_000);
             tracing::warn!(stall_ms = ms, "test hook: stalling the async runtime");
-            // One sleeper per worker is enough with one worker; with more,
-            // twice as many make sure every worker gets one.
+            // One sleeper per worker thread (the daemon runs one).
             let workers = tokio::runtime::Handle::current().metrics().num_workers();
-            let sleepers = if workers == 1 { 1 } else { workers * 2 };
-            for _ in 0..sleepers {
+            for _ in 0..workers {
                 tokio::spawn(async move { std::thread::sleep(Duration::from_millis(ms)) });
             }
         }

@@ -360,7 +360,7 @@ pub fn spawn(
 /// Start the election task; its first store request waits `delay` (it
 /// reports follower meanwhile and obeys release/exit at once). A daemon with
 /// many elections spaces their starts so they do not all hit the store in
-/// the same instant, and keep their renewals apart after that.
+/// the same instant.
 pub fn spawn_after(
     store: Arc<dyn LeaseStore>,
     config: ElectionConfig,

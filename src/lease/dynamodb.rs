@@ -124,10 +124,7 @@ impl DynamoStore {
             .http_client(https_client())
             .load()
             .await;
-        let mut builder = aws_sdk_dynamodb::config::Builder::from(&shared)
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(client_timeouts())
-            .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
+        let mut builder = lease_settings(aws_sdk_dynamodb::config::Builder::from(&shared));
         if let Some(url) = &cfg.endpoint_url {
             builder = builder.endpoint_url(url);
         }
@@ -143,13 +140,7 @@ impl DynamoStore {
     /// [`DynamoStore::new`]: this store retries by itself and bounds every
     /// request by its own budget.
     pub fn from_client(client: &Client, table: impl Into<String>) -> DynamoStore {
-        let config = client
-            .config()
-            .to_builder()
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(client_timeouts())
-            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-            .build();
+        let config = lease_settings(client.config().to_builder()).build();
         DynamoStore {
             client: Client::from_conf(config),
             table: table.into(),
@@ -553,14 +544,20 @@ impl LeaseStore for DynamoStore {
 // ---------------------------------------------------------------------------
 // Requests: time bounds, throttling retry, error classification.
 
-/// Client-wide timeouts: only the connect limit. Each request is bounded by
-/// [`bounded`] instead of a per-request config override, which would rebuild
-/// the client's configuration layers on every call (a third of the SDK's
-/// allocations per request, measured with heaptrack).
-fn client_timeouts() -> TimeoutConfig {
-    TimeoutConfig::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .build()
+/// What every client of this store is set to: no SDK retries (this store
+/// retries throttling by itself, within each request's budget), the connect
+/// limit as the only SDK timeout, and no stalled-stream protection. Each
+/// request is bounded by [`bounded`] rather than by a per-request config
+/// override, which rebuilds the client's configuration layers on every call.
+fn lease_settings(builder: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::config::Builder {
+    builder
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build(),
+        )
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
 }
 
 /// Await an SDK request for at most `left`. The outer result is our own
