@@ -53,16 +53,26 @@ impl Notifier {
 
     /// Send one notification (e.g. "READY=1", "STATUS=leading report").
     /// Failures are logged, never fatal: the daemon works without systemd.
+    /// Never blocks: it runs on the async runtime, and a listener that stops
+    /// reading must not stall the daemon (a message that does not fit in
+    /// the socket's queue is dropped).
     pub fn send(&self, state: &str) {
         let Some(path) = &self.socket else { return };
-        if let Err(e) = send_to(path, state) {
-            tracing::warn!(error = %e, socket = %path.display(), "cannot notify systemd");
+        match send_to(path, state) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tracing::debug!(socket = %path.display(), "notify socket full; dropped {state}");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, socket = %path.display(), "cannot notify systemd")
+            }
         }
     }
 }
 
 fn send_to(path: &std::path::Path, msg: &str) -> std::io::Result<()> {
     let sock = UnixDatagram::unbound()?;
+    sock.set_nonblocking(true)?;
     let bytes = path.as_os_str().as_encoded_bytes();
     if let Some(name) = bytes.strip_prefix(b"@") {
         // Abstract socket namespace (Linux).
@@ -73,4 +83,30 @@ fn send_to(path: &std::path::Path, msg: &str) -> std::io::Result<()> {
         sock.send_to(msg.as_bytes(), path)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_that_stops_reading_never_blocks_a_send() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("notify.sock");
+        let _listener = UnixDatagram::bind(&path).expect("bind");
+        let notifier = Notifier {
+            socket: Some(path),
+            watchdog: None,
+        };
+        // Far more than a datagram socket queues: a blocking send would hang.
+        let t0 = std::time::Instant::now();
+        for _ in 0..5_000 {
+            notifier.send("WATCHDOG=1");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            t0.elapsed()
+        );
+    }
 }
