@@ -929,13 +929,16 @@ impl Engine {
     }
 
     /// When to renew after a write sent at `send`: R later, rounded down to
-    /// a grid of R/100 shared by every election of this process. Only the
-    /// first renewal of a tenure moves (earlier, by less than R/100, which
+    /// a grid of R/20 shared by every election of this process. Only the
+    /// first renewal of a tenure moves (earlier, by less than R/20, which
     /// is always safe); the later ones are R apart on the grid. Elections
     /// whose renewals fall in the same tick are renewed in one wake-up, and
-    /// their requests and answers are handled in batches.
+    /// their requests and answers are handled in batches: at 1,000
+    /// elections a finer grid (R/100) cost 25 % more CPU, mostly in waking
+    /// up for each answer; a coarser one (R/10) saved nothing more and
+    /// needed twice the connections (docs/benchmarks.md).
     fn renew_due(&self, send: Instant) -> Instant {
-        (send + self.cfg.renew_interval).floor_to(self.cfg.renew_interval / 100)
+        (send + self.cfg.renew_interval).floor_to(self.cfg.renew_interval / 20)
     }
 
     fn announce_gain(&self, term: &Term) {
