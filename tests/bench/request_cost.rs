@@ -1,0 +1,229 @@
+//! What one lease write costs in CPU, taken apart: the same conditional
+//! PutItem sent (a) through leaderd's DynamoDB store, that is the AWS SDK,
+//! and (b) as bare HTTP/1.1 from hyper with the same body and no signing
+//! (DynamoDB Local does not check signatures). Both run in this process on a
+//! runtime shaped like leaderd's (one worker thread, the requests in spawned
+//! tasks) and send their requests in batches of [`BATCH`] every
+//! [`BATCH_EVERY`], as leaderd's renewal grid does at 1,000 elections. The
+//! difference between (a) and (b) is what the SDK adds per request; (b) is
+//! HTTP, loopback TCP and waking up for the answer.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
+use leaderd::lease::dynamodb::{DynamoStore, https_client};
+use leaderd::lease::{Condition, Lease, LeaseStore, WriteOutcome};
+
+/// Requests in flight together, as in one tick of leaderd's renewal grid.
+const BATCH: usize = 50;
+/// Pause between batches (leaderd's grid is R/100 = 50 ms at the default R).
+const BATCH_EVERY: Duration = Duration::from_millis(50);
+/// Per-request budget; DynamoDB Local answers in a few milliseconds.
+const BUDGET: Duration = Duration::from_secs(5);
+
+/// CPU per request of each path, in microseconds.
+pub struct RequestCost {
+    /// Requests measured per path.
+    pub requests: usize,
+    /// Through `DynamoStore::put` (the AWS SDK, signed).
+    pub sdk_us: f64,
+    /// Bare HTTP from hyper, same body, unsigned.
+    pub http_us: f64,
+}
+
+/// User plus system CPU seconds of this process so far.
+fn cpu_seconds(clock_ticks: f64) -> Result<f64, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat")
+        .map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or("unexpected /proc/self/stat format")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<f64, String> {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| "unexpected /proc/self/stat format".to_owned())
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    Ok((ticks(11)? + ticks(12)?) / clock_ticks)
+}
+
+fn lease(election: &str, rvn: &str) -> Lease {
+    Lease {
+        election: election.to_owned(),
+        holder: Some("bench".to_owned()),
+        rvn: rvn.to_owned(),
+        fencing_token: 1,
+        lease_ms: 10_000,
+        acquired_at_ms: 1,
+        renewed_at_ms: 1,
+        expires_at_s: 1,
+        holder_meta: None,
+    }
+}
+
+/// Measure both paths with `requests` requests each (rounded to whole batches).
+pub fn measure(
+    store: SocketAddr,
+    table: &str,
+    requests: usize,
+    clock_ticks: f64,
+) -> Result<RequestCost, String> {
+    let rounds = requests.div_ceil(BATCH).max(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let table = table.to_owned();
+    let task = runtime.spawn(async move {
+        let sdk = sdk_path(store, &table, rounds, clock_ticks).await?;
+        let http = http_path(store, &table, rounds, clock_ticks).await?;
+        Ok::<_, String>((sdk, http))
+    });
+    let (sdk, http) = runtime
+        .block_on(task)
+        .map_err(|e| format!("the measuring task failed: {e}"))??;
+    Ok(RequestCost {
+        requests: rounds * BATCH,
+        sdk_us: sdk / (rounds * BATCH) as f64 * 1e6,
+        http_us: http / (rounds * BATCH) as f64 * 1e6,
+    })
+}
+
+/// Renew [`BATCH`] leases `rounds` times through the store; CPU seconds used.
+async fn sdk_path(
+    store: SocketAddr,
+    table: &str,
+    rounds: usize,
+    clock_ticks: f64,
+) -> Result<f64, String> {
+    // Static credentials: the benchmark gives the AWS variables to the
+    // leaderd processes it starts, not to itself.
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(format!("http://{store}"))
+        .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
+        .http_client(https_client())
+        .build();
+    let store = DynamoStore::from_client(&aws_sdk_dynamodb::Client::from_conf(config), table);
+    let tag = format!("cost-{}", std::process::id());
+    let names: Vec<String> = (0..BATCH).map(|i| format!("{tag}-{i:02}")).collect();
+    let mut rvns: Vec<String> = Vec::with_capacity(BATCH);
+    for name in &names {
+        let rvn = format!("{name}-0");
+        match store
+            .put(&lease(name, &rvn), &Condition::NotExists, BUDGET)
+            .await
+        {
+            Ok(WriteOutcome::Applied) => rvns.push(rvn),
+            other => return Err(format!("creating {name}: {other:?}")),
+        }
+    }
+    // One untimed round warms the connection pool up to the batch size.
+    let mut timed_from = None;
+    for round in 0..=rounds {
+        if round == 1 {
+            timed_from = Some(cpu_seconds(clock_ticks)?);
+        }
+        let writes = names.iter().zip(&rvns).map(|(name, rvn)| {
+            let next = format!("{name}-{}", round + 1);
+            let cond = Condition::HeldBy {
+                rvn: rvn.clone(),
+                holder: "bench".to_owned(),
+            };
+            let store = &store;
+            async move {
+                match store.put(&lease(name, &next), &cond, BUDGET).await {
+                    Ok(WriteOutcome::Applied) => Ok(next),
+                    other => Err(format!("renewing {name}: {other:?}")),
+                }
+            }
+        });
+        rvns = futures_util::future::join_all(writes)
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        tokio::time::sleep(BATCH_EVERY).await;
+    }
+    let from = timed_from.ok_or("no timed round")?;
+    Ok(cpu_seconds(clock_ticks)? - from)
+}
+
+/// The same PutItem, as bare HTTP; CPU seconds used.
+async fn http_path(
+    store: SocketAddr,
+    table: &str,
+    rounds: usize,
+    clock_ticks: f64,
+) -> Result<f64, String> {
+    let client: Client<_, Full<hyper::body::Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let tag = format!("cost-http-{}", std::process::id());
+    let body = |i: usize| {
+        // A condition that always holds: each round overwrites the same
+        // items, and the server evaluates a condition as for a renewal.
+        hyper::body::Bytes::from(format!(
+            r##"{{"TableName":"{table}","Item":{{"election":{{"S":"{tag}-{i:02}"}},"rvn":{{"S":"0123456789abcdef0123456789abcdef"}},"holder":{{"S":"bench"}},"fencing_token":{{"N":"1"}},"lease_ms":{{"N":"10000"}},"acquired_at":{{"N":"1"}},"renewed_at":{{"N":"1"}},"expires_at":{{"N":"1"}}}},"ConditionExpression":"attribute_not_exists(#e) OR #e = :e","ExpressionAttributeNames":{{"#e":"election"}},"ExpressionAttributeValues":{{":e":{{"S":"{tag}-{i:02}"}}}},"ReturnValuesOnConditionCheckFailure":"ALL_OLD"}}"##
+        ))
+    };
+    let request = |i: usize| {
+        hyper::Request::post(format!("http://{store}/"))
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", "DynamoDB_20120810.PutItem")
+            .header("x-amz-date", "20260101T000000Z")
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=bench/20260101/us-east-1/dynamodb/aws4_request, \
+                 SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=00",
+            )
+            .body(Full::new(body(i)))
+            .map_err(|e| format!("building the request: {e}"))
+    };
+    let mut timed_from = None;
+    for round in 0..=rounds {
+        if round == 1 {
+            timed_from = Some(cpu_seconds(clock_ticks)?);
+        }
+        let sends = (0..BATCH).map(|i| {
+            let client = &client;
+            async move {
+                let response = client
+                    .request(request(i)?)
+                    .await
+                    .map_err(|e| format!("bare PutItem: {e}"))?;
+                let status = response.status();
+                let body = response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| format!("bare PutItem answer: {e}"))?
+                    .to_bytes();
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "bare PutItem answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    ))
+                }
+            }
+        });
+        futures_util::future::join_all(sends)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()?;
+        tokio::time::sleep(BATCH_EVERY).await;
+    }
+    let from = timed_from.ok_or("no timed round")?;
+    Ok(cpu_seconds(clock_ticks)? - from)
+}
