@@ -782,10 +782,13 @@ fn report_request_cost(
     let _ = writeln!(out, "## CPU per store request\n");
     let _ = writeln!(
         out,
-        "One conditional PutItem (a renewal), {} per path, in batches of 50 every 50 ms on a runtime shaped like leaderd's (one worker thread), in the benchmark's own process: through leaderd's DynamoDB store (the AWS SDK: request building, endpoint, SigV4 signing, interceptors, HTTP) and as bare HTTP/1.1 from hyper with the same body, unsigned (DynamoDB Local does not check signatures). CPU is user + system time of the process.\n",
+        "One conditional PutItem (a renewal), {} per path, in batches of 50 (about one tick of leaderd's renewal grid at 1,000 elections) 50 ms apart, on a runtime shaped like leaderd's (one worker thread), in the benchmark's own process: through leaderd's DynamoDB store (the AWS SDK: request building, endpoint, SigV4 signing, interceptors, HTTP) and as bare HTTP/1.1 from hyper with the same body, unsigned (DynamoDB Local does not check signatures). CPU is user + system time of the process.\n",
         cost.requests
     );
-    let _ = writeln!(out, "| path | CPU µs per request | × 12,000 renewals/min (s/min) |");
+    let _ = writeln!(
+        out,
+        "| path | CPU µs per request | × 12,000 renewals/min (s/min) |"
+    );
     let _ = writeln!(out, "|---|---:|---:|");
     let per_min = |us: f64| us * 12_000.0 / 1e6;
     if let Some(f) = thousand {

@@ -3,25 +3,27 @@
 //! and (b) as bare HTTP/1.1 from hyper with the same body and no signing
 //! (DynamoDB Local does not check signatures). Both run in this process on a
 //! runtime shaped like leaderd's (one worker thread, the requests in spawned
-//! tasks) and send their requests in batches of [`BATCH`] every
-//! [`BATCH_EVERY`], as leaderd's renewal grid does at 1,000 elections. The
+//! tasks) and send their requests in batches of [`BATCH`] (about what one
+//! tick of leaderd's renewal grid carries at 1,000 elections), [`BATCH_EVERY`]
+//! apart. The
 //! difference between (a) and (b) is what the SDK adds per request; (b) is
 //! HTTP, loopback TCP and waking up for the answer.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use aws_credential_types::Credentials;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
 use leaderd::lease::dynamodb::{DynamoStore, https_client};
 use leaderd::lease::{Condition, Lease, LeaseStore, WriteOutcome};
 
 /// Requests in flight together, as in one tick of leaderd's renewal grid.
 const BATCH: usize = 50;
-/// Pause between batches (leaderd's grid is R/100 = 50 ms at the default R).
+/// Pause between batches: long enough for every answer to be in, short
+/// enough to keep the run short.
 const BATCH_EVERY: Duration = Duration::from_millis(50);
 /// Per-request budget; DynamoDB Local answers in a few milliseconds.
 const BUDGET: Duration = Duration::from_secs(5);
