@@ -933,10 +933,11 @@ impl Engine {
     /// first renewal of a tenure moves (earlier, by less than R/20, which
     /// is always safe); the later ones are R apart on the grid. Elections
     /// whose renewals fall in the same tick are renewed in one wake-up, and
-    /// their requests and answers are handled in batches: at 1,000
-    /// elections a finer grid (R/100) cost 25 % more CPU, mostly in waking
-    /// up for each answer; a coarser one (R/10) saved nothing more and
-    /// needed twice the connections (docs/benchmarks.md).
+    /// their requests and answers are handled in batches. At 1,000
+    /// elections (started over one R, see daemon.rs) R/20 puts about 50
+    /// renewals on a tick; the earlier R/100 grid with starts within one
+    /// second cost about 25 % more CPU and twice the connections, and R/10
+    /// saved nothing more (docs/benchmarks.md).
     fn renew_due(&self, send: Instant) -> Instant {
         (send + self.cfg.renew_interval).floor_to(self.cfg.renew_interval / 20)
     }
