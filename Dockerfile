@@ -9,7 +9,8 @@
 # binary is what lets the final stage be empty, and what lets the Helm
 # chart's wrapper pattern copy the binary into any app image, whatever libc
 # (if any) that image carries. The image already has gcc and musl-dev, which
-# the bundled SQLite and the TLS crypto crates compile with.
+# the bundled SQLite, the mimalloc allocator and the TLS crypto crates
+# compile with.
 FROM rust:1.95.0-alpine3.23@sha256:606fd313a0f49743ee2a7bd49a0914bab7deedb12791f3a846a34a4711db7ed2 AS build
 
 WORKDIR /src
