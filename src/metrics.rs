@@ -67,106 +67,119 @@ impl Default for Metrics {
     }
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels)
-        .expect("metric names and labels are valid constants (checked by tests)");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("each name is registered once into a fresh registry");
-    c
+/// The metric families while [`Metrics::new`] creates them: each one is
+/// registered into a registry, which checks names and label sets, and kept
+/// for rendering.
+struct Families {
+    registry: Registry,
+    list: Vec<Box<dyn Collector>>,
 }
 
-fn int_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels)
-        .expect("metric names and labels are valid constants (checked by tests)");
-    registry
-        .register(Box::new(g.clone()))
-        .expect("each name is registered once into a fresh registry");
-    g
+impl Families {
+    fn add<C: Collector + Clone + 'static>(&mut self, family: C) -> C {
+        self.registry
+            .register(Box::new(family.clone()))
+            .expect("each name is registered once into a fresh registry");
+        self.list.push(Box::new(family.clone()));
+        family
+    }
+
+    fn counter(&mut self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.add(
+            IntCounterVec::new(Opts::new(name, help), labels)
+                .expect("metric names and labels are valid constants (checked by tests)"),
+        )
+    }
+
+    fn int_gauge(&mut self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.add(
+            IntGaugeVec::new(Opts::new(name, help), labels)
+                .expect("metric names and labels are valid constants (checked by tests)"),
+        )
+    }
+
+    /// Every family, sorted by name (the order `Registry::gather` gives).
+    fn into_sorted(mut self) -> Vec<Box<dyn Collector>> {
+        self.list
+            .sort_by_key(|c| c.desc().first().map(|d| d.fq_name.clone()));
+        self.list
+    }
 }
 
 impl Metrics {
     /// Create every metric and register it into a fresh registry.
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let r = &registry;
-        let is_leader = int_gauge(
-            r,
+        let mut r = Families {
+            registry: Registry::new(),
+            list: Vec::new(),
+        };
+        let is_leader = r.int_gauge(
             "leaderd_is_leader",
             "1 while this instance leads the election and is inside its validity, else 0 (computed at scrape time).",
             &["election"],
         );
-        let fencing_token = int_gauge(
-            r,
+        let fencing_token = r.int_gauge(
             "leaderd_fencing_token",
             "Fencing token of the lease as last observed (this instance's own while leading); absent until the record has been read.",
             &["election"],
         );
-        let lease_remaining_seconds = GaugeVec::new(
-            Opts::new(
-                "leaderd_lease_remaining_seconds",
-                "Validity left of this instance's tenure in seconds; 0 when not leading (computed at scrape time).",
-            ),
-            &["election"],
-        )
-        .expect("metric names and labels are valid constants (checked by tests)");
-        r.register(Box::new(lease_remaining_seconds.clone()))
-            .expect("each name is registered once into a fresh registry");
-        let transitions_total = counter(
-            r,
+        let lease_remaining_seconds = r.add(
+            GaugeVec::new(
+                Opts::new(
+                    "leaderd_lease_remaining_seconds",
+                    "Validity left of this instance's tenure in seconds; 0 when not leading (computed at scrape time).",
+                ),
+                &["election"],
+            )
+            .expect("metric names and labels are valid constants (checked by tests)"),
+        );
+        let transitions_total = r.counter(
             "leaderd_transitions_total",
             "Leadership changes of this instance, by direction (gained, lost).",
             &["election", "direction"],
         );
-        let acquire_attempts_total = counter(
-            r,
+        let acquire_attempts_total = r.counter(
             "leaderd_acquire_attempts_total",
             "Attempts to create or take over the lease, by result (ok, lost, throttled, timeout, error).",
             &["election", "result"],
         );
-        let renew_total = counter(
-            r,
+        let renew_total = r.counter(
             "leaderd_renew_total",
             "Lease renewals, by result (ok, lost, throttled, timeout, error).",
             &["election", "result"],
         );
-        let store_request_duration_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "leaderd_store_request_duration_seconds",
-                "Duration of lease store requests in seconds, by operation.",
+        let store_request_duration_seconds = r.add(
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "leaderd_store_request_duration_seconds",
+                    "Duration of lease store requests in seconds, by operation.",
+                )
+                .buckets(STORE_LATENCY_BUCKETS.to_vec()),
+                &["election", "op"],
             )
-            .buckets(STORE_LATENCY_BUCKETS.to_vec()),
-            &["election", "op"],
-        )
-        .expect("metric names, labels and buckets are valid constants (checked by tests)");
-        r.register(Box::new(store_request_duration_seconds.clone()))
-            .expect("each name is registered once into a fresh registry");
-        let store_errors_total = counter(
-            r,
+            .expect("metric names, labels and buckets are valid constants (checked by tests)"),
+        );
+        let store_errors_total = r.counter(
             "leaderd_store_errors_total",
             "Failed lease store requests, by error class; a failed write condition is not an error.",
             &["election", "class"],
         );
-        let malformed_records_total = counter(
-            r,
+        let malformed_records_total = r.counter(
             "leaderd_malformed_records_total",
             "Times a malformed lease record (missing or mistyped attributes) was first seen.",
             &["election"],
         );
-        let child_running = int_gauge(
-            r,
+        let child_running = r.int_gauge(
             "leaderd_child_running",
             "1 while the supervised child process runs, else 0.",
             &["election"],
         );
-        let child_exits_total = counter(
-            r,
+        let child_exits_total = r.counter(
             "leaderd_child_exits_total",
             "Exits of the supervised child process, by reason.",
             &["election", "reason"],
         );
-        let child_kills_total = counter(
-            r,
+        let child_kills_total = r.counter(
             "leaderd_child_kills_total",
             "Times the child's process group was killed (SIGKILL) at the end of validity or grace.",
             &["election"],
@@ -180,30 +193,10 @@ impl Metrics {
         )
         .expect("metric name and label are valid constants (checked by tests)");
         build_info.set(1);
-        r.register(Box::new(build_info.clone()))
-            .expect("each name is registered once into a fresh registry");
-
-        // The registry above has checked the names and label sets; rendering
-        // walks the same collectors itself (see `render`).
-        let mut families: Vec<Box<dyn Collector>> = vec![
-            Box::new(is_leader.clone()),
-            Box::new(fencing_token.clone()),
-            Box::new(lease_remaining_seconds.clone()),
-            Box::new(transitions_total.clone()),
-            Box::new(acquire_attempts_total.clone()),
-            Box::new(renew_total.clone()),
-            Box::new(store_request_duration_seconds.clone()),
-            Box::new(store_errors_total.clone()),
-            Box::new(malformed_records_total.clone()),
-            Box::new(child_running.clone()),
-            Box::new(child_exits_total.clone()),
-            Box::new(child_kills_total.clone()),
-            Box::new(build_info),
-        ];
-        families.sort_by_key(|c| c.desc().first().map(|d| d.fq_name.clone()));
+        r.add(build_info);
 
         Metrics {
-            families,
+            families: r.into_sorted(),
             is_leader,
             fencing_token,
             lease_remaining_seconds,
@@ -499,6 +492,49 @@ mod tests {
             ),
             Some(0.0)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn render_orders_families_by_name_and_series_by_labels() {
+        let clock = Clock::tokio();
+        let now = clock.now();
+        // Created in an order that neither sort gives.
+        let names = ["mid", "zed", "alpha", "beta"];
+        let channels: Vec<_> = names
+            .iter()
+            .map(|n| watch::channel(state(n, Role::Leader, now, Some(1))))
+            .collect();
+        let m = Metrics::new();
+        let text = m.render(channels.iter().map(|(_, rx)| rx), &clock).unwrap();
+
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+            .collect();
+        let mut sorted = families.clone();
+        sorted.sort_unstable();
+        assert_eq!(families, sorted, "families out of order");
+        assert!(families.contains(&"leaderd_build_info"), "{families:?}");
+        assert_eq!(families.len(), 10, "families with a series: {families:?}");
+
+        let elections: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("leaderd_is_leader{election=\"")?
+                    .split('"')
+                    .next()
+            })
+            .collect();
+        assert_eq!(elections, ["alpha", "beta", "mid", "zed"]);
+        let results: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("leaderd_renew_total{election=\"alpha\",result=\"")?
+                    .split('"')
+                    .next()
+            })
+            .collect();
+        assert_eq!(results, ["error", "lost", "ok", "throttled", "timeout"]);
     }
 
     #[tokio::test(start_paused = true)]

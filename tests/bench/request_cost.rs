@@ -2,14 +2,16 @@
 //! PutItem sent (a) through leaderd's DynamoDB store, that is the AWS SDK,
 //! and (b) as bare HTTP/1.1 from hyper with the same body and no signing
 //! (DynamoDB Local does not check signatures). Both run in this process on a
-//! runtime shaped like leaderd's (one worker thread, the requests in spawned
-//! tasks) and send their requests in batches of [`BATCH`] (about what one
-//! tick of leaderd's renewal grid carries at 1,000 elections), [`BATCH_EVERY`]
-//! apart. The
-//! difference between (a) and (b) is what the SDK adds per request; (b) is
-//! HTTP, loopback TCP and waking up for the answer.
+//! runtime shaped like leaderd's (one worker thread; the work in a spawned
+//! task, hyper's connections in tasks of their own) and send their requests
+//! in batches of [`BATCH`] (about what one tick of leaderd's renewal grid
+//! carries at 1,000 elections), [`BATCH_EVERY`] apart. The difference
+//! between (a) and (b) is what the SDK adds per request; (b) is HTTP,
+//! loopback TCP and waking up for the answer.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_credential_types::Credentials;
@@ -19,6 +21,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use leaderd::lease::dynamodb::{DynamoStore, https_client};
 use leaderd::lease::{Condition, Lease, LeaseStore, WriteOutcome};
+
+use crate::harness::cpu_seconds;
 
 /// Requests in flight together, as in one tick of leaderd's renewal grid.
 const BATCH: usize = 50;
@@ -39,23 +43,29 @@ pub struct RequestCost {
 }
 
 /// User plus system CPU seconds of this process so far.
-fn cpu_seconds(clock_ticks: f64) -> Result<f64, String> {
-    let stat = std::fs::read_to_string("/proc/self/stat")
-        .map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .ok_or("unexpected /proc/self/stat format")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64, String> {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| "unexpected /proc/self/stat format".to_owned())
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    Ok((ticks(11)? + ticks(12)?) / clock_ticks)
+fn own_cpu_seconds(clock_ticks: f64) -> Result<f64, String> {
+    let pid = i32::try_from(std::process::id()).map_err(|e| format!("own pid: {e}"))?;
+    cpu_seconds(pid, clock_ticks).ok_or_else(|| "cannot read /proc/self/stat".to_owned())
+}
+
+/// Run `round(0..=rounds)` one after another, [`BATCH_EVERY`] apart, and
+/// return the CPU seconds of rounds 1 and later: round 0 warms the
+/// connection pool up to the batch size and is not timed.
+async fn timed_rounds<F, Fut>(rounds: usize, clock_ticks: f64, mut round: F) -> Result<f64, String>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let mut timed_from = None;
+    for i in 0..=rounds {
+        if i == 1 {
+            timed_from = Some(own_cpu_seconds(clock_ticks)?);
+        }
+        round(i).await?;
+        tokio::time::sleep(BATCH_EVERY).await;
+    }
+    let from = timed_from.ok_or("no timed round (rounds must be at least 1)")?;
+    Ok(own_cpu_seconds(clock_ticks)? - from)
 }
 
 fn lease(election: &str, rvn: &str) -> Lease {
@@ -131,34 +141,32 @@ async fn sdk_path(
             other => return Err(format!("creating {name}: {other:?}")),
         }
     }
-    // One untimed round warms the connection pool up to the batch size.
-    let mut timed_from = None;
-    for round in 0..=rounds {
-        if round == 1 {
-            timed_from = Some(cpu_seconds(clock_ticks)?);
-        }
-        let writes = names.iter().zip(&rvns).map(|(name, rvn)| {
-            let next = format!("{name}-{}", round + 1);
-            let cond = Condition::HeldBy {
-                rvn: rvn.clone(),
-                holder: "bench".to_owned(),
-            };
-            let store = &store;
-            async move {
+    // Each round renews from the rvns the previous one wrote.
+    let rvns = Mutex::new(rvns);
+    timed_rounds(rounds, clock_ticks, |round| {
+        let current = rvns.lock().expect("never held across an await").clone();
+        let (names, store, rvns) = (&names, &store, &rvns);
+        async move {
+            let writes = names.iter().zip(current).map(|(name, rvn)| async move {
+                let next = format!("{name}-{}", round + 1);
+                let cond = Condition::HeldBy {
+                    rvn,
+                    holder: "bench".to_owned(),
+                };
                 match store.put(&lease(name, &next), &cond, BUDGET).await {
                     Ok(WriteOutcome::Applied) => Ok(next),
                     other => Err(format!("renewing {name}: {other:?}")),
                 }
-            }
-        });
-        rvns = futures_util::future::join_all(writes)
-            .await
-            .into_iter()
-            .collect::<Result<_, _>>()?;
-        tokio::time::sleep(BATCH_EVERY).await;
-    }
-    let from = timed_from.ok_or("no timed round")?;
-    Ok(cpu_seconds(clock_ticks)? - from)
+            });
+            let written = futures_util::future::join_all(writes)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
+            *rvns.lock().expect("never held across an await") = written;
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// The same PutItem, as bare HTTP; CPU seconds used.
@@ -191,11 +199,7 @@ async fn http_path(
             .body(Full::new(body(i)))
             .map_err(|e| format!("building the request: {e}"))
     };
-    let mut timed_from = None;
-    for round in 0..=rounds {
-        if round == 1 {
-            timed_from = Some(cpu_seconds(clock_ticks)?);
-        }
+    timed_rounds(rounds, clock_ticks, |_| {
         let sends = (0..BATCH).map(|i| {
             let client = &client;
             async move {
@@ -220,12 +224,13 @@ async fn http_path(
                 }
             }
         });
-        futures_util::future::join_all(sends)
-            .await
-            .into_iter()
-            .collect::<Result<Vec<()>, _>>()?;
-        tokio::time::sleep(BATCH_EVERY).await;
-    }
-    let from = timed_from.ok_or("no timed round")?;
-    Ok(cpu_seconds(clock_ticks)? - from)
+        async move {
+            futures_util::future::join_all(sends)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<()>, _>>()
+                .map(drop)
+        }
+    })
+    .await
 }
