@@ -332,3 +332,125 @@ fn mode_always_runs_everywhere_and_signals_transitions() {
         .expect("b's child told of the gain");
     assert!(b.is_leader());
 }
+
+#[test]
+fn a_job_running_leaderd_itself_is_not_confused_by_its_variables() {
+    // The child gets LEADERD_ELECTION, LEADERD_IS_LEADER, ...; a leaderd the
+    // job runs must not take them for configuration.
+    let env = Env::new();
+    let db = env.db();
+    let mut args = timing(&db);
+    args.extend(["--on-child-exit".to_string(), "exit".to_string()]);
+    // Not `env.start`: this instance may be gone before its HTTP is asked.
+    let mut a = Leaderd::start(Spec {
+        identity: "a",
+        args,
+        env: vec![],
+        command: vec![
+            common::daemon::leaderd_bin().to_string(),
+            "status".to_string(),
+            "--store-path".to_string(),
+            db.to_str().expect("utf-8 temp path").to_string(),
+        ],
+        dir: env.dir.path(),
+    });
+    let status = a.wait_exit(Duration::from_secs(15)).expect("a exits with its job");
+    assert_eq!(status.code(), Some(0), "the job's `leaderd status` failed:\n{}", a.log());
+    assert!(a.log().contains("held"), "status printed the election:\n{}", a.log());
+}
+
+/// A command that cannot be started at all is the job failing: exit 127
+/// (not found) or 126 (not executable), as a shell would, after releasing.
+#[test]
+fn a_job_that_cannot_start_releases_and_exits_127_or_126() {
+    let env = Env::new();
+    let b = env.start("b", &[], &[], &["sleep", "1000"]);
+    wait_until(Duration::from_secs(10), || b.is_leader()).expect("b leads");
+    // a waits behind b, then b leaves: a leads and cannot start its job.
+    let missing = env.path("exprot.sh");
+    let mut a = env.start(
+        "a",
+        &["--on-child-exit", "exit"],
+        &[],
+        &[missing.to_str().expect("utf-8 temp path")],
+    );
+    let c = env.start("c", &[], &[], &["sleep", "1000"]);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(b);
+    let status = a.wait_exit(Duration::from_secs(20)).unwrap_or_else(|| {
+        panic!("a kept running with a job that cannot start:\n{}", a.log())
+    });
+    assert_eq!(status.code(), Some(127), "{}", a.log());
+    assert!(a.log().contains("released the lease"), "{}", a.log());
+    wait_until(Duration::from_secs(10), || c.is_leader()).expect("c leads after a released");
+
+    let not_executable = env.path("job.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nsleep 1000\n").expect("write job.sh");
+    drop(c);
+    let mut d = env.start(
+        "d",
+        &["--on-child-exit", "exit"],
+        &[],
+        &[not_executable.to_str().expect("utf-8 temp path")],
+    );
+    let status = d
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("d kept running:\n{}", d.log()));
+    assert_eq!(status.code(), Some(126), "{}", d.log());
+}
+
+/// With `restart`, a job that cannot start is retried with back-off, shows
+/// in `/healthz` and the metrics, and the lease is released once the
+/// failures outlast one lease, so another instance can run the job.
+#[test]
+fn a_job_that_cannot_start_under_restart_is_reported_and_gives_the_lease_up() {
+    let env = Env::new();
+    let missing = env.path("exprot.sh");
+    let a = env.start(
+        "a",
+        &["--on-child-exit", "restart"],
+        &[],
+        &[missing.to_str().expect("utf-8 temp path")],
+    );
+    let (status, body) = wait_until(Duration::from_secs(10), || {
+        matches!(a.get("/healthz"), Some((503, _)))
+    })
+    .and_then(|_| a.get("/healthz"))
+    .unwrap_or_else(|| panic!("/healthz stayed healthy:\n{}", a.log()));
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("exprot.sh"), "/healthz names the job: {body}");
+    let (_, metrics) = a.get("/metrics").expect("metrics");
+    let failures: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("leaderd_child_start_failures_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no leaderd_child_start_failures_total:\n{metrics}"));
+    assert!(failures >= 1.0, "{failures}");
+
+    // b has a job that works: it takes over once a gives the lease up (one
+    // lease of failures, L = 2 s here), not never.
+    let b_file = env.path("b.ran");
+    let b = env.start("b", &[], &[], &as_refs(&sh(r#"touch "$0"; exec sleep 1000"#, &b_file)));
+    wait_until(Duration::from_secs(20), || b.is_leader())
+        .unwrap_or_else(|| panic!("a never gave the lease up:\n{}", a.log()));
+    wait_until(Duration::from_secs(10), || b_file.exists()).expect("b's job runs");
+    assert!(!a.is_leader());
+}
+
+/// A job that keeps crashing makes `/healthz` fail (like a container in
+/// CrashLoopBackOff), while `restart` keeps trying.
+#[test]
+fn a_crash_looping_job_fails_healthz() {
+    let env = Env::new();
+    let a = env.start(
+        "a",
+        &["--on-child-exit", "restart"],
+        &[],
+        &["sh", "-c", "exit 3"],
+    );
+    wait_until(Duration::from_secs(20), || matches!(a.get("/healthz"), Some((503, _))))
+        .unwrap_or_else(|| panic!("/healthz stayed healthy:\n{}", a.log()));
+    let (_, body) = a.get("/healthz").expect("healthz");
+    assert!(body.contains("exited with code 3"), "{body}");
+}

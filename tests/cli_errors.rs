@@ -2,7 +2,8 @@
 //! with one line naming the key; `fail_fast` with an unreachable store exits
 //! 69; usage errors exit 64.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn leaderd(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_leaderd"))
@@ -139,4 +140,164 @@ fn table_command_needs_the_dynamodb_store() {
     let out = leaderd(&["table", "describe", "--store", "sqlite"], &[]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("DynamoDB"));
+}
+
+/// `leaderd run` in a temporary directory, stopped with SIGTERM after
+/// `settle` if it is still running: `(exit code or None if it was killed by a
+/// signal, stderr)`, and whether it was still running at `settle`.
+fn run_briefly(args: &[&str], env: &[(&str, &str)], settle: Duration) -> (Option<i32>, String, bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("leases.db");
+    let err_path = dir.path().join("stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leaderd"))
+        .args(args)
+        .args(["--store-path", db.to_str().expect("utf-8 temp path")])
+        .envs(env.iter().copied())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .expect("start leaderd");
+    let t0 = Instant::now();
+    let mut status = None;
+    while t0.elapsed() < settle {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let running = status.is_none();
+    if running {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let t1 = Instant::now();
+        while status.is_none() && t1.elapsed() < Duration::from_secs(10) {
+            status = child.try_wait().expect("try_wait");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if status.is_none() {
+            let _ = child.kill();
+            status = child.wait().ok();
+        }
+    }
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    (status.and_then(|s| s.code()), stderr, running)
+}
+
+#[test]
+fn service_links_and_child_variables_are_not_configuration() {
+    // What Kubernetes puts into every pod of a namespace with Services named
+    // `leaderd` and `leaderd-metrics`, and what leaderd gives its own child.
+    let env = [
+        ("LEADERD_SERVICE_HOST", "10.96.0.12"),
+        ("LEADERD_SERVICE_PORT", "9777"),
+        ("LEADERD_SERVICE_PORT_HTTP", "9777"),
+        ("LEADERD_PORT", "tcp://10.96.0.12:9777"),
+        ("LEADERD_PORT_9777_TCP", "tcp://10.96.0.12:9777"),
+        ("LEADERD_PORT_9777_TCP_ADDR", "10.96.0.12"),
+        ("LEADERD_PORT_9777_TCP_PORT", "9777"),
+        ("LEADERD_PORT_9777_TCP_PROTO", "tcp"),
+        ("LEADERD_METRICS_SERVICE_HOST", "10.96.0.13"),
+        ("LEADERD_METRICS_PORT_9777_TCP_ADDR", "10.96.0.13"),
+        ("LEADERD_ELECTION", "report"),
+        ("LEADERD_FENCING_TOKEN", "1763790000123"),
+        ("LEADERD_LEASE_MS", "10000"),
+        ("LEADERD_IS_LEADER", "true"),
+    ];
+    let (code, stderr, running) = run_briefly(
+        &["run", "--listen", "127.0.0.1:0"],
+        &env,
+        Duration::from_millis(1_500),
+    );
+    assert!(running, "leaderd exited ({code:?}) at start: {stderr}");
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // A misspelt real key is still an error, in a known section or not.
+    assert_config_error(
+        &leaderd(&["run"], &[("LEADERD_LEASE__DURATON", "5s")]),
+        &["lease.duraton", "LEADERD_LEASE__DURATON"],
+    );
+    assert_config_error(
+        &leaderd(&["run"], &[("LEADERD_LAESE__DURATION", "5s")]),
+        &["laese", "LEADERD_LAESE__DURATION"],
+    );
+}
+
+#[test]
+fn absurd_durations_are_config_errors_never_panics() {
+    let huge = ["18446744073709551615s", "10000000000000h", "100000000000h"];
+    let flags = [
+        "--lease-duration",
+        "--renew-interval",
+        "--retry-interval",
+        "--kill-grace",
+        "--acquire-timeout",
+    ];
+    for value in huge {
+        for flag in flags {
+            let (code, stderr, running) =
+                run_briefly(&["run", "--listen", "127.0.0.1:0", flag, value], &[], Duration::from_secs(5));
+            assert!(!running, "{flag} {value} was accepted: {stderr}");
+            assert_eq!(code, Some(64), "{flag} {value}: {stderr}");
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(lines.len(), 1, "{flag} {value}: one line expected: {stderr}");
+            assert!(lines[0].contains(flag.trim_start_matches("--")) || lines[0].contains(&flag.trim_start_matches("--").replace('-', "_")), "{flag} {value}: {stderr}");
+        }
+        for (var, key) in [
+            ("LEADERD_LEASE__SAFETY_MARGIN", "lease.safety_margin"),
+            ("LEADERD_CHILD__SHUTDOWN_GRACE", "child.shutdown_grace"),
+            ("LEADERD_HEALTH__STORE_TIMEOUT", "health.store_timeout"),
+        ] {
+            let (code, stderr, running) =
+                run_briefly(&["run", "--listen", "127.0.0.1:0"], &[(var, value)], Duration::from_secs(5));
+            assert!(!running, "{var}={value} was accepted: {stderr}");
+            assert_eq!(code, Some(64), "{var}={value}: {stderr}");
+            assert!(stderr.contains(key), "{var}={value}: {stderr}");
+        }
+        let out = leaderd(&["table", "create", "--store", "dynamodb", "--wait", value], &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "table create --wait {value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_port_in_use_is_a_usage_error_naming_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let addr = taken.local_addr().expect("local address").to_string();
+    let (code, stderr, running) = run_briefly(&["run", "--listen", &addr], &[], Duration::from_secs(10));
+    assert!(!running, "leaderd kept running on a taken port: {stderr}");
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains(&addr) && stderr.contains("in use"), "{stderr}");
+}
+
+#[test]
+fn listen_accepts_a_host_name() {
+    let (code, stderr, running) =
+        run_briefly(&["run", "--listen", "localhost:0"], &[], Duration::from_millis(1_500));
+    assert!(running, "leaderd exited ({code:?}): {stderr}");
+    assert!(stderr.contains("leaderd running"), "{stderr}");
+}
+
+#[test]
+fn oversized_names_are_rejected_and_not_echoed_whole() {
+    let long_election = "e".repeat(100_000);
+    let long_identity = "i".repeat(10_000);
+    for args in [
+        vec!["run", "--election", long_election.as_str()],
+        vec!["run", "--identity", long_identity.as_str()],
+    ] {
+        let out = leaderd(&args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{}", &stderr[..stderr.len().min(300)]);
+        assert!(stderr.len() < 1_000, "{} bytes echoed", stderr.len());
+    }
 }

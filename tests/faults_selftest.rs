@@ -804,6 +804,7 @@ fn proxy_answers_errors_itself_in_dynamodb_format() {
             400,
             "ProvisionedThroughputExceededException",
         ),
+        (Fault::AccessDenied, 400, "AccessDeniedException"),
         (Fault::Http500, 500, "InternalServerError"),
         (Fault::Http503, 503, "ServiceUnavailable"),
     ] {
@@ -832,7 +833,7 @@ fn proxy_answers_errors_itself_in_dynamodb_format() {
         server.peers.lock().expect("test mutex").is_empty(),
         "nothing was forwarded"
     );
-    assert_eq!(proxy.counts().get("PutItem"), Some(&3));
+    assert_eq!(proxy.counts().get("PutItem"), Some(&4));
 }
 
 #[test]

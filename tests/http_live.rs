@@ -194,3 +194,94 @@ fn status_json_on_dynamodb_local() {
         assert!(row["age_ms"].as_u64().is_some_and(|a| a < 5_000), "{row}");
     }
 }
+
+/// Idle and half-sent connections are closed by the server, and a flood of
+/// them under a small file-descriptor limit neither stops `/healthz` from
+/// answering nor the job's guard from being started.
+#[test]
+fn idle_and_half_sent_connections_are_closed_and_never_starve_the_daemon() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runs = dir.path().join("runs");
+    let script = format!("echo run >> {}; sleep 0.5", runs.display());
+    let a = Leaderd::start_with(
+        Spec {
+            identity: "a",
+            args: [sqlite_args(&dir.path().join("l.db")), vec!["--on-child-exit".into(), "restart".into()]].concat(),
+            env: vec![],
+            command: vec!["sh".into(), "-c".into(), script],
+            dir: dir.path(),
+        },
+        |cmd| {
+            // SAFETY: setrlimit is async-signal-safe and allocates nothing.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 64, 64)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        },
+    );
+    a.wait_http(Duration::from_secs(20));
+    wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");
+    let count_runs = || std::fs::read_to_string(&runs).unwrap_or_default().lines().count();
+    wait_until(Duration::from_secs(10), || count_runs() >= 1).expect("the job runs");
+
+    let mut flood = Vec::new();
+    for i in 0..60 {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", a.port)) {
+            if i % 2 == 1 {
+                // Half a request head, never finished.
+                let _ = s.write_all(b"GET /leader HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+            }
+            flood.push(s);
+        }
+    }
+    let runs_at_flood = count_runs();
+    wait_until(Duration::from_secs(30), || matches!(a.get("/healthz"), Some((200, _))))
+        .unwrap_or_else(|| panic!("/healthz starved by idle connections:\n{}", a.log()));
+    wait_until(Duration::from_secs(30), || count_runs() > runs_at_flood)
+        .unwrap_or_else(|| panic!("the job was not restarted during the flood:\n{}", a.log()));
+    // Every flood connection was closed by the server (end of file or reset),
+    // none is still held open waiting.
+    for mut s in flood {
+        s.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        let mut buf = [0u8; 512];
+        match s.read(&mut buf) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.kind() == std::io::ErrorKind::ConnectionReset,
+                "a flood connection is still open after 20 s: {e}"
+            ),
+        }
+    }
+}
+
+/// Resign asked of an instance that does not lead: 409 `not_leader`, and it
+/// changes nothing (no sit-out: it takes over as soon as the leader leaves).
+#[test]
+fn resign_on_a_follower_is_409_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut a = start(dir.path(), "a");
+    wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");
+    let b = start(dir.path(), "b");
+    let (status, body) = http(
+        b.port,
+        "POST",
+        "/leader/web/resign",
+        &[("Authorization", "Bearer s3cret")],
+    )
+    .expect("answer");
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(json(&body)["error"], "not_leader");
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    a.wait_exit(Duration::from_secs(10)).expect("a exits");
+    wait_until(Duration::from_secs(10), || b.is_leader()).expect("b leads");
+    assert!(
+        !b.log().contains("sitting out"),
+        "a refused resign must not make b sit out:\n{}",
+        b.log()
+    );
+}

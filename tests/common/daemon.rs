@@ -47,6 +47,12 @@ pub struct Spec<'a> {
 impl Leaderd {
     /// Start `leaderd run --listen 127.0.0.1:<free> --identity <id> ARGS [-- CMD]`.
     pub fn start(spec: Spec<'_>) -> Leaderd {
+        Self::start_with(spec, |_| {})
+    }
+
+    /// [`Leaderd::start`], letting `adjust` change the command before it is
+    /// spawned (resource limits, say).
+    pub fn start_with(spec: Spec<'_>, adjust: impl FnOnce(&mut Command)) -> Leaderd {
         let log_path = spec.dir.join(format!("{}.log", spec.identity));
         let log = std::fs::File::create(&log_path).expect("create the instance log");
         let mut cmd = Command::new(leaderd_bin());
@@ -68,6 +74,7 @@ impl Leaderd {
         if !spec.command.is_empty() {
             cmd.arg("--").args(&spec.command);
         }
+        adjust(&mut cmd);
         let child = cmd.spawn().expect("start leaderd");
         let mut node = Leaderd {
             child,
@@ -265,4 +272,26 @@ pub fn sqlite_short_args(db: &Path, election: &str) -> Vec<String> {
     args.push(db.to_str().expect("utf-8 temp path").to_owned());
     args.extend(short_lease_args(election));
     args
+}
+
+/// Run `cmd` to its end, or kill it once `limit` has passed: its output, and
+/// whether it ended on its own.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> (std::process::Output, bool) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    let t0 = Instant::now();
+    let mut ended = true;
+    while child.try_wait().expect("try_wait").is_none() {
+        if t0.elapsed() >= limit {
+            let _ = child.kill();
+            ended = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().expect("collect the output"), ended)
 }

@@ -5,6 +5,7 @@
 
 pub mod daemon;
 pub mod emulators;
+pub mod procfs;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -46,6 +46,9 @@ pub enum Fault {
     /// Answer `400 ProvisionedThroughputExceededException` as DynamoDB does;
     /// the request is not forwarded.
     Throttle,
+    /// Answer `400 AccessDeniedException`, as DynamoDB does for a role whose
+    /// policy lacks the operation; the request is not forwarded.
+    AccessDenied,
     /// Answer `500 InternalServerError`; the request is not forwarded.
     Http500,
     /// Answer `503 ServiceUnavailable`; the request is not forwarded.
@@ -288,7 +291,7 @@ async fn serve_connection(client: TcpStream, shared: Arc<Shared>) {
                 }
                 AfterAnswer::Deliver
             }
-            Fault::Throttle | Fault::Http500 | Fault::Http503 => {
+            Fault::Throttle | Fault::AccessDenied | Fault::Http500 | Fault::Http503 => {
                 let answer = error_response(&fault, request.close);
                 if client.stream.write_all(&answer).await.is_err() || request.close {
                     return;
@@ -393,6 +396,14 @@ fn error_response(fault: &Fault, close: bool) -> Vec<u8> {
             "ProvisionedThroughputExceededException",
             "The level of configured provisioned throughput for the table was exceeded. \
              Consider increasing your provisioning level with the UpdateTable API.",
+        ),
+        Fault::AccessDenied => (
+            400,
+            "Bad Request",
+            "AccessDeniedException",
+            "User: arn:aws:sts::123456789012:assumed-role/leaderd/i-0abc is not authorized \
+             to perform: dynamodb:PutItem on resource: arn:aws:dynamodb:us-east-1:123456789012:table/leaderd \
+             because no identity-based policy allows the dynamodb:PutItem action",
         ),
         Fault::Http500 => (
             500,
