@@ -30,7 +30,7 @@
 //! - `store.path` is relative to the working directory; `store.region` unset
 //!   means the standard AWS chain decides.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,16 +50,22 @@ use crate::election::ElectionConfig;
 /// Prefix of every configuration environment variable.
 pub const ENV_PREFIX: &str = "LEADERD_";
 
-/// Variables leaderd sets in its child's environment that are not config
-/// keys: ignored so that a leaderd run inside a child starts cleanly.
-pub const IGNORED_ENV: [&str; 3] = [
-    "LEADERD_ELECTION",
-    "LEADERD_FENCING_TOKEN",
-    "LEADERD_LEASE_MS",
-];
-
 /// Prefix of test-hook variables, never configuration.
 pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
+
+/// The top-level configuration keys. An environment variable is read as
+/// configuration when its first segment names one of them, or when it has
+/// the `SECTION__KEY` shape (so a misspelt section is still an error).
+const TOP_LEVEL_KEYS: [&str; 8] = [
+    "identity",
+    "store",
+    "lease",
+    "elections",
+    "http",
+    "child",
+    "log",
+    "health",
+];
 
 /// The election run when none is configured.
 pub const DEFAULT_ELECTION: &str = "default";
@@ -205,6 +211,8 @@ pub struct ToolConfig {
     pub store: StoreConfig,
     /// The configured election names (`default` when none is configured).
     pub elections: Vec<String>,
+    /// Valid but questionable input, one line each, for the caller to print.
+    pub warnings: Vec<String>,
 }
 
 /// An invalid configuration. Display is one line naming the key; the process
@@ -307,7 +315,7 @@ impl ToolConfig {
     ) -> Result<ToolConfig, ConfigError> {
         let mut raw = extract(args.config.as_deref(), env)?;
         apply_store_flags(&mut raw.store, args);
-        let store = build_store(raw.store)?;
+        let store = build_store(std::mem::take(&mut raw.store))?;
         let mut elections = Vec::new();
         for (i, e) in raw.elections.iter().enumerate() {
             check_election_name(&format!("elections[{i}].name"), &e.name)?;
@@ -317,7 +325,11 @@ impl ToolConfig {
         if elections.is_empty() {
             elections.push(DEFAULT_ELECTION.to_string());
         }
-        Ok(ToolConfig { store, elections })
+        Ok(ToolConfig {
+            store,
+            elections,
+            warnings: raw.warnings,
+        })
     }
 }
 
@@ -337,6 +349,23 @@ struct RawConfig {
     child: RawChild,
     log: RawLog,
     health: RawHealth,
+    /// Keys set by a command-line flag, and the flag: messages name both.
+    #[serde(skip)]
+    flags: BTreeMap<&'static str, &'static str>,
+    /// Valid but questionable input met while loading (unknown variables).
+    #[serde(skip)]
+    warnings: Vec<String>,
+}
+
+impl RawConfig {
+    /// `key`, followed by the flag that set it, if one did:
+    /// `lease.duration (--lease-duration)`.
+    fn label(&self, key: &str) -> String {
+        match self.flags.get(key) {
+            Some(flag) => format!("{key} ({flag})"),
+            None => key.to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -511,9 +540,10 @@ pub fn parse_signal(s: &str) -> Option<Option<Signal>> {
     Signal::from_str(&full).ok().map(Some)
 }
 
-/// An HTTP listen address, `IP:PORT`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct ListenAddr(SocketAddr);
+/// An HTTP listen address as written, `HOST:PORT`; resolved by
+/// [`resolve_listen`] when the configuration is built.
+#[derive(Debug, Clone, PartialEq)]
+struct ListenAddr(String);
 
 impl<'de> Deserialize<'de> for ListenAddr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -521,16 +551,44 @@ impl<'de> Deserialize<'de> for ListenAddr {
         impl Visitor<'_> for V {
             type Value = ListenAddr;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an address like 0.0.0.0:9777 or [::1]:9777")
+                f.write_str("an address like 0.0.0.0:9777, [::1]:9777 or localhost:9777")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<ListenAddr, E> {
-                s.trim()
-                    .parse()
-                    .map(ListenAddr)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Str(s), &self))
+                match split_host_port(s) {
+                    Some(_) => Ok(ListenAddr(s.trim().to_owned())),
+                    None => Err(E::invalid_value(de::Unexpected::Str(s), &self)),
+                }
             }
         }
         d.deserialize_str(V)
+    }
+}
+
+/// `HOST:PORT` (`[IPv6]:PORT` too) split into its parts, if it has that
+/// shape; the host may be a name.
+pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
+    let (host, port) = s.trim().rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let port = port.parse().ok()?;
+    (!host.is_empty()).then_some((host, port))
+}
+
+/// The address to bind for `HOST:PORT`: an IP as it is, a host name
+/// resolved (its first address).
+fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.trim().parse() {
+        return Ok(addr);
+    }
+    let (host, port) = split_host_port(s).ok_or("not HOST:PORT")?;
+    match (host, port).to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{} has no address", echo(host))),
+        Err(e) => Err(format!("cannot resolve {}: {e}", echo(host))),
     }
 }
 
@@ -548,11 +606,11 @@ fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
         }
         match value.into_string() {
             Ok(value) => vars.push((name.to_string(), value)),
-            Err(_) if is_ignored_env(name) => {}
+            Err(_) if env_role(name) != EnvRole::Config => {}
             Err(_) => {
                 return Err(ConfigError::invalid(
                     env_key(name),
-                    format!("environment variable {name} is not valid UTF-8"),
+                    format!("environment variable {} is not valid UTF-8", echo(name)),
                 ));
             }
         }
@@ -560,8 +618,55 @@ fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
     Ok(vars)
 }
 
-fn is_ignored_env(name: &str) -> bool {
-    IGNORED_ENV.contains(&name) || name.starts_with(TEST_ENV_PREFIX)
+/// What a `LEADERD_*` variable is to the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EnvRole {
+    /// A setting: `LEADERD_IDENTITY`, `LEADERD_STORE__KIND`, and anything
+    /// shaped `SECTION__KEY` (a misspelt one is an error).
+    Config,
+    /// Not ours to read, silently: what leaderd gives its child, the
+    /// service links Kubernetes adds for a Service named `leaderd…`, test
+    /// hooks.
+    Foreign,
+    /// Neither a setting nor anything known: ignored with a warning (it may
+    /// be a misspelt `LEADERD_IDENTITY`).
+    Unknown,
+}
+
+fn env_role(name: &str) -> EnvRole {
+    let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+        return EnvRole::Foreign;
+    };
+    if name.starts_with(TEST_ENV_PREFIX) {
+        return EnvRole::Foreign;
+    }
+    let first = rest.split("__").next().unwrap_or("").to_ascii_lowercase();
+    if rest.contains("__") || TOP_LEVEL_KEYS.contains(&first.as_str()) {
+        return EnvRole::Config;
+    }
+    if crate::supervisor::child_env::ALL.contains(&name) || is_service_link(rest) {
+        return EnvRole::Foreign;
+    }
+    // `LEADERD_STORE_KIND`: a setting with one underscore too few, which
+    // must not pass silently.
+    let first_word = rest.split('_').next().unwrap_or("").to_ascii_lowercase();
+    if TOP_LEVEL_KEYS.contains(&first_word.as_str()) {
+        EnvRole::Config
+    } else {
+        EnvRole::Unknown
+    }
+}
+
+/// Kubernetes' service-link variables, after the `LEADERD_` of a Service
+/// named `leaderd` or `leaderd-…`: `SERVICE_HOST`, `SERVICE_PORT[_NAME]`,
+/// `PORT`, `PORT_9777_TCP[_ADDR|_PORT|_PROTO]`, with the rest of the
+/// Service's name in front (`METRICS_PORT`).
+fn is_service_link(rest: &str) -> bool {
+    let words: Vec<&str> = rest.split('_').collect();
+    words.windows(2).any(|w| {
+        (w[0] == "SERVICE" && (w[1] == "HOST" || w[1] == "PORT"))
+            || (w[0] == "PORT" && w[1].bytes().all(|b| b.is_ascii_digit()) && !w[1].is_empty())
+    }) || words.last() == Some(&"PORT")
 }
 
 /// `LEADERD_STORE__KIND` -> `store.kind`.
@@ -579,28 +684,38 @@ const ENV_SOURCE: &str = "environment";
 struct EnvLayer {
     /// (variable name, key path, value), sorted by name.
     vars: Vec<(String, Vec<String>, String)>,
+    /// `LEADERD_*` variables that are neither settings nor known: the
+    /// caller warns about them.
+    unknown: Vec<String>,
 }
 
 impl EnvLayer {
     fn new(env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let mut vars = Vec::new();
+        let mut unknown = Vec::new();
         for (name, value) in env {
             let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
                 continue;
             };
-            if is_ignored_env(&name) {
-                continue;
+            match env_role(&name) {
+                EnvRole::Config => {}
+                EnvRole::Foreign => continue,
+                EnvRole::Unknown => {
+                    unknown.push(name);
+                    continue;
+                }
             }
             let path: Vec<String> = rest.split("__").map(|s| s.to_ascii_lowercase()).collect();
             if path.iter().any(String::is_empty) {
                 return Err(ConfigError::UnknownKey {
-                    key: env_key(&name),
-                    origin: format!("environment variable {name}"),
-                    known: "identity, store, lease, elections, http, child, log, health".into(),
+                    key: echo_plain(&env_key(&name)),
+                    origin: format!("environment variable {}", echo_plain(&name)),
+                    known: TOP_LEVEL_KEYS.join(", "),
                 });
             }
             vars.push((name, path, value));
         }
+        unknown.sort();
         vars.sort();
         // A variable naming a section and one naming a key inside it cannot
         // both be honoured.
@@ -620,7 +735,20 @@ impl EnvLayer {
                 }
             }
         }
-        Ok(EnvLayer { vars })
+        Ok(EnvLayer { vars, unknown })
+    }
+
+    /// One warning per unknown variable.
+    fn warnings(&self) -> Vec<String> {
+        self.unknown
+            .iter()
+            .map(|name| {
+                format!(
+                    "environment variable {} is not a setting and is ignored (settings are LEADERD_IDENTITY and LEADERD_<SECTION>__<KEY>, like LEADERD_STORE__KIND)",
+                    echo_plain(name)
+                )
+            })
+            .collect()
     }
 }
 
@@ -747,20 +875,39 @@ fn extract(
     if let Some(path) = file {
         figment = figment.merge(FileLayer::read(path)?);
     }
-    figment = figment.merge(EnvLayer::new(env)?);
-    figment.extract_lossy::<RawConfig>().map_err(figment_error)
+    let env = EnvLayer::new(env)?;
+    let warnings = env.warnings();
+    let names: Vec<(String, Vec<String>)> = env
+        .vars
+        .iter()
+        .map(|(name, path, _)| (name.clone(), path.clone()))
+        .collect();
+    figment = figment.merge(env);
+    let mut raw = figment
+        .extract_lossy::<RawConfig>()
+        .map_err(|e| figment_error(e, &names))?;
+    raw.warnings = warnings;
+    Ok(raw)
 }
 
 /// Turn figment's (possibly multi-error, multi-line) error into one line
 /// about the first problem.
-fn figment_error(error: figment::Error) -> ConfigError {
-    let key = key_path(&error.path);
+fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]) -> ConfigError {
+    let key = echo_plain(&key_path(&error.path));
     let origin = error.metadata.as_ref().map(|md| match &md.source {
         Some(Source::File(path)) => path.display().to_string(),
-        _ if md.name == ENV_SOURCE => format!(
-            "environment variable {}",
-            md.interpolate(&Profile::Default, &error.path)
-        ),
+        _ if md.name == ENV_SOURCE => {
+            // The variable itself, not the key path figment stopped at (an
+            // unknown section stops at its first segment).
+            let name = env
+                .iter()
+                .find(|(_, path)| path.starts_with(&error.path))
+                .map_or_else(
+                    || md.interpolate(&Profile::Default, &error.path),
+                    |(name, _)| name.clone(),
+                );
+            format!("environment variable {}", echo_plain(&name))
+        }
         _ => md.name.to_string(),
     });
     let at = origin
@@ -835,7 +982,7 @@ fn plain_expected(expected: &str) -> String {
 /// A value as the user wrote it.
 fn show(actual: &Actual) -> String {
     match actual {
-        Actual::Str(s) => format!("{s:?}"),
+        Actual::Str(s) => echo(s),
         Actual::Bool(b) => b.to_string(),
         Actual::Unsigned(n) => n.to_string(),
         Actual::Signed(n) => n.to_string(),
@@ -869,6 +1016,35 @@ fn apply_store_flags(store: &mut RawStore, args: &StoreArgs) {
 }
 
 fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
+    let set = [
+        (args.identity.is_some(), "identity", "--identity"),
+        (args.listen.is_some(), "http.listen", "--listen"),
+        (
+            args.lease_duration.is_some(),
+            "lease.duration",
+            "--lease-duration",
+        ),
+        (
+            args.renew_interval.is_some(),
+            "lease.renew_interval",
+            "--renew-interval",
+        ),
+        (
+            args.retry_interval.is_some(),
+            "lease.retry_interval",
+            "--retry-interval",
+        ),
+        (
+            args.kill_grace.is_some(),
+            "child.kill_grace",
+            "--kill-grace",
+        ),
+    ];
+    for (given, key, flag) in set {
+        if given {
+            raw.flags.insert(key, flag);
+        }
+    }
     if let Some(identity) = &args.identity {
         raw.identity = Some(identity.clone());
     }
@@ -888,8 +1064,8 @@ fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
             })
             .collect();
     }
-    if let Some(listen) = args.listen {
-        raw.http.listen = Some(ListenAddr(listen));
+    if let Some(listen) = &args.listen {
+        raw.http.listen = Some(ListenAddr(listen.clone()));
     }
     let lease = &mut raw.lease;
     if let Some(d) = args.lease_duration {
@@ -921,7 +1097,7 @@ fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
 // ---------------------------------------------------------------------------
 // Defaults and validation.
 
-/// Built-in defaults (DESIGN §2, §6).
+/// Built-in defaults.
 pub mod defaults {
     use std::time::Duration;
 
@@ -947,8 +1123,28 @@ pub mod defaults {
     pub const LOG_LEVEL: &str = "info";
 }
 
+/// The bounds every setting is checked against: far beyond any sane value,
+/// but small enough that no arithmetic on them can overflow.
+pub mod limits {
+    use std::time::Duration;
+
+    /// The longest lease; also the longest renew and retry interval, kill
+    /// grace and safety margin.
+    pub const MAX_LEASE: Duration = Duration::from_secs(60 * 60);
+    /// The shortest renew and retry interval: anything shorter polls the
+    /// store in a loop.
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+    /// The longest wait: shutdown grace, acquire timeout, store timeout of
+    /// `/healthz`, table creation.
+    pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+    /// The longest identity or election name, in bytes.
+    pub const MAX_NAME_BYTES: usize = 255;
+    /// The most of a user's value an error message repeats, in characters.
+    pub const ECHO_CHARS: usize = 64;
+}
+
 /// The default identity: host name + "-" + four random hex digits, so that a
-/// restarted process is a new candidate (DESIGN §2).
+/// restarted process is a new candidate.
 pub fn default_identity() -> String {
     let host = nix::unistd::gethostname()
         .ok()
@@ -956,6 +1152,23 @@ pub fn default_identity() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "leaderd".to_string());
     format!("{host}-{:04x}", rand::random::<u16>())
+}
+
+/// A user's value, quoted, cut to [`limits::ECHO_CHARS`] characters (with
+/// its full length when cut): errors and logs never repeat a huge input.
+pub fn echo(s: &str) -> String {
+    match s.char_indices().nth(limits::ECHO_CHARS) {
+        Some((at, _)) => format!("{:?}… ({} bytes)", &s[..at], s.len()),
+        None => format!("{s:?}"),
+    }
+}
+
+/// Like [`echo`], without quotes (for variable names and keys).
+fn echo_plain(s: &str) -> String {
+    match s.char_indices().nth(limits::ECHO_CHARS) {
+        Some((at, _)) => format!("{}… ({} bytes)", &s[..at], s.len()),
+        None => s.to_owned(),
+    }
 }
 
 fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
@@ -978,7 +1191,8 @@ fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         return Err(ConfigError::invalid(
             "store.table",
             format!(
-                "store.table = {table:?} is not a DynamoDB table name (3 to 255 of A-Z a-z 0-9 _ . -)"
+                "store.table = {} is not a DynamoDB table name (3 to 255 of A-Z a-z 0-9 _ . -)",
+                echo(&table)
             ),
         ));
     }
@@ -992,7 +1206,8 @@ fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             return Err(ConfigError::invalid(
                 "store.endpoint_url",
                 format!(
-                    "store.endpoint_url = {url:?} is not an http:// or https:// URL (like http://127.0.0.1:8000)"
+                    "store.endpoint_url = {} is not an http:// or https:// URL (like http://127.0.0.1:8000)",
+                    echo(url)
                 ),
             ));
         }
@@ -1015,7 +1230,7 @@ fn non_empty(s: Option<String>) -> Option<String> {
 /// Names appear in URLs (`/leader/{election}`) and in the store's key.
 fn check_election_name(key: &str, name: &str) -> Result<(), ConfigError> {
     let bad = name.is_empty()
-        || name.len() > 255
+        || name.len() > limits::MAX_NAME_BYTES
         || name
             .chars()
             .any(|c| c.is_whitespace() || c.is_control() || "/?#%".contains(c));
@@ -1023,7 +1238,9 @@ fn check_election_name(key: &str, name: &str) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid(
             key,
             format!(
-                "{key} = {name:?} is not a valid election name (1 to 255 characters, no whitespace, /, ?, # or %)"
+                "{key} = {} is not a valid election name (1 to {} bytes, no whitespace, /, ?, # or %)",
+                echo(name),
+                limits::MAX_NAME_BYTES
             ),
         ));
     }
@@ -1036,43 +1253,72 @@ fn check_unique(names: &[String]) -> Result<(), ConfigError> {
         if !seen.insert(name) {
             return Err(ConfigError::invalid(
                 format!("elections[{i}].name"),
-                format!("elections[{i}].name = {name:?} is configured more than once"),
+                format!(
+                    "elections[{i}].name = {} is configured more than once",
+                    echo(name)
+                ),
             ));
         }
     }
     Ok(())
 }
 
-/// A setting's effective value and the key it came from, for messages.
+/// `value` of the setting `label` (its key, and the flag that set it) lies
+/// within `min..=max`; zero is "must be above zero" when `min` is not zero.
+fn check_range(
+    key: &str,
+    label: &str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    let problem = if value > max {
+        format!("is longer than the limit of {}", fmt_duration(max))
+    } else if value.is_zero() && !min.is_zero() {
+        "must be above zero".to_owned()
+    } else if value < min {
+        format!("is shorter than the minimum of {}", fmt_duration(min))
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::invalid(
+        key,
+        format!("{label} = {} {problem}", fmt_duration(value)),
+    ))
+}
+
+/// A setting's effective value, the key it came from and how messages name it.
 struct Setting<T> {
     value: T,
     key: String,
+    label: String,
 }
 
+/// The election's own override, else the `[lease]` value, else the default.
 fn pick<T: Copy>(
     over: Option<T>,
     over_key: String,
     base: Option<T>,
     base_key: &str,
     default: T,
+    raw: &RawConfig,
 ) -> Setting<T> {
-    match (over, base) {
-        (Some(value), _) => Setting {
+    match over {
+        Some(value) => Setting {
             value,
+            label: over_key.clone(),
             key: over_key,
         },
-        (None, Some(value)) => Setting {
-            value,
+        None => Setting {
+            value: base.unwrap_or(default),
             key: base_key.to_string(),
-        },
-        (None, None) => Setting {
-            value: default,
-            key: base_key.to_string(),
+            label: raw.label(base_key),
         },
     }
 }
 
-fn fmt_duration(d: Duration) -> String {
+/// A duration as the configuration writes it (`0s`, `1h 30m`, `250ms`).
+pub fn fmt_duration(d: Duration) -> String {
     if d.is_zero() {
         "0s".to_string()
     } else {
@@ -1082,11 +1328,12 @@ fn fmt_duration(d: Duration) -> String {
 
 fn election_config(
     i: usize,
-    e: &RawElection,
-    lease: &RawLease,
+    raw: &RawConfig,
     identity: &str,
     kill_grace: Duration,
 ) -> Result<ElectionConfig, ConfigError> {
+    let e = &raw.elections[i];
+    let lease = &raw.lease;
     let over = |field: &str| format!("elections[{i}].{field}");
     let d = |v: Option<DurationValue>| v.map(|v| v.0);
     let duration = pick(
@@ -1095,6 +1342,7 @@ fn election_config(
         d(lease.duration),
         "lease.duration",
         defaults::LEASE_DURATION,
+        raw,
     );
     // Default R = L/2 of this election's own L.
     let renew = pick(
@@ -1103,6 +1351,7 @@ fn election_config(
         d(lease.renew_interval),
         "lease.renew_interval",
         duration.value / 2,
+        raw,
     );
     let retry = pick(
         d(e.retry_interval),
@@ -1110,6 +1359,7 @@ fn election_config(
         d(lease.retry_interval),
         "lease.retry_interval",
         defaults::RETRY_INTERVAL,
+        raw,
     );
     let drift = pick(
         e.max_clock_drift.map(|f| f.0),
@@ -1117,6 +1367,7 @@ fn election_config(
         lease.max_clock_drift.map(|f| f.0),
         "lease.max_clock_drift",
         defaults::MAX_CLOCK_DRIFT,
+        raw,
     );
     let margin = pick(
         d(e.safety_margin),
@@ -1124,6 +1375,7 @@ fn election_config(
         d(lease.safety_margin),
         "lease.safety_margin",
         defaults::SAFETY_MARGIN,
+        raw,
     );
     let strict = e
         .strict_new_lease
@@ -1131,20 +1383,35 @@ fn election_config(
         .unwrap_or(false);
 
     let name = &e.name;
-    for s in [&duration, &renew, &retry] {
-        if s.value.is_zero() {
-            return Err(ConfigError::invalid(
-                &s.key,
-                format!("{} = 0s must be above zero (election {name})", s.key),
-            ));
-        }
+    check_range(
+        &duration.key,
+        &duration.label,
+        duration.value,
+        Duration::from_nanos(1),
+        limits::MAX_LEASE,
+    )?;
+    for s in [&renew, &retry] {
+        check_range(
+            &s.key,
+            &s.label,
+            s.value,
+            limits::MIN_INTERVAL,
+            limits::MAX_LEASE,
+        )?;
     }
+    check_range(
+        &margin.key,
+        &margin.label,
+        margin.value,
+        Duration::ZERO,
+        limits::MAX_LEASE,
+    )?;
     if !(0.0..0.5).contains(&drift.value) {
         return Err(ConfigError::invalid(
             &drift.key,
             format!(
                 "{} = {} must be at least 0 and below 0.5 (election {name})",
-                drift.key, drift.value
+                drift.label, drift.value
             ),
         ));
     }
@@ -1153,9 +1420,9 @@ fn election_config(
             &renew.key,
             format!(
                 "{} = {} must be shorter than {} = {} (election {name})",
-                renew.key,
+                renew.label,
                 fmt_duration(renew.value),
-                duration.key,
+                duration.label,
                 fmt_duration(duration.value)
             ),
         ));
@@ -1177,7 +1444,7 @@ fn election_config(
             &duration.key,
             format!(
                 "{} = {} is too short for the other settings: {message}",
-                duration.key,
+                duration.label,
                 fmt_duration(duration.value)
             ),
         )
@@ -1199,35 +1466,53 @@ fn check_log_level(level: &str) -> Result<(), ConfigError> {
         Err(ConfigError::invalid(
             "log.level",
             format!(
-                "log.level = {level:?} is not a log level (trace, debug, info, warn, error, off) or filter (like info,leaderd=debug)"
+                "log.level = {} is not a log level (trace, debug, info, warn, error, off) or filter (like info,leaderd=debug)",
+                echo(level)
             ),
         ))
     }
 }
 
-fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, ConfigError> {
-    let identity = match raw.identity {
-        None => default_identity(),
-        Some(id) => {
-            if id.trim().is_empty() || id.chars().any(char::is_control) {
-                return Err(ConfigError::invalid(
-                    "identity",
-                    format!(
-                        "identity = {id:?} must be non-empty printable text (leave it unset for host name + random suffix)"
-                    ),
-                ));
-            }
-            id
-        }
+fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
+    let Some(id) = &raw.identity else {
+        return Ok(default_identity());
     };
+    if id.trim().is_empty() || id.chars().any(char::is_control) || id.len() > limits::MAX_NAME_BYTES
+    {
+        return Err(ConfigError::invalid(
+            "identity",
+            format!(
+                "{} = {} must be printable text of 1 to {} bytes (leave it unset for host name + random suffix)",
+                raw.label("identity"),
+                echo(id),
+                limits::MAX_NAME_BYTES
+            ),
+        ));
+    }
+    Ok(id.clone())
+}
 
-    let store = build_store(raw.store)?;
-
-    let c = raw.child;
+fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
+    let c = &raw.child;
     let kill_grace = c.kill_grace.map_or(defaults::KILL_GRACE, |d| d.0);
+    check_range(
+        "child.kill_grace",
+        &raw.label("child.kill_grace"),
+        kill_grace,
+        Duration::ZERO,
+        limits::MAX_LEASE,
+    )?;
+    let shutdown_grace = c.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0);
+    check_range(
+        "child.shutdown_grace",
+        "child.shutdown_grace",
+        shutdown_grace,
+        Duration::ZERO,
+        limits::MAX_WAIT,
+    )?;
     let mode = c.mode.unwrap_or(Mode::WhileLeader);
     let on_child_exit = c.on_child_exit.unwrap_or(OnChildExit::Exit);
-    let command = c.command.unwrap_or_default();
+    let command = c.command.clone().unwrap_or_default();
     let stop_signal = match c.stop_signal {
         None => Signal::SIGTERM,
         Some(SignalName(Some(s))) => s,
@@ -1278,33 +1563,40 @@ fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, Co
             }
         }
     }
-    let child = ChildConfig {
+    Ok(ChildConfig {
         command,
         mode,
         on_child_exit,
         stop_signal,
         kill_grace,
-        shutdown_grace: c.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0),
+        shutdown_grace,
         signal_on_gain,
         signal_on_loss,
-    };
+    })
+}
 
-    let mut raw_elections = raw.elections;
-    if raw_elections.is_empty() {
-        raw_elections.push(RawElection {
+/// Every election, checked; with the warnings for elections where fewer
+/// than two renew retries fit.
+fn build_elections(
+    raw: &mut RawConfig,
+    identity: &str,
+    kill_grace: Duration,
+) -> Result<(Vec<ElectionConfig>, Vec<String>), ConfigError> {
+    if raw.elections.is_empty() {
+        raw.elections.push(RawElection {
             name: DEFAULT_ELECTION.to_string(),
             ..RawElection::default()
         });
     }
-    let names: Vec<String> = raw_elections.iter().map(|e| e.name.clone()).collect();
+    let names: Vec<String> = raw.elections.iter().map(|e| e.name.clone()).collect();
     for (i, name) in names.iter().enumerate() {
         check_election_name(&format!("elections[{i}].name"), name)?;
     }
     check_unique(&names)?;
-    let mut elections = Vec::with_capacity(raw_elections.len());
+    let mut elections = Vec::with_capacity(names.len());
     let mut warnings = Vec::new();
-    for (i, e) in raw_elections.iter().enumerate() {
-        let config = election_config(i, e, &raw.lease, &identity, kill_grace)?;
+    for i in 0..names.len() {
+        let config = election_config(i, raw, identity, kill_grace)?;
         let retries = config.retries_that_fit();
         if retries < 2 {
             warnings.push(format!(
@@ -1316,47 +1608,76 @@ fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, Co
         }
         elections.push(config);
     }
+    Ok((elections, warnings))
+}
 
-    let primary = match non_empty(raw.http.primary) {
+fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigError> {
+    match non_empty(raw.http.primary.clone()) {
         Some(primary) => {
             if !names.contains(&primary) {
                 return Err(ConfigError::invalid(
                     "http.primary",
                     format!(
-                        "http.primary = {primary:?} is not a configured election (configured: {})",
+                        "http.primary = {} is not a configured election (configured: {})",
+                        echo(&primary),
                         names.join(", ")
                     ),
                 ));
             }
-            primary
+            Ok(primary)
         }
-        None if names.len() == 1 => names[0].clone(),
-        None => {
-            return Err(ConfigError::invalid(
-                "http.primary",
-                format!(
-                    "http.primary is required when several elections are configured ({}): it names the election behind GET /leader",
-                    names.join(", ")
-                ),
-            ));
-        }
-    };
+        None if names.len() == 1 => Ok(names[0].clone()),
+        None => Err(ConfigError::invalid(
+            "http.primary",
+            format!(
+                "http.primary is required when several elections are configured ({}): it names the election behind GET /leader",
+                names.join(", ")
+            ),
+        )),
+    }
+}
 
+fn build(mut raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, ConfigError> {
+    let identity = build_identity(&raw)?;
+    let store = build_store(std::mem::take(&mut raw.store))?;
+    let child = build_child(&raw)?;
+    let (elections, mut warnings) = build_elections(&mut raw, &identity, child.kill_grace)?;
+    let names: Vec<String> = elections.iter().map(|e| e.name.clone()).collect();
+    let primary = build_primary(&raw, &names)?;
+    if let Some(t) = acquire_timeout {
+        check_range(
+            "acquire_timeout",
+            "--acquire-timeout",
+            t,
+            Duration::ZERO,
+            limits::MAX_WAIT,
+        )?;
+    }
+
+    let listen_text = raw
+        .http
+        .listen
+        .as_ref()
+        .map_or(defaults::LISTEN, |l| l.0.as_str());
+    let listen = resolve_listen(listen_text).map_err(|why| {
+        ConfigError::invalid(
+            "http.listen",
+            format!(
+                "{} = {} is not an address to listen on: {why}",
+                raw.label("http.listen"),
+                echo(listen_text)
+            ),
+        )
+    })?;
     let http = HttpConfig {
-        listen: raw.http.listen.map_or_else(
-            || {
-                defaults::LISTEN
-                    .parse()
-                    .expect("the default listen address is a valid socket address")
-            },
-            |l| l.0,
-        ),
-        admin_token: raw.http.admin_token.filter(|t| !t.is_empty()),
+        listen,
+        admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
     };
 
     let level = raw
         .log
         .level
+        .clone()
         .unwrap_or_else(|| defaults::LOG_LEVEL.to_string());
     check_log_level(&level)?;
     let log = LogConfig {
@@ -1365,13 +1686,24 @@ fn build(raw: RawConfig, acquire_timeout: Option<Duration>) -> Result<Config, Co
     };
 
     let store_timeout = raw.health.store_timeout.map(|d| d.0);
-    if store_timeout.is_some_and(|d| d.is_zero()) {
-        return Err(ConfigError::invalid(
+    if let Some(t) = store_timeout {
+        check_range(
             "health.store_timeout",
-            "health.store_timeout = \"0s\" must be above zero (leave it unset to ignore the store in /healthz)",
-        ));
+            "health.store_timeout",
+            t,
+            Duration::from_nanos(1),
+            limits::MAX_WAIT,
+        )
+        .map_err(|e| match e {
+            ConfigError::Invalid { key, message } => ConfigError::Invalid {
+                key,
+                message: format!("{message} (leave it unset to ignore the store in /healthz)"),
+            },
+            other => other,
+        })?;
     }
     let health = HealthConfig { store_timeout };
+    warnings.append(&mut raw.warnings);
 
     Ok(Config {
         identity,

@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE};
+use crate::cli::{EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
 use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
@@ -120,9 +120,21 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
     let listener = match tokio::net::TcpListener::bind(cfg.http.listen).await {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(listen = %cfg.http.listen, error = %e, "cannot listen for HTTP");
+            // The address is the operator's choice: taken, not ours to use, or
+            // not on this host. A usage error, not an internal one.
+            let why = match e.kind() {
+                std::io::ErrorKind::AddrInUse => "the address is in use".to_owned(),
+                std::io::ErrorKind::AddrNotAvailable => {
+                    "the address is not one of this host's".to_owned()
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "permission denied (ports below 1024 need privileges)".to_owned()
+                }
+                _ => e.to_string(),
+            };
+            tracing::error!(listen = %cfg.http.listen, "cannot listen for HTTP on {}: {why}", cfg.http.listen);
             abort_all(&handles);
-            return EX_SOFTWARE;
+            return EX_USAGE;
         }
     };
     let http_addr = listener.local_addr().ok();
@@ -598,24 +610,17 @@ impl Daemon {
     async fn start_child(&mut self, tenure: Option<&election::Tenure>) {
         let cfg = self.child_config();
         let state = self.primary.borrow().clone();
-        let mut env = vec![
-            ("LEADERD_ELECTION".to_owned(), state.election.clone()),
-            ("LEADERD_IDENTITY".to_owned(), state.identity.clone()),
-            (
-                "LEADERD_IS_LEADER".to_owned(),
-                state.is_leader_at(self.clock.now()).to_string(),
-            ),
-        ];
-        if let Some(t) = tenure {
-            env.push((
-                "LEADERD_FENCING_TOKEN".to_owned(),
-                t.fencing_token.to_string(),
-            ));
-            env.push(("LEADERD_LEASE_MS".to_owned(), t.lease_ms.to_string()));
-        } else {
-            let lease_ms = self.lease_of(&self.cfg.primary).as_millis() as u64;
-            env.push(("LEADERD_LEASE_MS".to_owned(), lease_ms.to_string()));
-        }
+        let lease_ms = match tenure {
+            Some(t) => t.lease_ms,
+            None => self.lease_of(&self.cfg.primary).as_millis() as u64,
+        };
+        let env = supervisor::child_env::vars(
+            &state.election,
+            &state.identity,
+            state.is_leader_at(self.clock.now()),
+            tenure.map(|t| t.fencing_token),
+            lease_ms,
+        );
         // The running binary itself, even if a package upgrade replaced the
         // file since we started.
         let guard_exe = std::path::PathBuf::from("/proc/self/exe");

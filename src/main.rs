@@ -112,8 +112,17 @@ fn tool(f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), ToolError>) -> i3
 
 struct ToolError(i32, String);
 
+/// The configuration of a one-shot subcommand; its warnings go to stderr.
+fn tool_config(args: &leaderd::cli::StoreArgs) -> Result<ToolConfig, ToolError> {
+    let cfg = ToolConfig::load(args).map_err(|e| ToolError(e.exit_code(), e.to_string()))?;
+    for w in &cfg.warnings {
+        eprintln!("leaderd: warning: {w}");
+    }
+    Ok(cfg)
+}
+
 async fn status(args: StatusArgs) -> Result<(), ToolError> {
-    let cfg = ToolConfig::load(&args.store).map_err(|e| ToolError(e.exit_code(), e.to_string()))?;
+    let cfg = tool_config(&args.store)?;
     let store = daemon::open_store(&cfg.store)
         .await
         .map_err(|e| ToolError(EX_UNAVAILABLE, e))?;
@@ -134,7 +143,7 @@ async fn table(args: TableArgs) -> Result<(), ToolError> {
         TableAction::Create(a) => &a.store,
         TableAction::Describe(a) => &a.store,
     };
-    let cfg = ToolConfig::load(store_args).map_err(|e| ToolError(e.exit_code(), e.to_string()))?;
+    let cfg = tool_config(store_args)?;
     if cfg.store.kind != StoreKind::Dynamodb {
         return Err(ToolError(
             EX_CONFIG,

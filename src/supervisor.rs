@@ -27,6 +27,46 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::clock::{Instant, boot_now};
 use crate::guard::{self, Report, Request};
 
+/// The variables leaderd puts into its child's environment: the one list,
+/// which the daemon sets and the configuration layer knows not to read as
+/// settings.
+pub mod child_env {
+    /// The election the child runs for.
+    pub const ELECTION: &str = "LEADERD_ELECTION";
+    /// leaderd's identity.
+    pub const IDENTITY: &str = "LEADERD_IDENTITY";
+    /// The fencing token of the tenure the child runs under (mode
+    /// `while-leader`).
+    pub const FENCING_TOKEN: &str = "LEADERD_FENCING_TOKEN";
+    /// The lease duration in milliseconds.
+    pub const LEASE_MS: &str = "LEADERD_LEASE_MS";
+    /// `true` or `false`: whether leaderd led when the child started.
+    pub const IS_LEADER: &str = "LEADERD_IS_LEADER";
+    /// Every name above.
+    pub const ALL: [&str; 5] = [ELECTION, IDENTITY, FENCING_TOKEN, LEASE_MS, IS_LEADER];
+
+    /// The child's variables: `fencing_token` only for a child that runs
+    /// under a tenure.
+    pub fn vars(
+        election: &str,
+        identity: &str,
+        is_leader: bool,
+        fencing_token: Option<u64>,
+        lease_ms: u64,
+    ) -> Vec<(String, String)> {
+        let mut env = vec![
+            (ELECTION.to_owned(), election.to_owned()),
+            (IDENTITY.to_owned(), identity.to_owned()),
+            (IS_LEADER.to_owned(), is_leader.to_string()),
+            (LEASE_MS.to_owned(), lease_ms.to_string()),
+        ];
+        if let Some(token) = fencing_token {
+            env.push((FENCING_TOKEN.to_owned(), token.to_string()));
+        }
+        env
+    }
+}
+
 /// What to run and how to stop it.
 #[derive(Debug, Clone)]
 pub struct ChildSpec {

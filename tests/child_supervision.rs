@@ -354,9 +354,20 @@ fn a_job_running_leaderd_itself_is_not_confused_by_its_variables() {
         ],
         dir: env.dir.path(),
     });
-    let status = a.wait_exit(Duration::from_secs(15)).expect("a exits with its job");
-    assert_eq!(status.code(), Some(0), "the job's `leaderd status` failed:\n{}", a.log());
-    assert!(a.log().contains("held"), "status printed the election:\n{}", a.log());
+    let status = a
+        .wait_exit(Duration::from_secs(15))
+        .expect("a exits with its job");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the job's `leaderd status` failed:\n{}",
+        a.log()
+    );
+    assert!(
+        a.log().contains("held"),
+        "status printed the election:\n{}",
+        a.log()
+    );
 }
 
 /// A command that cannot be started at all is the job failing: exit 127
@@ -377,9 +388,9 @@ fn a_job_that_cannot_start_releases_and_exits_127_or_126() {
     let c = env.start("c", &[], &[], &["sleep", "1000"]);
     std::thread::sleep(Duration::from_millis(300));
     drop(b);
-    let status = a.wait_exit(Duration::from_secs(20)).unwrap_or_else(|| {
-        panic!("a kept running with a job that cannot start:\n{}", a.log())
-    });
+    let status = a
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("a kept running with a job that cannot start:\n{}", a.log()));
     assert_eq!(status.code(), Some(127), "{}", a.log());
     assert!(a.log().contains("released the lease"), "{}", a.log());
     wait_until(Duration::from_secs(10), || c.is_leader()).expect("c leads after a released");
@@ -431,7 +442,12 @@ fn a_job_that_cannot_start_under_restart_is_reported_and_gives_the_lease_up() {
     // b has a job that works: it takes over once a gives the lease up (one
     // lease of failures, L = 2 s here), not never.
     let b_file = env.path("b.ran");
-    let b = env.start("b", &[], &[], &as_refs(&sh(r#"touch "$0"; exec sleep 1000"#, &b_file)));
+    let b = env.start(
+        "b",
+        &[],
+        &[],
+        &as_refs(&sh(r#"touch "$0"; exec sleep 1000"#, &b_file)),
+    );
     wait_until(Duration::from_secs(20), || b.is_leader())
         .unwrap_or_else(|| panic!("a never gave the lease up:\n{}", a.log()));
     wait_until(Duration::from_secs(10), || b_file.exists()).expect("b's job runs");
@@ -449,8 +465,10 @@ fn a_crash_looping_job_fails_healthz() {
         &[],
         &["sh", "-c", "exit 3"],
     );
-    wait_until(Duration::from_secs(20), || matches!(a.get("/healthz"), Some((503, _))))
-        .unwrap_or_else(|| panic!("/healthz stayed healthy:\n{}", a.log()));
+    wait_until(Duration::from_secs(20), || {
+        matches!(a.get("/healthz"), Some((503, _)))
+    })
+    .unwrap_or_else(|| panic!("/healthz stayed healthy:\n{}", a.log()));
     let (_, body) = a.get("/healthz").expect("healthz");
     assert!(body.contains("exited with code 3"), "{body}");
 }

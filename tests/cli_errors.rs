@@ -145,7 +145,11 @@ fn table_command_needs_the_dynamodb_store() {
 /// `leaderd run` in a temporary directory, stopped with SIGTERM after
 /// `settle` if it is still running: `(exit code or None if it was killed by a
 /// signal, stderr)`, and whether it was still running at `settle`.
-fn run_briefly(args: &[&str], env: &[(&str, &str)], settle: Duration) -> (Option<i32>, String, bool) {
+fn run_briefly(
+    args: &[&str],
+    env: &[(&str, &str)],
+    settle: Duration,
+) -> (Option<i32>, String, bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("leases.db");
     let err_path = dir.path().join("stderr");
@@ -240,26 +244,43 @@ fn absurd_durations_are_config_errors_never_panics() {
     ];
     for value in huge {
         for flag in flags {
-            let (code, stderr, running) =
-                run_briefly(&["run", "--listen", "127.0.0.1:0", flag, value], &[], Duration::from_secs(5));
+            let (code, stderr, running) = run_briefly(
+                &["run", "--listen", "127.0.0.1:0", flag, value],
+                &[],
+                Duration::from_secs(5),
+            );
             assert!(!running, "{flag} {value} was accepted: {stderr}");
             assert_eq!(code, Some(64), "{flag} {value}: {stderr}");
             let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-            assert_eq!(lines.len(), 1, "{flag} {value}: one line expected: {stderr}");
-            assert!(lines[0].contains(flag.trim_start_matches("--")) || lines[0].contains(&flag.trim_start_matches("--").replace('-', "_")), "{flag} {value}: {stderr}");
+            assert_eq!(
+                lines.len(),
+                1,
+                "{flag} {value}: one line expected: {stderr}"
+            );
+            assert!(
+                lines[0].contains(flag.trim_start_matches("--"))
+                    || lines[0].contains(&flag.trim_start_matches("--").replace('-', "_")),
+                "{flag} {value}: {stderr}"
+            );
         }
         for (var, key) in [
             ("LEADERD_LEASE__SAFETY_MARGIN", "lease.safety_margin"),
             ("LEADERD_CHILD__SHUTDOWN_GRACE", "child.shutdown_grace"),
             ("LEADERD_HEALTH__STORE_TIMEOUT", "health.store_timeout"),
         ] {
-            let (code, stderr, running) =
-                run_briefly(&["run", "--listen", "127.0.0.1:0"], &[(var, value)], Duration::from_secs(5));
+            let (code, stderr, running) = run_briefly(
+                &["run", "--listen", "127.0.0.1:0"],
+                &[(var, value)],
+                Duration::from_secs(5),
+            );
             assert!(!running, "{var}={value} was accepted: {stderr}");
             assert_eq!(code, Some(64), "{var}={value}: {stderr}");
             assert!(stderr.contains(key), "{var}={value}: {stderr}");
         }
-        let out = leaderd(&["table", "create", "--store", "dynamodb", "--wait", value], &[]);
+        let out = leaderd(
+            &["table", "create", "--store", "dynamodb", "--wait", value],
+            &[],
+        );
         assert_eq!(
             out.status.code(),
             Some(64),
@@ -273,16 +294,23 @@ fn absurd_durations_are_config_errors_never_panics() {
 fn a_port_in_use_is_a_usage_error_naming_the_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
     let addr = taken.local_addr().expect("local address").to_string();
-    let (code, stderr, running) = run_briefly(&["run", "--listen", &addr], &[], Duration::from_secs(10));
+    let (code, stderr, running) =
+        run_briefly(&["run", "--listen", &addr], &[], Duration::from_secs(10));
     assert!(!running, "leaderd kept running on a taken port: {stderr}");
     assert_eq!(code, Some(64), "{stderr}");
-    assert!(stderr.contains(&addr) && stderr.contains("in use"), "{stderr}");
+    assert!(
+        stderr.contains(&addr) && stderr.contains("in use"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn listen_accepts_a_host_name() {
-    let (code, stderr, running) =
-        run_briefly(&["run", "--listen", "localhost:0"], &[], Duration::from_millis(1_500));
+    let (code, stderr, running) = run_briefly(
+        &["run", "--listen", "localhost:0"],
+        &[],
+        Duration::from_millis(1_500),
+    );
     assert!(running, "leaderd exited ({code:?}): {stderr}");
     assert!(stderr.contains("leaderd running"), "{stderr}");
 }
@@ -297,7 +325,12 @@ fn oversized_names_are_rejected_and_not_echoed_whole() {
     ] {
         let out = leaderd(&args, &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{}", &stderr[..stderr.len().min(300)]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{}",
+            &stderr[..stderr.len().min(300)]
+        );
         assert!(stderr.len() < 1_000, "{} bytes echoed", stderr.len());
     }
 }

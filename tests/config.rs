@@ -499,7 +499,14 @@ fn unknown_key_in_environment() {
         text.contains("environment variable LEADERD_STORE__TABEL"),
         "{text}"
     );
-    load_err(None, &[("LEADERD_COLOUR", "blue")], &[], "colour");
+    // Not shaped like a setting: ignored, with a warning (Kubernetes and
+    // users put other LEADERD_* variables into the environment).
+    let cfg = load_ok(None, &[("LEADERD_COLOUR", "blue")], &[]);
+    assert!(
+        cfg.warnings.iter().any(|w| w.contains("LEADERD_COLOUR")),
+        "{:?}",
+        cfg.warnings
+    );
     // A single underscore is part of the key, not a separator.
     load_err(None, &[("LEADERD_STORE_KIND", "sqlite")], &[], "store_kind");
     load_err(

@@ -209,7 +209,11 @@ fn idle_and_half_sent_connections_are_closed_and_never_starve_the_daemon() {
     let a = Leaderd::start_with(
         Spec {
             identity: "a",
-            args: [sqlite_args(&dir.path().join("l.db")), vec!["--on-child-exit".into(), "restart".into()]].concat(),
+            args: [
+                sqlite_args(&dir.path().join("l.db")),
+                vec!["--on-child-exit".into(), "restart".into()],
+            ]
+            .concat(),
             env: vec![],
             command: vec!["sh".into(), "-c".into(), script],
             dir: dir.path(),
@@ -218,15 +222,24 @@ fn idle_and_half_sent_connections_are_closed_and_never_starve_the_daemon() {
             // SAFETY: setrlimit is async-signal-safe and allocates nothing.
             unsafe {
                 cmd.pre_exec(|| {
-                    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 64, 64)
-                        .map_err(std::io::Error::from)
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        64,
+                        64,
+                    )
+                    .map_err(std::io::Error::from)
                 });
             }
         },
     );
     a.wait_http(Duration::from_secs(20));
     wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");
-    let count_runs = || std::fs::read_to_string(&runs).unwrap_or_default().lines().count();
+    let count_runs = || {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
     wait_until(Duration::from_secs(10), || count_runs() >= 1).expect("the job runs");
 
     let mut flood = Vec::new();
@@ -240,14 +253,17 @@ fn idle_and_half_sent_connections_are_closed_and_never_starve_the_daemon() {
         }
     }
     let runs_at_flood = count_runs();
-    wait_until(Duration::from_secs(30), || matches!(a.get("/healthz"), Some((200, _))))
-        .unwrap_or_else(|| panic!("/healthz starved by idle connections:\n{}", a.log()));
+    wait_until(Duration::from_secs(30), || {
+        matches!(a.get("/healthz"), Some((200, _)))
+    })
+    .unwrap_or_else(|| panic!("/healthz starved by idle connections:\n{}", a.log()));
     wait_until(Duration::from_secs(30), || count_runs() > runs_at_flood)
         .unwrap_or_else(|| panic!("the job was not restarted during the flood:\n{}", a.log()));
     // Every flood connection was closed by the server (end of file or reset),
     // none is still held open waiting.
     for mut s in flood {
-        s.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("read timeout");
         let mut buf = [0u8; 512];
         match s.read(&mut buf) {
             Ok(_) => {}

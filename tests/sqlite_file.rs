@@ -30,7 +30,12 @@ fn simultaneous_starts_on_a_fresh_file_all_stay_up() {
                 // are let go at once below, as close to simultaneous as
                 // processes get.
                 Command::new("sh")
-                    .args(["-c", r#"kill -STOP $$; exec "$0" "$@""#, leaderd_bin(), "run"])
+                    .args([
+                        "-c",
+                        r#"kill -STOP $$; exec "$0" "$@""#,
+                        leaderd_bin(),
+                        "run",
+                    ])
                     .args(sqlite_short_args(&db, "boot"))
                     .args(["--listen", "127.0.0.1:0", "--identity", &format!("i{i}")])
                     .stdin(Stdio::null())
@@ -127,12 +132,20 @@ fn the_file_deleted_under_a_leader_never_makes_two_leaders() {
 fn status(args: &[&str], setpriv: bool) -> std::process::Output {
     let mut cmd = if setpriv {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", leaderd_bin()]);
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            leaderd_bin(),
+        ]);
         c
     } else {
         Command::new(leaderd_bin())
     };
-    cmd.arg("status").args(args).output().expect("run leaderd status")
+    cmd.arg("status")
+        .args(args)
+        .output()
+        .expect("run leaderd status")
 }
 
 /// `leaderd status` only reads: a missing file is an error naming the path
@@ -145,7 +158,10 @@ fn status_is_read_only() {
     let out = status(&["--store-path", missing.to_str().expect("utf-8")], false);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains(missing.to_str().expect("utf-8")), "{stderr}");
+    assert!(
+        stderr.contains(missing.to_str().expect("utf-8")),
+        "{stderr}"
+    );
     assert!(!missing.exists(), "status created the file");
 
     // A store written by root, read by nobody.
@@ -164,7 +180,10 @@ fn status_is_read_only() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stdout.contains("job") && stdout.contains("held"), "{stdout}");
+    assert!(
+        stdout.contains("job") && stdout.contains("held"),
+        "{stdout}"
+    );
 }
 
 /// A `leases` table of another tool is not usable and will not become
@@ -188,5 +207,8 @@ fn a_foreign_leases_table_exits_69() {
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
-    assert!(errors[0].contains("rvn") && errors[0].contains("other.db"), "{stderr}");
+    assert!(
+        errors[0].contains("rvn") && errors[0].contains("other.db"),
+        "{stderr}"
+    );
 }

@@ -90,7 +90,11 @@ fn refused_writes_on_dynamodb_back_off_and_log_once() {
         "{requests} store requests in {WATCH:?}: {counts:?}\n{}",
         node.log()
     );
-    assert!(lines <= MAX_LOG_LINES, "{lines} log lines in {WATCH:?}:\n{}", node.log());
+    assert!(
+        lines <= MAX_LOG_LINES,
+        "{lines} log lines in {WATCH:?}:\n{}",
+        node.log()
+    );
     assert!(cpu < 1.0, "{cpu:.2} CPU seconds in {WATCH:?}: not idle");
     assert!(!node.is_leader());
     let log = node.log();
@@ -128,7 +132,12 @@ fn refused_writes_on_sqlite_back_off_and_log_once() {
         ]),
         Duration::from_secs(30),
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.execute_batch(
@@ -163,9 +172,17 @@ fn refused_writes_on_sqlite_back_off_and_log_once() {
         "{requests} store requests in {WATCH:?}:\n{}",
         node.log()
     );
-    assert!(lines <= MAX_LOG_LINES, "{lines} log lines in {WATCH:?}:\n{}", node.log());
+    assert!(
+        lines <= MAX_LOG_LINES,
+        "{lines} log lines in {WATCH:?}:\n{}",
+        node.log()
+    );
     assert!(cpu < 1.0, "{cpu:.2} CPU seconds in {WATCH:?}: not idle");
-    assert!(node.log().contains("writes refused by policy"), "{}", node.log());
+    assert!(
+        node.log().contains("writes refused by policy"),
+        "{}",
+        node.log()
+    );
 }
 
 async fn create_table(endpoint: &str, table: &str, key: &str, ty: ScalarAttributeType) {
@@ -205,7 +222,10 @@ async fn create_table(endpoint: &str, table: &str, key: &str, ty: ScalarAttribut
 fn a_table_with_the_wrong_key_is_final() {
     let emulator = common::emulators::shared_dynamodb_local();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    for (key, ty) in [("id", ScalarAttributeType::S), ("election", ScalarAttributeType::N)] {
+    for (key, ty) in [
+        ("id", ScalarAttributeType::S),
+        ("election", ScalarAttributeType::N),
+    ] {
         let table = common::unique_name("wrongkey");
         runtime.block_on(create_table(&emulator.endpoint, &table, key, ty.clone()));
         let store = [
@@ -228,7 +248,10 @@ fn a_table_with_the_wrong_key_is_final() {
             Duration::from_secs(30),
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(ended, "key {key} ({ty:?}): still running after 30 s:\n{stderr}");
+        assert!(
+            ended,
+            "key {key} ({ty:?}): still running after 30 s:\n{stderr}"
+        );
         assert_eq!(out.status.code(), Some(69), "{stderr}");
         let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
         assert_eq!(errors.len(), 1, "one error line expected:\n{stderr}");
@@ -240,11 +263,17 @@ fn a_table_with_the_wrong_key_is_final() {
         eprintln!("exit 69 after {:?}", t0.elapsed());
 
         let (out, _) = output_within(
-            Command::new(leaderd_bin()).args(["table", "describe"]).args(store),
+            Command::new(leaderd_bin())
+                .args(["table", "describe"])
+                .args(store),
             Duration::from_secs(30),
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_ne!(out.status.code(), Some(0), "describe of a wrong table: {stdout}");
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "describe of a wrong table: {stdout}"
+        );
         assert!(stdout.contains("WRONG"), "{stdout}");
     }
 }

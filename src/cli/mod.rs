@@ -13,13 +13,12 @@ pub mod status;
 pub mod table;
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{LogFormat, Mode, OnChildExit, StoreKind};
+use crate::config::{LogFormat, Mode, OnChildExit, StoreKind, limits};
 
 /// Exit code for a usage error on the command line (sysexits `EX_USAGE`).
 pub const EX_USAGE: i32 = 64;
@@ -96,9 +95,9 @@ pub struct RunArgs {
     /// keeping the overrides of a configured election of the same name.
     #[arg(long = "election", value_name = "NAME")]
     pub elections: Vec<String>,
-    /// HTTP listen address [config: http.listen].
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
+    /// HTTP listen address, HOST:PORT (a host name is resolved) [config: http.listen].
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub listen: Option<String>,
     /// Lease duration L, e.g. 10s [config: lease.duration].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub lease_duration: Option<Duration>,
@@ -169,8 +168,8 @@ pub struct TableCreateArgs {
     /// Also enable DynamoDB TTL on `expires_at` (cleans up abandoned items).
     #[arg(long)]
     pub ttl: bool,
-    /// How long to wait for the table to become ACTIVE.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2m")]
+    /// How long to wait for the table to become ACTIVE (at most 1 day).
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait, default_value = "2m")]
     pub wait: Duration,
 }
 
@@ -184,6 +183,26 @@ pub struct TableDescribeArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (like 10s, 1m30s, 200ms)"))
+}
+
+/// A duration of at most [`limits::MAX_WAIT`].
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > limits::MAX_WAIT {
+        return Err(format!(
+            "longer than the limit of {}",
+            crate::config::fmt_duration(limits::MAX_WAIT)
+        ));
+    }
+    Ok(d)
+}
+
+/// `HOST:PORT`; the host is resolved when the configuration is loaded.
+fn parse_listen(s: &str) -> Result<String, String> {
+    match crate::config::split_host_port(s) {
+        Some(_) => Ok(s.trim().to_owned()),
+        None => Err("expected HOST:PORT, like 0.0.0.0:9777, [::1]:9777 or localhost:9777".into()),
+    }
 }
 
 /// The command line was not a request to run anything: help, version, or a
@@ -310,7 +329,7 @@ mod tests {
             run.store.endpoint_url.as_deref(),
             Some("http://127.0.0.1:8000")
         );
-        assert_eq!(run.listen, Some("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(run.listen.as_deref(), Some("127.0.0.1:9000"));
         assert_eq!(run.lease_duration, Some(Duration::from_secs(20)));
         assert_eq!(run.renew_interval, Some(Duration::from_secs(5)));
         assert_eq!(run.retry_interval, Some(Duration::from_millis(500)));
