@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock::{self, Clock, Instant};
 use crate::lease::{
-    Condition, HolderMeta, Lease, LeaseStore, Record, StoreError, WriteOutcome, new_rvn,
+    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome, new_rvn,
 };
 
 /// Timing and identity of one election.
@@ -386,6 +386,7 @@ pub fn spawn_after(
         rounds: 0,
     });
     let (commands, cmd_rx) = mpsc::channel(8);
+    let retry = Retry::new(config.retry_interval);
     let engine = Engine {
         store,
         cfg: config,
@@ -398,6 +399,8 @@ pub fn spawn_after(
         last_token: None,
         tenure_seq: 0,
         warned_malformed: None,
+        errors: ErrorLog::default(),
+        retry,
     };
     let task = tokio::spawn(engine.run(delay));
     ElectionHandle {
@@ -424,6 +427,25 @@ struct Term {
     leads_from: Instant,
     since: Instant,
     seq: u64,
+}
+
+/// How an acquisition attempt ended.
+enum Attempt {
+    /// The write applied: lead under this term (boxed: a term is large
+    /// next to the other variants).
+    Won(Box<Term>),
+    /// Someone else wrote first: an answer, look again at once.
+    Lost,
+    /// A store error: pause before the next round.
+    Failed,
+}
+
+/// What one follower round came to.
+enum Round {
+    /// Nothing to take: look again at this instant.
+    Wait(Instant),
+    /// It tried to take the lease.
+    Attempted(Attempt),
 }
 
 enum Step {
@@ -453,6 +475,127 @@ struct Engine {
     last_token: Option<u64>,
     tenure_seq: u64,
     warned_malformed: Option<String>,
+    /// Store errors, logged once per change.
+    errors: ErrorLog,
+    /// The follower's pause after a round that failed with a store error.
+    retry: Retry,
+}
+
+/// Which kind of store request failed: reads and writes are told apart so
+/// that a read that works between two writes that fail does not count as
+/// the end of the writes' trouble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestKind {
+    Read,
+    Write,
+}
+
+impl RequestKind {
+    fn of(op: &str) -> RequestKind {
+        if op == "read" {
+            RequestKind::Read
+        } else {
+            RequestKind::Write
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            RequestKind::Read => "reads",
+            RequestKind::Write => "writes",
+        }
+    }
+}
+
+/// An error that keeps coming back: logged when it starts, when it turns
+/// into another error, and when it ends, with how often it came in between;
+/// never once per attempt.
+#[derive(Debug, Default)]
+struct ErrorLog {
+    reads: Option<Streak>,
+    writes: Option<Streak>,
+}
+
+#[derive(Debug)]
+struct Streak {
+    /// The error's text: the same text is the same error.
+    error: String,
+    /// Failures in a row with this text.
+    count: u64,
+    /// When the streak (of any error) began.
+    since: Instant,
+}
+
+impl ErrorLog {
+    fn streak(&mut self, kind: RequestKind) -> &mut Option<Streak> {
+        match kind {
+            RequestKind::Read => &mut self.reads,
+            RequestKind::Write => &mut self.writes,
+        }
+    }
+
+    /// Counts a failure; `Some(previous)` when it is worth a log line: a new
+    /// error (`previous` is how often the one before it came, 0 if none).
+    fn failed(&mut self, kind: RequestKind, error: String, now: Instant) -> Option<u64> {
+        let streak = self.streak(kind);
+        match streak {
+            Some(s) if s.error == error => {
+                s.count += 1;
+                None
+            }
+            Some(s) => {
+                let previous = s.count;
+                s.error = error;
+                s.count = 1;
+                Some(previous)
+            }
+            None => {
+                *streak = Some(Streak {
+                    error,
+                    count: 1,
+                    since: now,
+                });
+                Some(0)
+            }
+        }
+    }
+
+    /// A request of this kind succeeded: the streak that ended, if any.
+    fn succeeded(&mut self, kind: RequestKind) -> Option<Streak> {
+        self.streak(kind).take()
+    }
+}
+
+/// The follower's pause after a failed round: the retry interval P at
+/// first, doubling up to 4·P, each pause drawn from `[d, 2d)` so that
+/// instances that failed together do not retry together.
+#[derive(Debug)]
+struct Retry {
+    retry_interval: Duration,
+    pauses: backon::ExponentialBackoff,
+}
+
+impl Retry {
+    fn new(retry_interval: Duration) -> Retry {
+        use backon::BackoffBuilder;
+        Retry {
+            retry_interval,
+            pauses: backon::ExponentialBuilder::default()
+                .with_min_delay(retry_interval)
+                .with_max_delay(retry_interval * 4)
+                .with_jitter()
+                .without_max_times()
+                .build(),
+        }
+    }
+
+    fn next_pause(&mut self) -> Duration {
+        self.pauses.next().unwrap_or(self.retry_interval * 4)
+    }
+
+    fn reset(&mut self) {
+        *self = Retry::new(self.retry_interval);
+    }
 }
 
 impl Engine {
@@ -510,10 +653,32 @@ impl Engine {
         }
     }
 
-    fn store_error(&self, op: &'static str, e: &StoreError) {
-        tracing::warn!(election = %self.name(), identity = %self.cfg.identity, op, error = %e, class = e.metric_label(), "store request failed");
+    fn store_error(&mut self, op: &'static str, e: &StoreError) {
+        let kind = RequestKind::of(op);
+        let now = self.clock.now();
+        match self.errors.failed(kind, e.to_string(), now) {
+            Some(0) => {
+                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, op, error = %e, class = e.metric_label(), "store request failed (logged again only when the error changes)")
+            }
+            Some(previous) => {
+                tracing::warn!(election = %self.name(), identity = %self.cfg.identity, op, error = %e, class = e.metric_label(), previous_error_repeats = previous, "store request failed with another error")
+            }
+            None => {
+                tracing::debug!(election = %self.name(), op, error = %e, "store request failed again")
+            }
+        }
         let label = e.metric_label().to_owned();
         self.state_tx.send_modify(|s| s.last_error = Some(label));
+    }
+
+    /// A store request of `op`'s kind was answered (a failed condition is an
+    /// answer too).
+    fn store_answered(&mut self, op: &'static str) {
+        let kind = RequestKind::of(op);
+        if let Some(streak) = self.errors.succeeded(kind) {
+            let failing = self.clock.now() - streak.since;
+            tracing::info!(election = %self.name(), identity = %self.cfg.identity, failures = streak.count, failing_ms = failing.as_millis() as u64, "store {} work again", kind.plural());
+        }
     }
 
     fn observed_ok(
@@ -535,7 +700,7 @@ impl Engine {
         });
     }
 
-    async fn timed_read(&self) -> (Instant, Result<Record, StoreError>) {
+    async fn timed_read(&mut self) -> (Instant, Result<Record, StoreError>) {
         let start = self.clock.now();
         let res = self
             .store
@@ -548,11 +713,14 @@ impl Engine {
         };
         self.observer
             .store_request(self.name(), "read", end - start, outcome);
+        if res.is_ok() {
+            self.store_answered("read");
+        }
         (end, res)
     }
 
     async fn timed_write(
-        &self,
+        &mut self,
         op: &'static str,
         lease: &Lease,
         cond: &Condition,
@@ -567,6 +735,9 @@ impl Engine {
         };
         self.observer
             .store_request(self.name(), op, self.clock.now() - start, outcome);
+        if res.is_ok() {
+            self.store_answered(op);
+        }
         res
     }
 
@@ -629,79 +800,102 @@ impl Engine {
         loop {
             self.beat();
             let (at, res) = self.timed_read().await;
-            let mut next_poll = at + self.cfg.retry_interval;
-            match res {
-                Err(e) => self.store_error("read", &e),
-                Ok(Record::Absent) => {
-                    self.observed_ok(at, None, None, None);
-                    self.observed = None;
-                    let token = self.next_token(None);
-                    let lease = self.new_lease(token, clock::unix_ms());
-                    if let Some(step) = self.acquire("create", lease, Condition::NotExists).await {
-                        return step;
-                    }
-                    next_poll = self.clock.now();
+            let round = match res {
+                Err(e) => {
+                    self.store_error("read", &e);
+                    Round::Attempted(Attempt::Failed)
                 }
-                Ok(Record::Valid(current)) => {
-                    self.note_token(current.fencing_token);
-                    self.observed_ok(
-                        at,
-                        current.holder.clone(),
-                        Some(current.fencing_token),
-                        None,
-                    );
-                    let ours = current.holder.as_deref() == Some(self.cfg.identity.as_str())
-                        && self.own_rvns.contains(&current.rvn);
-                    let expired = self.expired(&current.rvn, current.lease_ms, at);
-                    if current.holder.is_none() || ours || expired {
-                        let token = self.next_token(Some(current.fencing_token));
-                        let lease = self.new_lease(token, clock::unix_ms());
-                        let cond = Condition::RvnIs(current.rvn.clone());
-                        if let Some(step) = self.acquire("take_over", lease, cond).await {
-                            return step;
-                        }
-                        next_poll = self.clock.now();
-                    } else if let Some(obs) = &self.observed {
-                        // Wake exactly when the takeover becomes allowed.
-                        let due = obs.first_seen + self.cfg.takeover_wait(obs.lease_ms);
-                        next_poll = next_poll.min(due.max(at));
-                    }
+                Ok(record) => self.consider(record, at).await,
+            };
+            let next_poll = match round {
+                Round::Attempted(Attempt::Won(term)) => return Step::Lead(*term),
+                // Someone else wrote since our read: read again at once.
+                Round::Attempted(Attempt::Lost) => {
+                    self.retry.reset();
+                    self.clock.now()
                 }
-                Ok(Record::Malformed(m)) => {
-                    if self.warned_malformed.as_deref() != Some(m.fingerprint.as_str()) {
-                        tracing::warn!(election = %self.name(), problem = %m.problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
-                        self.observer.malformed_record(self.name());
-                        self.warned_malformed = Some(m.fingerprint.clone());
-                    }
-                    if let Some(t) = m.fencing_token {
-                        self.note_token(t);
-                    }
-                    self.observed_ok(at, None, m.fencing_token, Some(m.problem.clone()));
-                    let key = format!("malformed:{}", m.fingerprint);
-                    let lease_ms = self.cfg.lease_duration.as_millis() as u64;
-                    if self.expired(&key, lease_ms, at) {
-                        // Treat an unreadable token as absent: unix ms keeps the
-                        // new token above any sane earlier one.
-                        let token = self
-                            .next_token(None)
-                            .max(m.fencing_token.map_or(0, |t| t + 1));
-                        let lease = self.new_lease(token, clock::unix_ms());
-                        tracing::warn!(election = %self.name(), "overwriting a malformed lease record that stayed unchanged for a full lease");
-                        if let Some(step) = self
-                            .acquire("take_over", lease, Condition::Unchanged(m.guard.clone()))
-                            .await
-                        {
-                            return step;
-                        }
-                        next_poll = self.clock.now();
-                    }
+                // An error, not an answer: never retried in a loop.
+                Round::Attempted(Attempt::Failed) => self.clock.now() + self.retry.next_pause(),
+                Round::Wait(until) => {
+                    self.retry.reset();
+                    until
                 }
-            }
+            };
             self.state_tx.send_modify(|s| s.rounds += 1);
             if let Some(step) = self.wait_follower(next_poll).await {
                 return step;
             }
         }
+    }
+
+    /// One follower round after a successful read (answered at `at`): take
+    /// the lease if it is free, or say when to look again.
+    async fn consider(&mut self, record: Record, at: Instant) -> Round {
+        let poll = at + self.cfg.retry_interval;
+        match record {
+            Record::Absent => {
+                self.observed_ok(at, None, None, None);
+                self.observed = None;
+                let token = self.next_token(None);
+                let lease = self.new_lease(token, clock::unix_ms());
+                Round::Attempted(self.acquire("create", lease, Condition::NotExists).await)
+            }
+            Record::Valid(current) => {
+                self.note_token(current.fencing_token);
+                self.observed_ok(
+                    at,
+                    current.holder.clone(),
+                    Some(current.fencing_token),
+                    None,
+                );
+                let ours = current.holder.as_deref() == Some(self.cfg.identity.as_str())
+                    && self.own_rvns.contains(&current.rvn);
+                let expired = self.expired(&current.rvn, current.lease_ms, at);
+                if current.holder.is_none() || ours || expired {
+                    let token = self.next_token(Some(current.fencing_token));
+                    let lease = self.new_lease(token, clock::unix_ms());
+                    let cond = Condition::RvnIs(current.rvn.clone());
+                    return Round::Attempted(self.acquire("take_over", lease, cond).await);
+                }
+                match &self.observed {
+                    // Wake exactly when the takeover becomes allowed.
+                    Some(obs) => {
+                        let due = obs.first_seen + self.cfg.takeover_wait(obs.lease_ms);
+                        Round::Wait(poll.min(due.max(at)))
+                    }
+                    None => Round::Wait(poll),
+                }
+            }
+            Record::Malformed(m) => self.consider_malformed(m, at).await,
+        }
+    }
+
+    async fn consider_malformed(&mut self, m: Malformed, at: Instant) -> Round {
+        if self.warned_malformed.as_deref() != Some(m.fingerprint.as_str()) {
+            tracing::warn!(election = %self.name(), problem = %m.problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
+            self.observer.malformed_record(self.name());
+            self.warned_malformed = Some(m.fingerprint.clone());
+        }
+        if let Some(t) = m.fencing_token {
+            self.note_token(t);
+        }
+        self.observed_ok(at, None, m.fencing_token, Some(m.problem.clone()));
+        let key = format!("malformed:{}", m.fingerprint);
+        let lease_ms = self.cfg.lease_duration.as_millis() as u64;
+        if !self.expired(&key, lease_ms, at) {
+            return Round::Wait(at + self.cfg.retry_interval);
+        }
+        // Treat an unreadable token as absent: unix ms keeps the new token
+        // above any sane earlier one.
+        let token = self
+            .next_token(None)
+            .max(m.fencing_token.map_or(0, |t| t + 1));
+        let lease = self.new_lease(token, clock::unix_ms());
+        tracing::warn!(election = %self.name(), "overwriting a malformed lease record that stayed unchanged for a full lease");
+        Round::Attempted(
+            self.acquire("take_over", lease, Condition::Unchanged(m.guard))
+                .await,
+        )
     }
 
     /// Track `key` (an rvn); true once it has stayed unchanged for the wait
@@ -723,9 +917,8 @@ impl Engine {
         }
     }
 
-    /// Try to start a tenure with `lease` under `cond`. `Some(step)` when it
-    /// worked (or a command intervened).
-    async fn acquire(&mut self, op: &'static str, lease: Lease, cond: Condition) -> Option<Step> {
+    /// Try to start a tenure with `lease` under `cond`.
+    async fn acquire(&mut self, op: &'static str, lease: Lease, cond: Condition) -> Attempt {
         let send = self.clock.now();
         self.remember_own(&lease.rvn);
         let res = self
@@ -749,19 +942,19 @@ impl Engine {
                     seq: self.tenure_seq,
                     lease,
                 };
-                Some(Step::Lead(term))
+                Attempt::Won(Box::new(term))
             }
             Ok(WriteOutcome::ConditionFailed { .. }) => {
                 self.observer.acquire_attempt(self.name(), Outcome::Lost);
                 tracing::debug!(election = %self.name(), op, "acquisition lost the race");
                 self.observed = None;
-                None
+                Attempt::Lost
             }
             Err(e) => {
                 self.observer
                     .acquire_attempt(self.name(), Outcome::Failed(&e));
                 self.store_error(op, &e);
-                None
+                Attempt::Failed
             }
         }
     }
@@ -865,8 +1058,8 @@ impl Engine {
             self.remember_own(&renewed.rvn);
             let send = self.clock.now();
             let budget = self.cfg.request_budget().min(stop_at - send);
-            let res = self
-                .clock
+            let clock = self.clock.clone();
+            let res = clock
                 .timeout_at(stop_at, self.timed_write("renew", &renewed, &cond, budget))
                 .await
                 .unwrap_or(Err(StoreError::Timeout(budget)));

@@ -165,32 +165,31 @@ fn run_briefly(
         .spawn()
         .expect("start leaderd");
     let t0 = Instant::now();
-    let mut status = None;
+    let mut running = true;
     while t0.elapsed() < settle {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            status = Some(s);
+        if child.try_wait().expect("try_wait").is_some() {
+            running = false;
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let running = status.is_none();
     if running {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
         let t1 = Instant::now();
-        while status.is_none() && t1.elapsed() < Duration::from_secs(10) {
-            status = child.try_wait().expect("try_wait");
+        while child.try_wait().expect("try_wait").is_none() {
+            if t1.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                break;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        if status.is_none() {
-            let _ = child.kill();
-            status = child.wait().ok();
-        }
     }
+    let status = child.wait().expect("wait for leaderd");
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    (status.and_then(|s| s.code()), stderr, running)
+    (status.code(), stderr, running)
 }
 
 #[test]

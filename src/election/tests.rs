@@ -563,3 +563,27 @@ async fn release_after_a_renew_that_applied_unknown_to_us_still_releases() {
     assert!(h.release(AfterRelease::Exit).await);
     assert_eq!(stored(&memory).holder, None, "released");
 }
+
+/// A write refused with an error (not a lost race) is retried after P,
+/// then after growing pauses: never at once, never in a loop.
+#[tokio::test(start_paused = true)]
+async fn refused_writes_are_retried_with_growing_pauses() {
+    let store = MemoryStore::new();
+    store.set_fault(Fault::RefuseWrites);
+    let h = start(&store, cfg("a"));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(store.counts().1, 1, "one attempt at once");
+    // P = 1 s: pauses from [1, 2) s, then [2, 4), then [4, 8) s for ever.
+    tokio::time::sleep(10 * S).await;
+    let (reads, writes) = store.counts();
+    assert!((3..=5).contains(&writes), "{writes} writes in 10 s");
+    assert_eq!(reads, writes, "one read per round");
+    tokio::time::sleep(60 * S).await;
+    let more = store.counts().1 - writes;
+    assert!((7..=16).contains(&more), "{more} writes in the next 60 s");
+    assert_eq!(h.state.borrow().role, Role::Follower);
+    // Writes allowed again: the next round leads.
+    store.set_fault(Fault::None);
+    tokio::time::sleep(8 * S).await;
+    assert_eq!(h.state.borrow().role, Role::Leader);
+}

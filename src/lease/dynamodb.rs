@@ -696,7 +696,7 @@ fn classify_service(
     status: u16,
     table: &str,
 ) -> StoreError {
-    let text = match (code, message) {
+    let text = match (code, message.map(one_line)) {
         (Some(c), Some(m)) => format!("{c}: {m}"),
         (Some(c), None) => c.to_owned(),
         (None, Some(m)) => format!("HTTP {status}: {m}"),
@@ -745,12 +745,18 @@ fn chain<'a>(
 fn describe(err: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     for e in chain(err) {
-        let text = e.to_string();
+        let text = one_line(&e.to_string());
         if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
     }
     parts.join(": ")
+}
+
+/// Text from the SDK or a server on one line: a log line is one line, even
+/// for the credential chain's list of every provider it tried.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {

@@ -22,6 +22,9 @@ pub enum Fault {
     Blackhole,
     /// Apply writes but answer with a timeout.
     LoseWriteAnswers,
+    /// Answer reads; refuse every write with a credentials error (a policy
+    /// that lacks the write permission).
+    RefuseWrites,
 }
 
 /// In-memory store; clones share the same data.
@@ -116,6 +119,11 @@ impl LeaseStore for MemoryStore {
         let fault = self.fault(budget).await?;
         let mut inner = self.lock();
         inner.writes += 1;
+        if fault == Fault::RefuseWrites {
+            return Err(StoreError::Credentials(
+                "not authorized to write (injected)".into(),
+            ));
+        }
         let current = inner
             .items
             .get(&lease.election)
