@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
@@ -20,9 +20,9 @@ use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
 use crate::http::{self, AppState, ResignRequest};
-use crate::lease::LeaseStore;
 use crate::lease::dynamodb::{DynamoConfig, DynamoStore};
 use crate::lease::sqlite::SqliteStore;
+use crate::lease::{LeaseStore, StoreError};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::shutdown::{self, Signals};
@@ -53,6 +53,17 @@ fn campaign_delay(i: usize, n: usize) -> Duration {
     CAMPAIGN_SPACING
         .saturating_mul(i)
         .min(CAMPAIGN_SPREAD.saturating_mul(i) / n)
+}
+
+/// Open the configured store only to read it (`leaderd status`): no file,
+/// table or item is created, and a missing SQLite file is an error.
+pub async fn open_store_to_read(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String> {
+    match cfg.kind {
+        StoreKind::Sqlite => SqliteStore::open_read_only(&cfg.path)
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| e.to_string()),
+        StoreKind::Dynamodb => Ok(Arc::new(DynamoStore::new(&DynamoConfig::from(cfg)).await)),
+    }
 }
 
 /// Open the configured store (and create the DynamoDB table when asked).
@@ -86,16 +97,20 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
             return EX_UNAVAILABLE;
         }
     };
-    match store.check(FAIL_FAST_BUDGET).await {
-        Ok(()) => {}
-        Err(e) if cfg.store.fail_fast => {
+    // With fail_fast the store must answer before anything else happens;
+    // without, it is checked in the background while HTTP answers and the
+    // elections campaign, and only a store that can never work ends leaderd.
+    let store_check = if cfg.store.fail_fast {
+        if let Err(e) = store.check(FAIL_FAST_BUDGET).await {
             tracing::error!(error = %e, store = store.kind(), "lease store unreachable at start (fail_fast)");
             return EX_UNAVAILABLE;
         }
-        Err(e) => {
-            tracing::warn!(error = %e, store = store.kind(), "lease store not usable yet; campaigning anyway and retrying");
-        }
-    }
+        None
+    } else {
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(check_store(store.clone(), tx));
+        Some(rx)
+    };
 
     let clock = Clock::boot();
     let metrics = Arc::new(Metrics::new());
@@ -185,6 +200,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         handles,
         signals,
         resign_rx,
+        store_check,
         child: ChildSlot::Idle,
         shutdown: None,
         last_exit: None,
@@ -203,6 +219,37 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
     let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
     tracing::info!(exit_code = code, "leaderd stopped");
     code
+}
+
+/// Check the store until it answers. A wrong schema is final and goes to
+/// the daemon, which exits; a store that cannot be reached or a table that
+/// is missing or still being created is checked again, with growing pauses,
+/// while the elections campaign (they report their own errors).
+async fn check_store(store: Arc<dyn LeaseStore>, unusable: oneshot::Sender<StoreError>) {
+    let mut pause = Duration::from_secs(1);
+    let mut warned = false;
+    loop {
+        match store.check(FAIL_FAST_BUDGET).await {
+            Ok(()) => {
+                if warned {
+                    tracing::info!(store = store.kind(), "lease store usable");
+                }
+                return;
+            }
+            Err(e @ StoreError::WrongSchema { .. }) => {
+                let _ = unusable.send(e);
+                return;
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(error = %e, store = store.kind(), "lease store not usable yet; campaigning anyway and checking again");
+                    warned = true;
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(30));
+    }
 }
 
 fn abort_all(handles: &BTreeMap<String, ElectionHandle>) {
@@ -336,6 +383,8 @@ struct Daemon {
     primary: watch::Receiver<ElectionState>,
     signals: Signals,
     resign_rx: mpsc::Receiver<ResignRequest>,
+    /// The background store check's verdict, until it came or was dropped.
+    store_check: Option<oneshot::Receiver<StoreError>>,
     child: ChildSlot,
     shutdown: Option<Shutdown>,
     last_exit: Option<ChildExit>,
@@ -355,6 +404,8 @@ enum Event {
     ChildExited(ChildExit),
     Signal(Option<Signal>),
     Resign(Option<ResignRequest>),
+    /// The store can never work (`Some`), or the check ended well (`None`).
+    StoreCheck(Option<StoreError>),
     Timer,
 }
 
@@ -387,9 +438,16 @@ impl Daemon {
                     primary,
                     signals,
                     resign_rx,
+                    store_check,
                     clock,
                     ..
                 } = self;
+                let store_verdict = async {
+                    match store_check {
+                        Some(rx) => rx.await.ok(),
+                        None => std::future::pending().await,
+                    }
+                };
                 let child_wait = async {
                     match child {
                         ChildSlot::Running { child, .. } => child.wait().await,
@@ -401,6 +459,7 @@ impl Daemon {
                     exit = child_wait => Event::ChildExited(exit),
                     sig = signals.recv() => Event::Signal(sig),
                     req = resign_rx.recv() => Event::Resign(req),
+                    verdict = store_verdict => Event::StoreCheck(verdict),
                     _ = clock.sleep_until(timer) => Event::Timer,
                 }
             };
@@ -421,6 +480,12 @@ impl Daemon {
                 Event::Signal(Some(sig)) => self.on_signal(sig).await,
                 Event::Resign(None) => tracing::debug!("event: resign channel closed"),
                 Event::Resign(Some(req)) => self.on_resign(req).await,
+                Event::StoreCheck(None) => self.store_check = None,
+                Event::StoreCheck(Some(e)) => {
+                    tracing::error!(error = %e, "the lease store cannot be used; stopping");
+                    self.kill_child().await;
+                    return EX_UNAVAILABLE;
+                }
             }
         }
     }
@@ -491,7 +556,7 @@ impl Daemon {
             let tried_once = state.rounds >= 1;
             let zero = self.cfg.acquire_timeout == Some(Duration::ZERO);
             if (zero && tried_once) || (!zero && now >= by) {
-                tracing::warn!(election = %state.election, leader = ?state.leader, "lease not acquired within --acquire-timeout");
+                tracing::warn!(election = %state.election, leader = state.leader.as_deref().unwrap_or("none"), "lease not acquired within --acquire-timeout");
                 return Some(EX_TEMPFAIL);
             }
         }
@@ -633,7 +698,14 @@ impl Daemon {
         let deadline = tenure.map(|t| (t.stop_at, t.valid_until));
         match supervisor::spawn(&spec, deadline).await {
             Ok(child) => {
-                tracing::info!(election = %state.election, identity = %state.identity, fencing_token = ?tenure.map(|t| t.fencing_token), pid = child.pid(), command = ?cfg.command, "child started");
+                match tenure {
+                    Some(t) => {
+                        tracing::info!(election = %state.election, identity = %state.identity, fencing_token = t.fencing_token, pid = child.pid(), command = ?cfg.command, "child started")
+                    }
+                    None => {
+                        tracing::info!(election = %state.election, identity = %state.identity, pid = child.pid(), command = ?cfg.command, "child started")
+                    }
+                }
                 self.metrics.child_started(&self.cfg.primary);
                 self.child = ChildSlot::Running {
                     child: Box::new(child),

@@ -387,6 +387,7 @@ pub fn spawn_after(
     });
     let (commands, cmd_rx) = mpsc::channel(8);
     let retry = Retry::new(config.retry_interval);
+    let store_changes = store.changes();
     let engine = Engine {
         store,
         cfg: config,
@@ -401,6 +402,7 @@ pub fn spawn_after(
         warned_malformed: None,
         errors: ErrorLog::default(),
         retry,
+        store_changes,
     };
     let task = tokio::spawn(engine.run(delay));
     ElectionHandle {
@@ -479,6 +481,19 @@ struct Engine {
     errors: ErrorLog,
     /// The follower's pause after a round that failed with a store error.
     retry: Retry,
+    /// Moves when the store notices its data was replaced under it.
+    store_changes: Option<watch::Receiver<u64>>,
+}
+
+/// Resolves when the store's change counter moves; never without one.
+async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = changes
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    // No counter, or its store is gone: nothing will ever change.
+    std::future::pending().await
 }
 
 /// Which kind of store request failed: reads and writes are told apart so
@@ -1007,6 +1022,11 @@ impl Engine {
         if role == Role::Leader {
             self.announce_gain(&term);
         }
+        // Replacements noticed before this tenure's first write are old news:
+        // that write went to what the store names now.
+        if let Some(rx) = &mut self.store_changes {
+            rx.borrow_and_update();
+        }
         let mut next_renew = self.renew_due(term.last_send);
         loop {
             self.beat();
@@ -1034,6 +1054,10 @@ impl Engine {
                         let _ = done.send(true);
                     }
                     return Self::after_release(then);
+                }
+                () = store_changed(&mut self.store_changes) => {
+                    tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "the lease store's data was replaced under us; renewing at once to learn whether we still lead");
+                    next_renew = self.clock.now();
                 }
             }
             let now = self.clock.now();

@@ -123,7 +123,7 @@ fn tool_config(args: &leaderd::cli::StoreArgs) -> Result<ToolConfig, ToolError> 
 
 async fn status(args: StatusArgs) -> Result<(), ToolError> {
     let cfg = tool_config(&args.store)?;
-    let store = daemon::open_store(&cfg.store)
+    let store = daemon::open_store_to_read(&cfg.store)
         .await
         .map_err(|e| ToolError(EX_UNAVAILABLE, e))?;
     // No names: every election in the store.
@@ -157,6 +157,16 @@ async fn table(args: TableArgs) -> Result<(), ToolError> {
     }
     .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
     print!("{}", leaderd::cli::table::render_text(&info));
+    if !info.key_schema_ok {
+        // leaderd cannot use this table, and it will not fix itself.
+        return Err(ToolError(
+            EX_UNAVAILABLE,
+            format!(
+                "table `{}` has the wrong key schema: leaderd needs the partition key `election` (S) and no sort key",
+                info.name
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -723,6 +723,15 @@ fn classify_service(
         | "InternalFailure"
         | "ServiceUnavailable"
         | "ServiceUnavailableException" => StoreError::Server(text),
+        // The table's key is not `election` (S): no request can ever work.
+        "ValidationException"
+            if message.is_some_and(|m| m.contains("key element does not match the schema")) =>
+        {
+            StoreError::WrongSchema {
+                table: table.to_owned(),
+                detail: text,
+            }
+        }
         _ if status >= 500 => StoreError::Server(text),
         _ if status == 429 => StoreError::Throttled(text),
         _ => StoreError::Other(text),

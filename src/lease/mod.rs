@@ -249,6 +249,16 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// has the right schema). Used at start and by `fail_fast`.
     async fn check(&self, budget: Duration) -> Result<(), StoreError>;
 
+    /// A counter that moves each time the store notices that the data it
+    /// works on was replaced under it (a SQLite file deleted or swapped for
+    /// another). A leader then renews at once: that conditional write,
+    /// against what the store names now, decides whether it still leads.
+    /// `None`: this store cannot tell (a deleted DynamoDB item is noticed
+    /// by the next renew's condition).
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// A conditional write whose ambiguous failure (timeout, 5xx after sending)
     /// is resolved by a consistent read-back: if the record carries our new
     /// `rvn`, the write happened (DESIGN §1).

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use super::{
     Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
@@ -76,9 +76,10 @@ const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fenc
      lease_ms, acquired_at, renewed_at, expires_at, holder_meta) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
-/// How long `open` may wait for another process that holds the file's lock
-/// while it creates the table.
-const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening a store may wait for other processes that hold the
+/// file's lock: instances started together on a fresh file take turns
+/// switching it to WAL and creating the table.
+const OPEN_WAIT: Duration = Duration::from_secs(10);
 
 /// Connections (and so blocking threads) writing at once: one. SQLite lets
 /// only one writer hold the file anyway; more writers in one process would
@@ -100,24 +101,23 @@ const BUSY_MAX_PAUSE: Duration = Duration::from_millis(5);
 thread_local! {
     /// The deadline of the request running on this thread, read by
     /// [`busy_wait`] (SQLite's busy handler is a plain function pointer and
-    /// carries no state). Set and cleared by [`DeadlineScope`].
+    /// carries no state). Set and restored by [`DeadlineScope`].
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// Sets this thread's request deadline for the busy handler; clears it on
-/// drop, also when the work panics.
-struct DeadlineScope;
+/// Sets this thread's request deadline for the busy handler; puts the
+/// previous one back on drop, also when the work panics.
+struct DeadlineScope(Option<Instant>);
 
 impl DeadlineScope {
     fn enter(deadline: Instant) -> DeadlineScope {
-        DEADLINE.set(Some(deadline));
-        DeadlineScope
+        DeadlineScope(DEADLINE.replace(Some(deadline)))
     }
 }
 
 impl Drop for DeadlineScope {
     fn drop(&mut self) {
-        DEADLINE.set(None);
+        DEADLINE.set(self.0);
     }
 }
 
@@ -147,13 +147,50 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
+/// What a store may do to its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// `leaderd run`: creates the file and the table, writes.
+    ReadWrite,
+    /// `leaderd status`: reads an existing file and changes nothing.
+    ReadOnly,
+}
+
+/// The file a path names (device and inode): another value, or none, means
+/// the file was deleted or replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(path: &Path) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
+    access: Access,
     /// Conditional writes: one at a time, in arrival order.
     writes: Lane,
     /// Reads, lists and schema checks.
     reads: Lane,
+    /// The file the connections have open and its generation, which moves
+    /// each time the path is found to name another file (or none) and the
+    /// store reopens it. Connections of an older generation are dropped.
+    file: Mutex<(FileId, u64)>,
+    /// Counts the times the path was seen to name another file: a leader
+    /// renews at once, and the renew, made against what the path names now,
+    /// decides whether it still leads.
+    changes: watch::Sender<u64>,
 }
 
 /// A fixed set of connections and a semaphore with one permit per
@@ -163,10 +200,11 @@ struct Inner {
 #[derive(Debug)]
 struct Lane {
     permits: Arc<Semaphore>,
-    /// Connections not in use. A permit holder always finds one here or
-    /// opens the lane's next one (at most `size` ever exist). The lock is
-    /// held only to push or pop, never while SQLite works.
-    idle: Mutex<Vec<Connection>>,
+    /// Connections not in use, with the file generation they belong to. A
+    /// permit holder always finds one here or opens the lane's next one (at
+    /// most `size` ever exist). The lock is held only to push or pop, never
+    /// while SQLite works.
+    idle: Mutex<Vec<(u64, Connection)>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -176,68 +214,153 @@ enum LaneKind {
 }
 
 impl Lane {
-    fn new(size: usize, idle: Vec<Connection>) -> Lane {
+    fn new(size: usize, idle: Vec<(u64, Connection)>) -> Lane {
         Lane {
             permits: Arc::new(Semaphore::new(size)),
             idle: Mutex::new(idle),
         }
     }
 
-    fn checkout(&self, path: &Path) -> Result<Connection, StoreError> {
-        if let Some(conn) = self.lock_idle().pop() {
-            return Ok(conn);
+    fn checkout(
+        &self,
+        path: &Path,
+        access: Access,
+        generation: u64,
+    ) -> Result<Connection, StoreError> {
+        while let Some((g, conn)) = self.lock_idle().pop() {
+            if g == generation {
+                return Ok(conn);
+            }
+            // Open on a file the path no longer names: closed here.
         }
-        // No CREATE flag: `open` made the file; if it vanished since, say so
-        // instead of silently starting an empty store.
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // No CREATE flag: opening made the file; if it vanished since, the
+        // next request notices and reopens.
+        let flags = match access {
+            Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE,
+            Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags)
             .map_err(|e| open_error(path, "cannot open", &e))?;
         configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
         Ok(conn)
     }
 
-    fn checkin(&self, conn: Connection) {
+    fn checkin(&self, generation: u64, conn: Connection) {
         // Never more than the permits allow, so always kept.
-        self.lock_idle().push(conn);
+        self.lock_idle().push((generation, conn));
     }
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Connection)>> {
         // The lock only guards a Vec push/pop, which cannot leave it
         // inconsistent; a poisoned lock is safe to keep using.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-impl SqliteStore {
-    /// Open (creating if missing) the store at `path`: the file, WAL mode and
-    /// the `leases` table. Errors name the path.
-    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| open_error(path, "cannot open", &e))?;
-        conn.busy_timeout(OPEN_BUSY_TIMEOUT)
-            .map_err(|e| open_error(path, "cannot configure", &e))?;
+/// Open (creating if missing) the file at `path` in WAL mode with the
+/// `leases` table, waiting until `deadline` for other processes that hold
+/// its lock. SQLite answers some of those waits with an immediate
+/// `SQLITE_BUSY` instead of calling the busy handler (two connections both
+/// upgrading a read lock to switch the journal mode): the whole set-up is
+/// then tried again after a short pause.
+fn set_up(path: &Path, deadline: Instant) -> Result<Connection, StoreError> {
+    let _scope = DeadlineScope::enter(deadline);
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match try_set_up(path) {
+            Ok(conn) => return Ok(conn),
+            Err((_, e)) if is_locked(&e) && Instant::now() < deadline => {
+                let jitter = Duration::from_micros(rand::random::<u64>() % 2_000);
+                let left = deadline.saturating_duration_since(Instant::now());
+                std::thread::sleep((pause + jitter).min(left));
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err((what, e)) => return Err(open_error(path, what, &e)),
+        }
+    }
+}
+
+fn try_set_up(path: &Path) -> Result<Connection, (&'static str, rusqlite::Error)> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(|e| ("cannot open", e))?;
+    configure(&mut conn).map_err(|e| ("cannot configure", e))?;
+    // Reading the mode takes no write lock: a file already in WAL mode
+    // (every start but the first) is not switched again.
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .map_err(|e| ("cannot read the journal mode of", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(|e| open_error(path, "cannot switch to WAL mode", &e))?;
+            .map_err(|e| ("cannot switch to WAL mode", e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             // Still correct (every write is an immediate transaction), only
             // readers and writers block each other more.
             tracing::warn!(path = %path.display(), journal_mode = %mode, "SQLite lease store is not in WAL mode (file system without shared memory?)");
         }
-        conn.execute(CREATE_TABLE, [])
-            .map_err(|e| open_error(path, "cannot create the `leases` table in", &e))?;
-        // From here on the request-bounded handler replaces the timeout.
+    }
+    conn.execute(CREATE_TABLE, [])
+        .map_err(|e| ("cannot create the `leases` table in", e))?;
+    Ok(conn)
+}
+
+fn is_locked(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) the store at `path`: the file, WAL mode and
+    /// the `leases` table, waiting for other processes that are opening it
+    /// at the same moment. Errors name the path. The store then watches the
+    /// path: see [`LeaseStore::changes`].
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let conn = set_up(path, Instant::now() + OPEN_WAIT)?;
+        let id = FileId::of(path).ok_or_else(|| {
+            StoreError::Other(format!(
+                "SQLite lease store {} vanished while it was opened",
+                path.display()
+            ))
+        })?;
+        let store = Self::with(path, Access::ReadWrite, id, conn);
+        if let Err(e) = file_watch::start(&store.inner) {
+            // The per-request check still notices, at the next request.
+            tracing::warn!(path = %path.display(), error = %e, "cannot watch the SQLite lease store's directory; a deleted file is noticed at the next request");
+        }
+        Ok(store)
+    }
+
+    /// Open an existing store to read it only (`leaderd status`): nothing is
+    /// created or changed, and a user who may only read the file can use it.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        let Some(id) = FileId::of(path) else {
+            return Err(StoreError::Other(format!(
+                "SQLite lease store {} does not exist (`leaderd run` creates it)",
+                path.display()
+            )));
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| open_error(path, "cannot open", &e))?;
         configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
-        Ok(SqliteStore {
+        Ok(Self::with(path, Access::ReadOnly, id, conn))
+    }
+
+    fn with(path: &Path, access: Access, id: FileId, conn: Connection) -> SqliteStore {
+        SqliteStore {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
-                writes: Lane::new(WRITERS, vec![conn]),
+                access,
+                writes: Lane::new(WRITERS, vec![(0, conn)]),
                 reads: Lane::new(READERS, Vec::new()),
+                file: Mutex::new((id, 0)),
+                changes: watch::Sender::new(0),
             }),
-        })
+        }
     }
 
     /// The file this store lives in.
@@ -285,12 +408,11 @@ impl SqliteStore {
             if Instant::now() >= deadline {
                 return Err(StoreError::Timeout(budget));
             }
-            let mut conn = lane.checkout(&inner.path)?;
-            let res = {
-                let _scope = DeadlineScope::enter(deadline);
-                work(&mut conn, &inner.path, deadline)
-            };
-            lane.checkin(conn);
+            let _scope = DeadlineScope::enter(deadline);
+            let generation = inner.current_file(deadline)?;
+            let mut conn = lane.checkout(&inner.path, inner.access, generation)?;
+            let res = work(&mut conn, &inner.path, deadline);
+            lane.checkin(generation, conn);
             res
         });
         match tokio::time::timeout_at(caller_deadline, task).await {
@@ -300,6 +422,100 @@ impl SqliteStore {
                 self.inner.path.display()
             ))),
             Ok(Ok(res)) => res,
+        }
+    }
+}
+
+impl Inner {
+    /// The generation of the file the path names now. When the path no
+    /// longer names the file the store has open (deleted, or replaced by
+    /// another), it is opened anew (created if missing), as `leaderd run`
+    /// would open it: every lease held in the old file is gone with it, and
+    /// the conditional writes against the new one say so.
+    fn current_file(&self, deadline: Instant) -> Result<u64, StoreError> {
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if self.access == Access::ReadOnly || FileId::of(&self.path) == Some(file.0) {
+            return Ok(file.1);
+        }
+        tracing::warn!(path = %self.path.display(), "the SQLite lease store file was deleted or replaced; opening what the path names now (leases held in the old file are lost)");
+        let conn = set_up(&self.path, deadline)?;
+        drop(conn);
+        let id = FileId::of(&self.path).ok_or_else(|| {
+            StoreError::Other(format!(
+                "SQLite lease store {} vanished while it was reopened",
+                self.path.display()
+            ))
+        })?;
+        *file = (id, file.1 + 1);
+        self.changes.send_modify(|n| *n += 1);
+        Ok(file.1)
+    }
+
+    /// Whether the path still names the file the store has open.
+    fn file_is_current(&self) -> bool {
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        FileId::of(&self.path) == Some(file.0)
+    }
+}
+
+/// Watching the store's directory, so that a leader learns at once, not at
+/// its next renew, that its file was deleted or replaced.
+mod file_watch {
+    use std::ffi::OsString;
+    use std::os::fd::AsFd;
+    use std::sync::{Arc, Weak};
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+    use super::Inner;
+
+    /// Start a thread that watches the directory of `inner`'s file for the
+    /// file being deleted, renamed or replaced, and bumps `inner.changes`
+    /// when the path no longer names the open file. The thread ends within
+    /// a second of the store being dropped.
+    pub(super) fn start(inner: &Arc<Inner>) -> std::io::Result<()> {
+        let path = &inner.path;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+            _ => std::path::PathBuf::from("."),
+        };
+        let name: OsString = path.file_name().map(OsString::from).unwrap_or_default();
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)?;
+        inotify.add_watch(
+            &dir,
+            AddWatchFlags::IN_DELETE
+                | AddWatchFlags::IN_CREATE
+                | AddWatchFlags::IN_MOVED_FROM
+                | AddWatchFlags::IN_MOVED_TO
+                | AddWatchFlags::IN_DELETE_SELF
+                | AddWatchFlags::IN_MOVE_SELF,
+        )?;
+        let weak: Weak<Inner> = Arc::downgrade(inner);
+        std::thread::Builder::new()
+            .name("leaderd-sqlite-watch".into())
+            .spawn(move || run(&inotify, &weak, &name))?;
+        Ok(())
+    }
+
+    fn run(inotify: &Inotify, store: &Weak<Inner>, name: &OsString) {
+        loop {
+            let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+            // Wakes at least once a second to notice a dropped store.
+            let _ = poll(&mut fds, PollTimeout::from(1_000u16));
+            let Some(inner) = store.upgrade() else { return };
+            let Ok(events) = inotify.read_events() else {
+                continue;
+            };
+            let ours = events.iter().any(|e| {
+                e.name.as_ref() == Some(name)
+                    || e.mask
+                        .intersects(AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF)
+            });
+            if ours && !inner.file_is_current() {
+                tracing::warn!(path = %inner.path.display(), "the SQLite lease store file was deleted or replaced");
+                inner.changes.send_modify(|n| *n += 1);
+            }
         }
     }
 }
@@ -750,6 +966,10 @@ impl LeaseStore for SqliteStore {
         })
         .await
     }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.changes.subscribe())
+    }
 }
 
 #[cfg(test)]
@@ -1002,6 +1222,74 @@ mod tests {
             }
             other => panic!("expected an error naming the path, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn open_waits_for_another_process_that_holds_the_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        let other = Connection::open(&path).expect("another process's connection");
+        other
+            .execute_batch("BEGIN EXCLUSIVE")
+            .expect("hold the file's lock");
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            other.execute_batch("COMMIT").expect("let go");
+        });
+        let store = SqliteStore::open(&path).expect("open waits for the lock");
+        holder.join().expect("the holder ran");
+        assert_eq!(store.path(), path);
+    }
+
+    #[test]
+    fn reading_a_missing_file_names_it_and_creates_nothing() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("missing.db");
+        match SqliteStore::open_read_only(&path) {
+            Err(StoreError::Other(msg)) => {
+                assert!(msg.contains(&path.display().to_string()), "{msg}")
+            }
+            other => panic!("expected an error naming the path, got {other:?}"),
+        }
+        assert!(!path.exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deleted_file_is_noticed_and_what_the_path_names_now_is_used() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("l.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let mut changes = store.changes().expect("SQLite tells of replacements");
+        let budget = Duration::from_secs(10);
+        let mine = sample("e");
+        assert_eq!(
+            store.put(&mine, &Condition::NotExists, budget).await,
+            Ok(WriteOutcome::Applied)
+        );
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        // The directory watch tells at once, before any request.
+        tokio::time::timeout(Duration::from_secs(5), changes.changed())
+            .await
+            .expect("the deletion is noticed within seconds")
+            .expect("the store lives");
+        // A renew of the lease held in the deleted file fails its condition:
+        // the path now names a new, empty file.
+        let mut renewed = mine.clone();
+        renewed.rvn = crate::lease::new_rvn();
+        let held = Condition::HeldBy {
+            rvn: mine.rvn.clone(),
+            holder: "me".into(),
+        };
+        assert_eq!(
+            store.put(&renewed, &held, budget).await,
+            Ok(WriteOutcome::ConditionFailed {
+                current: Some(Record::Absent)
+            })
+        );
+        assert!(path.exists(), "opened anew at the same path");
+        assert_eq!(store.read("e", budget).await, Ok(Record::Absent));
     }
 
     #[tokio::test]
