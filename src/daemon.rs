@@ -19,7 +19,7 @@ use crate::cli::{EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
 use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
-use crate::http::{self, AppState, ResignRequest};
+use crate::http::{self, AppState, ResignError, ResignRequest};
 use crate::lease::dynamodb::{DynamoConfig, DynamoStore};
 use crate::lease::sqlite::SqliteStore;
 use crate::lease::{LeaseStore, StoreError};
@@ -873,6 +873,15 @@ impl Daemon {
     }
 
     async fn on_resign(&mut self, req: ResignRequest) {
+        let leading = self
+            .handles
+            .get(&req.election)
+            .is_some_and(|h| h.state.borrow().is_leader_at(self.clock.now()));
+        if !leading {
+            // Not ours to give up: change nothing (no stop, no sit-out).
+            let _ = req.done.send(Err(ResignError::NotLeader(req.election)));
+            return;
+        }
         let is_primary = req.election == self.cfg.primary;
         let while_leader = self.cfg.child.mode == Mode::WhileLeader;
         if is_primary
@@ -896,9 +905,10 @@ impl Daemon {
 
     async fn finish_resign(&mut self, req: ResignRequest) {
         let Some(h) = self.handles.get(&req.election) else {
-            let _ = req
-                .done
-                .send(Err(format!("unknown election `{}`", req.election)));
+            let _ = req.done.send(Err(ResignError::Failed(format!(
+                "unknown election `{}`",
+                req.election
+            ))));
             return;
         };
         let sit_out = self.lease_of(&req.election);
@@ -907,7 +917,7 @@ impl Daemon {
         let _ = req.done.send(if released {
             Ok(())
         } else {
-            Err("not leading this election".into())
+            Err(ResignError::NotLeader(req.election.clone()))
         });
     }
 

@@ -775,16 +775,22 @@ impl Engine {
     /// Wait until `until` or a command; handles the command. Returns
     /// `Some(step)` if a command decided the next step.
     async fn wait_follower(&mut self, until: Instant) -> Option<Step> {
-        tokio::select! {
-            _ = self.clock.sleep_until(until) => None,
-            cmd = self.commands.recv() => match cmd {
-                // Not leading: nothing to release.
-                Some(Command::Release { then, done }) => {
-                    let _ = done.send(false);
-                    Some(Self::after_release(then))
-                }
-                None => Some(Step::Exit),
-            },
+        loop {
+            tokio::select! {
+                _ = self.clock.sleep_until(until) => return None,
+                cmd = self.commands.recv() => match cmd {
+                    // Not leading: nothing to release, and a step-down
+                    // (resign) changes nothing either; only an exit ends
+                    // the task.
+                    Some(Command::Release { then, done }) => {
+                        let _ = done.send(false);
+                        if then == AfterRelease::Exit {
+                            return Some(Step::Exit);
+                        }
+                    }
+                    None => return Some(Step::Exit),
+                },
+            }
         }
     }
 

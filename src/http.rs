@@ -65,8 +65,19 @@ const ECHO_LIMIT: usize = 128;
 pub struct ResignRequest {
     /// The election to resign from (known to exist).
     pub election: String,
-    /// `Ok` once stepped down; `Err` with a one-line reason otherwise.
-    pub done: oneshot::Sender<Result<(), String>>,
+    /// `Ok` once stepped down; why not otherwise.
+    pub done: oneshot::Sender<Result<(), ResignError>>,
+}
+
+/// Why a resign did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResignError {
+    /// This instance does not lead the election: nothing was changed.
+    #[error("this instance does not lead election `{0}`; nothing was changed")]
+    NotLeader(String),
+    /// Something else went wrong (one line).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// One election as the HTTP server sees it.
@@ -654,10 +665,15 @@ async fn resign(
             }),
         )
             .into_response(),
-        Ok(Ok(Err(reason))) => {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "resign_failed", reason)
-                .into_response()
+        Ok(Ok(Err(e @ ResignError::NotLeader(_)))) => {
+            ApiError::new(StatusCode::CONFLICT, "not_leader", e.to_string()).into_response()
         }
+        Ok(Ok(Err(e @ ResignError::Failed(_)))) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "resign_failed",
+            e.to_string(),
+        )
+        .into_response(),
         Ok(Err(_)) => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "resign_failed",

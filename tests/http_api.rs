@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::{Clock, Instant};
 use leaderd::election::{ElectionState, Role, Tenure};
-use leaderd::http::{AppState, ResignRequest, router};
+use leaderd::http::{AppState, ResignError, ResignRequest, router};
 use leaderd::metrics::Metrics;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -493,7 +493,7 @@ async fn resign_with_the_token_reaches_the_daemon() {
             let answer = if req.election == "report" {
                 Ok(())
             } else {
-                Err("election is shutting down".to_owned())
+                Err(ResignError::Failed("election is shutting down".to_owned()))
             };
             seen.push(req.election);
             let _ = req.done.send(answer);
@@ -522,6 +522,24 @@ async fn resign_with_the_token_reaches_the_daemon() {
         daemon.await.unwrap(),
         vec!["report".to_owned(), "my election".to_owned()]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_of_an_election_not_led_here_is_409() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let daemon = tokio::spawn(async move {
+        let req = f.resigns.recv().await.expect("a resign request");
+        let _ = req
+            .done
+            .send(Err(ResignError::NotLeader(req.election.clone())));
+    });
+    call(
+        &f.app,
+        resign_req("/leader/report/resign", Some(&format!("Bearer {TOKEN}"))),
+    )
+    .await
+    .assert_error(StatusCode::CONFLICT, "not_leader");
+    daemon.await.expect("the daemon task ran");
 }
 
 #[tokio::test(start_paused = true)]

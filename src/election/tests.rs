@@ -587,3 +587,21 @@ async fn refused_writes_are_retried_with_growing_pauses() {
     tokio::time::sleep(8 * S).await;
     assert_eq!(h.state.borrow().role, Role::Leader);
 }
+
+/// A step-down asked of a follower changes nothing: no sit-out, it takes a
+/// released lease as soon as it sees it.
+#[tokio::test(start_paused = true)]
+async fn resign_of_a_follower_changes_nothing() {
+    let store = MemoryStore::new();
+    let mut a = start(&store, cfg("a"));
+    until(&mut a, S, |s| s.role == Role::Leader).await;
+    let mut b = start(&store, cfg("b"));
+    until(&mut b, 2 * S, |s| s.first_observation_done).await;
+    assert!(
+        !b.release(AfterRelease::SitOut(Duration::from_secs(30)))
+            .await
+    );
+    assert!(a.release(AfterRelease::Exit).await);
+    let took = until(&mut b, 5 * S, |s| s.role == Role::Leader).await;
+    assert!(took <= S, "b sat out after all: led after {took:?}");
+}
