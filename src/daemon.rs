@@ -36,6 +36,9 @@ const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
 /// the cap, and starts over once a child ran longer than the cap.
 const RESTART_FIRST: Duration = Duration::from_secs(1);
 const RESTART_CAP: Duration = Duration::from_secs(30);
+/// Runs in a row that fail (end on their own, non-zero, shorter than
+/// [`RESTART_CAP`]) before `/healthz` reports the job as crash-looping.
+const CRASH_LOOP: u32 = 3;
 
 /// Elections start [`CAMPAIGN_SPACING`] apart, all within [`CAMPAIGN_SPREAD`]
 /// (the default renew interval). Their first writes, and with them their
@@ -167,6 +170,8 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
             app = app.with_election(h.state.clone(), http::wedge_threshold(e));
         }
     }
+    let (job_health, job_health_rx) = watch::channel(None);
+    app = app.with_job_health(job_health_rx);
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(http::serve(
         listener,
@@ -201,6 +206,8 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         signals,
         resign_rx,
         store_check,
+        job_health,
+        trouble: JobTrouble::default(),
         child: ChildSlot::Idle,
         shutdown: None,
         last_exit: None,
@@ -369,6 +376,63 @@ enum ChildSlot {
     },
 }
 
+/// How the job has been failing lately: reported by `/healthz`, and under
+/// `on_child_exit = "restart"` the reason to give the lease up.
+#[derive(Debug, Default)]
+struct JobTrouble {
+    /// Starts in a row that failed: the command could not be run.
+    start_failures: u32,
+    /// When the first of those failed.
+    failing_since: Option<Instant>,
+    /// Runs in a row that failed on their own, each shorter than
+    /// [`RESTART_CAP`].
+    crashes: u32,
+    /// The last failure, in words.
+    last: String,
+}
+
+impl JobTrouble {
+    fn start_failed(&mut self, now: Instant, why: String) {
+        self.start_failures += 1;
+        self.failing_since.get_or_insert(now);
+        self.last = why;
+    }
+
+    fn started(&mut self) {
+        self.start_failures = 0;
+        self.failing_since = None;
+    }
+
+    /// A run ended on its own: a failure if it was short and not a success.
+    fn ran(&mut self, exit: ChildExit, ran_for: Duration) {
+        if exit == ChildExit::Exited(0) || ran_for > RESTART_CAP {
+            self.crashes = 0;
+        } else {
+            self.crashes += 1;
+            self.last = exit.to_string();
+        }
+    }
+
+    /// What `/healthz` reports, if anything.
+    fn problem(&self) -> Option<String> {
+        if self.start_failures > 0 {
+            Some(format!(
+                "the job cannot start ({} attempt{} in a row): {}",
+                self.start_failures,
+                if self.start_failures == 1 { "" } else { "s" },
+                self.last
+            ))
+        } else if self.crashes >= CRASH_LOOP {
+            Some(format!(
+                "the job keeps failing: {} ({} runs in a row)",
+                self.last, self.crashes
+            ))
+        } else {
+            None
+        }
+    }
+}
+
 struct Shutdown {
     /// When to stop waiting for the child and kill it.
     kill_at: Instant,
@@ -385,6 +449,10 @@ struct Daemon {
     resign_rx: mpsc::Receiver<ResignRequest>,
     /// The background store check's verdict, until it came or was dropped.
     store_check: Option<oneshot::Receiver<StoreError>>,
+    /// What `/healthz` says of the job: a problem, or nothing.
+    job_health: watch::Sender<Option<String>>,
+    /// How the job has been failing.
+    trouble: JobTrouble,
     child: ChildSlot,
     shutdown: Option<Shutdown>,
     last_exit: Option<ChildExit>,
@@ -540,7 +608,8 @@ impl Daemon {
                 let _ = child.kill().await;
             }
             if self.cfg.child.mode == Mode::WhileLeader {
-                self.reconcile_while_leader(&state, now, false).await;
+                // Starts nothing, so it never asks to end.
+                let _ = self.reconcile_while_leader(&state, now, false).await;
             }
             return None;
         }
@@ -568,10 +637,10 @@ impl Daemon {
             Mode::Always => self.reconcile_always(&state, now).await,
             Mode::WhileLeader => self.reconcile_while_leader(&state, now, true).await,
         }
-        None
     }
 
-    async fn reconcile_always(&mut self, state: &ElectionState, now: Instant) {
+    /// Returns an exit code when the job cannot run and leaderd must end.
+    async fn reconcile_always(&mut self, state: &ElectionState, now: Instant) -> Option<i32> {
         let seq = state
             .tenure
             .as_ref()
@@ -589,17 +658,16 @@ impl Daemon {
         if due {
             self.always_started = true;
             self.seen_seq = seq;
-            self.start_child(None).await;
-            return;
+            return self.start_child(None).await;
         }
         if seq == self.seen_seq {
-            return;
+            return None;
         }
         let lost = self.seen_seq.is_some();
         let gained = seq.is_some();
         self.seen_seq = seq;
         let ChildSlot::Running { child, .. } = &mut self.child else {
-            return;
+            return None;
         };
         let signals = [
             (lost, self.cfg.child.signal_on_loss, "loss"),
@@ -613,15 +681,17 @@ impl Daemon {
                 }
             }
         }
+        None
     }
 
     /// `may_start`: false while shutting down (never start a new child then).
+    /// Returns an exit code when the job cannot run and leaderd must end.
     async fn reconcile_while_leader(
         &mut self,
         state: &ElectionState,
         now: Instant,
         may_start: bool,
-    ) {
+    ) -> Option<i32> {
         let leading = state.is_leader_at(now);
         match &mut self.child {
             ChildSlot::Running {
@@ -658,7 +728,7 @@ impl Daemon {
             ChildSlot::Idle => {
                 if leading && may_start && self.pending_resign.is_none() {
                     let t = state.tenure.clone().expect("leading implies a tenure");
-                    self.start_child(Some(&t)).await;
+                    return self.start_child(Some(&t)).await;
                 }
             }
             ChildSlot::Backoff { until } => {
@@ -666,13 +736,17 @@ impl Daemon {
                     self.child = ChildSlot::Idle;
                 } else if now >= *until && may_start {
                     let t = state.tenure.clone().expect("leading implies a tenure");
-                    self.start_child(Some(&t)).await;
+                    return self.start_child(Some(&t)).await;
                 }
             }
         }
+        None
     }
 
-    async fn start_child(&mut self, tenure: Option<&election::Tenure>) {
+    /// Start the child under `tenure` (none in mode "always"). Returns an
+    /// exit code when the command cannot run at all and the configured
+    /// `on_child_exit` is `exit`.
+    async fn start_child(&mut self, tenure: Option<&election::Tenure>) -> Option<i32> {
         let cfg = self.child_config();
         let state = self.primary.borrow().clone();
         let lease_ms = match tenure {
@@ -707,21 +781,86 @@ impl Daemon {
                     }
                 }
                 self.metrics.child_started(&self.cfg.primary);
+                self.trouble.started();
+                self.publish_job_health();
                 self.child = ChildSlot::Running {
                     child: Box::new(child),
                     seq: tenure.map(|t| t.seq),
                     started: self.clock.now(),
                     stopping: false,
                 };
+                None
             }
-            Err(e) => {
-                tracing::error!(error = %e, command = ?cfg.command, "cannot start the child");
-                let delay = self.bump_restart_delay(Duration::ZERO);
-                self.child = ChildSlot::Backoff {
-                    until: self.clock.now() + delay,
-                };
+            Err(e) => self.start_failed(e).await,
+        }
+    }
+
+    /// The child could not be started. A command that cannot run at all
+    /// (127 not found, 126 not executable) is the job failing: `exit` ends
+    /// leaderd with that code (the lease is released on the way out),
+    /// `release` gives the lease up; `restart`, and every passing failure,
+    /// retries with back-off, giving the lease up once the failures have
+    /// lasted a lease, so that another instance can run the job.
+    async fn start_failed(&mut self, e: SupervisorError) -> Option<i32> {
+        let now = self.clock.now();
+        let primary = self.cfg.primary.clone();
+        self.metrics.child_start_failed(&primary);
+        let cannot_run = match &e {
+            SupervisorError::Spawn(f) => f.exit_code,
+            _ => None,
+        };
+        self.trouble.start_failed(now, e.to_string());
+        self.publish_job_health();
+        tracing::error!(election = %primary, error = %e, command = ?self.cfg.child.command, "cannot start the child");
+        if let Some(code) = cannot_run {
+            match self.cfg.child.on_child_exit {
+                OnChildExit::Exit => {
+                    tracing::error!(election = %primary, exit_code = code, "the job cannot run; releasing and exiting");
+                    return Some(code);
+                }
+                OnChildExit::Release => {
+                    self.release_and_sit_out("the job cannot run").await;
+                    return None;
+                }
+                OnChildExit::Restart => {}
             }
         }
+        let failing = self
+            .trouble
+            .failing_since
+            .map_or(Duration::ZERO, |t| now - t);
+        if self.cfg.child.mode == Mode::WhileLeader && failing >= self.lease_of(&primary) {
+            // Keep trying here, but not while keeping everyone else out.
+            self.trouble.failing_since = None;
+            self.release_and_sit_out("the job has not started for a whole lease")
+                .await;
+            return None;
+        }
+        let delay = self.bump_restart_delay(Duration::ZERO);
+        self.child = ChildSlot::Backoff { until: now + delay };
+        None
+    }
+
+    /// Give the primary lease up and sit out one lease.
+    async fn release_and_sit_out(&mut self, why: &str) {
+        self.child = ChildSlot::Idle;
+        let primary = self.cfg.primary.clone();
+        let sit_out = self.lease_of(&primary);
+        if let Some(h) = self.handles.get(&primary) {
+            tracing::warn!(election = %primary, "{why}: releasing the lease and sitting out one lease");
+            h.release(AfterRelease::SitOut(sit_out)).await;
+        }
+    }
+
+    fn publish_job_health(&self) {
+        let problem = self.trouble.problem();
+        self.job_health.send_if_modified(|current| {
+            let changed = *current != problem;
+            if changed {
+                current.clone_from(&problem);
+            }
+            changed
+        });
     }
 
     fn bump_restart_delay(&mut self, ran_for: Duration) -> Duration {
@@ -791,6 +930,8 @@ impl Daemon {
                 Some(status.exit_code())
             }
             OnChildExit::Restart => {
+                self.trouble.ran(status, ran_for);
+                self.publish_job_health();
                 let delay = self.bump_restart_delay(ran_for);
                 tracing::info!(
                     delay_ms = delay.as_millis() as u64,
@@ -802,11 +943,7 @@ impl Daemon {
                 None
             }
             OnChildExit::Release => {
-                let sit_out = self.lease_of(&self.cfg.primary);
-                if let Some(h) = self.handles.get(&self.cfg.primary) {
-                    tracing::info!(election = %self.cfg.primary, "child exited on its own; releasing the lease and sitting out one lease");
-                    h.release(AfterRelease::SitOut(sit_out)).await;
-                }
+                self.release_and_sit_out("child exited on its own").await;
                 if self.cfg.child.mode == Mode::Always {
                     let delay = self.bump_restart_delay(ran_for);
                     self.child = ChildSlot::Backoff {
@@ -958,6 +1095,44 @@ impl From<&StoreConfig> for DynamoConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_trouble_reports_start_failures_at_once_and_crashes_after_a_few() {
+        let at = |s| Instant::from_since_origin(Duration::from_secs(s));
+        let mut t = JobTrouble::default();
+        assert_eq!(t.problem(), None);
+        t.start_failed(at(1), "./exprot.sh: No such file or directory".into());
+        let p = t
+            .problem()
+            .expect("a job that cannot start is a problem at once");
+        assert!(p.contains("cannot start") && p.contains("exprot.sh"), "{p}");
+        t.start_failed(at(3), "again".into());
+        assert_eq!(
+            t.failing_since,
+            Some(at(1)),
+            "counted from the first failure"
+        );
+        t.started();
+        assert_eq!(t.problem(), None);
+
+        let short = Duration::from_millis(200);
+        for _ in 1..CRASH_LOOP {
+            t.ran(ChildExit::Exited(3), short);
+            assert_eq!(t.problem(), None, "a crash or two is not a loop yet");
+        }
+        t.ran(ChildExit::Exited(3), short);
+        let p = t.problem().expect("a crash loop");
+        assert!(p.contains("exited with code 3"), "{p}");
+        // A success, or a long run, ends the loop.
+        t.ran(ChildExit::Exited(0), short);
+        assert_eq!(t.problem(), None);
+        for _ in 0..CRASH_LOOP {
+            t.ran(ChildExit::Signaled(11), short);
+        }
+        assert!(t.problem().is_some());
+        t.ran(ChildExit::Exited(1), RESTART_CAP + Duration::from_secs(1));
+        assert_eq!(t.problem(), None);
+    }
 
     #[test]
     fn campaign_starts_are_spaced_and_bounded() {

@@ -125,8 +125,14 @@ impl Request {
 pub(crate) enum Report {
     /// The child runs with this pid, which is also its process group id.
     Started(i32),
-    /// The child was not started.
-    Failed(String),
+    /// The child was not started: why, and the exit code a shell would give
+    /// (127 not found, 126 not executable; 0 for any other failure).
+    Failed {
+        /// The shell's exit code for this failure, 0 if it has none.
+        code: i32,
+        /// The program and the system's reason.
+        message: String,
+    },
     /// The child was not started: the deadline's `stop_at` had passed.
     Late,
     /// The armed `stop_at` passed: the stop signal went to the group.
@@ -142,7 +148,9 @@ impl Report {
         match self {
             Report::Started(pid) => format!("started {pid}\n"),
             // One line: the message must not break the framing.
-            Report::Failed(message) => format!("failed {}\n", message.replace(['\n', '\r'], " ")),
+            Report::Failed { code, message } => {
+                format!("failed {code} {}\n", message.replace(['\n', '\r'], " "))
+            }
             Report::Late => "late\n".to_owned(),
             Report::DeadlineStop => "deadline-stop\n".to_owned(),
             Report::DeadlineKill => "deadline-kill\n".to_owned(),
@@ -156,7 +164,13 @@ impl Report {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         Some(match word {
             "started" => Report::Started(rest.parse().ok()?),
-            "failed" => Report::Failed(rest.to_owned()),
+            "failed" => {
+                let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
+                Report::Failed {
+                    code: code.parse().ok()?,
+                    message: message.to_owned(),
+                }
+            }
             "late" => Report::Late,
             "deadline-stop" => Report::DeadlineStop,
             "deadline-kill" => Report::DeadlineKill,
@@ -341,7 +355,10 @@ fn run(args: Args) -> io::Result<()> {
         Ok(pid) => guard.child = pid,
         Err(e) => {
             let program = args.command[0].to_string_lossy();
-            guard.report(&Report::Failed(format!("{program}: {e}")));
+            guard.report(&Report::Failed {
+                code: shell_exit_code(&e),
+                message: format!("{program}: {e}"),
+            });
             return Ok(());
         }
     }
@@ -351,6 +368,18 @@ fn run(args: Args) -> io::Result<()> {
     guard.report(&Report::Exit(exit));
     guard.clear_and_reap();
     Ok(())
+}
+
+/// The exit code a shell gives a command it cannot run: 127 when the
+/// program is not there, 126 when it is but cannot be executed; 0 when the
+/// failure is of another kind (out of memory, too many files open), which
+/// may pass.
+fn shell_exit_code(e: &io::Error) -> i32 {
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::ENAMETOOLONG) => 127,
+        Some(Errno::EACCES | Errno::EPERM | Errno::ENOEXEC | Errno::EISDIR | Errno::ETXTBSY) => 126,
+        _ => 0,
+    }
 }
 
 /// Adopts the inherited control socket and marks it close-on-exec so the
@@ -754,7 +783,14 @@ mod tests {
     fn reports_round_trip() {
         for r in [
             Report::Started(42),
-            Report::Failed("no such file".into()),
+            Report::Failed {
+                code: 127,
+                message: "no such file".into(),
+            },
+            Report::Failed {
+                code: 0,
+                message: String::new(),
+            },
             Report::Late,
             Report::DeadlineStop,
             Report::DeadlineKill,
@@ -765,9 +801,14 @@ mod tests {
             assert_eq!(Report::parse(r.encode().trim_end()), Some(r));
         }
         assert_eq!(
-            Report::Failed("a\nb".into()).encode(),
-            "failed a b\n".to_owned()
+            Report::Failed {
+                code: 126,
+                message: "a\nb".into()
+            }
+            .encode(),
+            "failed 126 a b\n".to_owned()
         );
+        assert_eq!(Report::parse("failed x y"), None);
         assert_eq!(Report::parse("started x"), None);
         assert_eq!(Report::parse("hello"), None);
     }

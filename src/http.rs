@@ -123,6 +123,9 @@ pub struct AppState {
     /// Longest a request may take; resign answers 202 when stepping down
     /// takes longer.
     pub request_timeout: Duration,
+    /// The job's trouble, if any (it cannot start, it keeps crashing):
+    /// `/healthz` fails while there is one. `None`: no job to watch.
+    pub job_health: Option<watch::Receiver<Option<String>>>,
 }
 
 impl AppState {
@@ -144,7 +147,14 @@ impl AppState {
             resign,
             store_timeout: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            job_health: None,
         }
+    }
+
+    /// Watch the job's health: `/healthz` fails while it names a problem.
+    pub fn with_job_health(mut self, health: watch::Receiver<Option<String>>) -> Self {
+        self.job_health = Some(health);
+        self
     }
 
     /// Add an election (named after its state's `election`).
@@ -438,6 +448,9 @@ async fn leader_named(
 /// Why `/healthz` fails, one line per problem; empty when healthy.
 fn health_problems(app: &AppState, now: Instant) -> Vec<String> {
     let mut problems = Vec::new();
+    if let Some(problem) = app.job_health.as_ref().and_then(|h| h.borrow().clone()) {
+        problems.push(problem);
+    }
     for (name, entry) in &app.elections {
         let state = entry.state.borrow().clone();
         if state.finished || entry.state.has_changed().is_err() {

@@ -53,6 +53,7 @@ pub struct Metrics {
     child_running: IntGaugeVec,
     child_exits_total: IntCounterVec,
     child_kills_total: IntCounterVec,
+    child_start_failures_total: IntCounterVec,
     /// Serialises renders: each one sets the leadership gauges, then gathers;
     /// two interleaved renders could otherwise mix their readings.
     render_lock: Mutex<()>,
@@ -184,6 +185,11 @@ impl Metrics {
             "Times the child's process group was killed (SIGKILL) at the end of validity or grace.",
             &["election"],
         );
+        let child_start_failures_total = r.counter(
+            "leaderd_child_start_failures_total",
+            "Times the child command could not be started (not found, not executable, no resources).",
+            &["election"],
+        );
         let build_info = IntGauge::with_opts(
             Opts::new(
                 "leaderd_build_info",
@@ -209,6 +215,7 @@ impl Metrics {
             child_running,
             child_exits_total,
             child_kills_total,
+            child_start_failures_total,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
         }
@@ -225,6 +232,13 @@ impl Metrics {
         self.child_running.with_label_values(&[election]).set(0);
         self.child_exits_total
             .with_label_values(&[election, reason])
+            .inc();
+    }
+
+    /// The child command of `election` could not be started.
+    pub fn child_start_failed(&self, election: &str) {
+        self.child_start_failures_total
+            .with_label_values(&[election])
             .inc();
     }
 
@@ -248,6 +262,8 @@ impl Metrics {
         self.malformed_records_total.with_label_values(&[election]);
         self.child_running.with_label_values(&[election]);
         self.child_kills_total.with_label_values(&[election]);
+        self.child_start_failures_total
+            .with_label_values(&[election]);
     }
 
     /// Every metric in the Prometheus text format, with the leadership gauges

@@ -146,8 +146,8 @@ pub enum SupervisorError {
         source: io::Error,
     },
     /// The child command could not be started (not found, not executable…).
-    #[error("cannot start the child: {0}")]
-    Spawn(String),
+    #[error("cannot start the child: {}", .0.message)]
+    Spawn(SpawnFailure),
     /// The guard exited or broke the protocol before reporting the child.
     #[error("the guard process ended before starting the child")]
     GuardLost,
@@ -159,19 +159,16 @@ pub enum SupervisorError {
     Io(#[from] io::Error),
 }
 
-impl SupervisorError {
-    /// Label for metrics and logs.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            SupervisorError::EmptyCommand => "empty_command",
-            SupervisorError::DeadlinePassed => "deadline_passed",
-            SupervisorError::GuardStart { .. } => "guard_start",
-            SupervisorError::Spawn(_) => "spawn",
-            SupervisorError::GuardLost => "guard_lost",
-            SupervisorError::Gone => "gone",
-            SupervisorError::Io(_) => "io",
-        }
-    }
+/// Why the command itself could not be started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnFailure {
+    /// The program and the system's reason, e.g. `./exprot.sh: No such file
+    /// or directory (os error 2)`.
+    pub message: String,
+    /// As a shell would exit: 127 when the program does not exist, 126
+    /// when it cannot be executed; `None` for other failures, which may
+    /// pass (out of memory, too many open files).
+    pub exit_code: Option<i32>,
 }
 
 /// Starts the child under a guard. With `deadline = Some((stop_at, kill_at))`
@@ -247,9 +244,12 @@ pub async fn spawn(
             tracing::debug!(pid, command = ?spec.command, "guard started the child");
             Ok(child)
         }
-        Some(Report::Failed(message)) => {
+        Some(Report::Failed { code, message }) => {
             let _ = child.guard.wait().await;
-            Err(SupervisorError::Spawn(message))
+            Err(SupervisorError::Spawn(SpawnFailure {
+                message,
+                exit_code: (code != 0).then_some(code),
+            }))
         }
         Some(Report::Late) => {
             let _ = child.guard.wait().await;

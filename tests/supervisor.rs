@@ -327,11 +327,26 @@ async fn start_failures_are_errors() {
     let mut missing = spec("true");
     missing.command = vec!["/nonexistent/leaderd-test-command".into()];
     match supervisor::spawn(&missing, None).await {
-        Err(SupervisorError::Spawn(message)) => {
+        Err(SupervisorError::Spawn(failure)) => {
             assert!(
-                message.contains("/nonexistent/leaderd-test-command"),
-                "{message}"
+                failure
+                    .message
+                    .contains("/nonexistent/leaderd-test-command"),
+                "{failure:?}"
             );
+            assert_eq!(failure.exit_code, Some(127), "not found, as a shell says");
+        }
+        other => panic!("expected a spawn error, got {other:?}"),
+    }
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plain = dir.path().join("job.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").expect("write a file without x bits");
+    let mut not_executable = spec("true");
+    not_executable.command = vec![plain.display().to_string()];
+    match supervisor::spawn(&not_executable, None).await {
+        Err(SupervisorError::Spawn(failure)) => {
+            assert_eq!(failure.exit_code, Some(126), "{failure:?}")
         }
         other => panic!("expected a spawn error, got {other:?}"),
     }
