@@ -25,7 +25,7 @@
 //!   are the `&'static str`s of [`ApiError`] constructors and never change.
 
 use std::collections::BTreeMap;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,11 +36,14 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio_io_timeout::TimeoutStream;
 
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, Role};
@@ -309,6 +312,35 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// How long a connection has to send a complete request head, counted from
+/// when it opens and from the end of each answer: both the header-read
+/// timeout (a half-sent request) and the idle timeout (a kept-alive
+/// connection with nothing to ask).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long writing an answer may stall (a client that stops reading)
+/// before the connection is closed.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most connections served at once; fewer when the process may open few
+/// files (see [`connection_limit`]). A connection beyond the limit is
+/// closed as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Descriptors kept for everything but HTTP: store connections, the SQLite
+/// files, the job's guard socket and pipes, the runtime's own.
+const RESERVED_FDS: u64 = 64;
+
+/// Connections to serve at once: [`MAX_CONNECTIONS`], or half of what the
+/// open-files limit leaves after [`RESERVED_FDS`], at least 4. Clients can
+/// then never take the descriptors the lease store and the job need.
+pub fn connection_limit() -> usize {
+    let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    let room = usize::try_from(soft.saturating_sub(RESERVED_FDS) / 2).unwrap_or(usize::MAX);
+    room.clamp(4, MAX_CONNECTIONS)
+}
+
 /// Serve `router` on `listener` until `shutdown` completes, then stop
 /// accepting and give open requests [`SHUTDOWN_DRAIN`] to finish.
 pub async fn serve(
@@ -322,37 +354,91 @@ pub async fn serve(
 /// [`serve`] with a chosen drain time: after `shutdown` completes, returns
 /// once every connection is done or `drain` has passed, whichever is first,
 /// so a slow client can never hold the daemon's exit.
+///
+/// Every connection gets [`HEADER_READ_TIMEOUT`] and [`WRITE_TIMEOUT`], and
+/// at most [`connection_limit`] are open at once.
 pub async fn serve_with_drain(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let (fired_tx, fired_rx) = oneshot::channel::<()>();
-    let signal = async move {
-        shutdown.await;
-        let _ = fired_tx.send(());
-    };
-    let listener = listener.tap_io(|tcp| {
-        // Small answers: do not let Nagle hold them back. Failure only costs
-        // latency.
+    let slots = Arc::new(Semaphore::new(connection_limit()));
+    let connections = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let mut accept_trouble = AcceptTrouble::default();
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    accept_trouble.cleared();
+                    tcp
+                }
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was
+                    // accepted: never a reason to stop serving, never a loop.
+                    accept_trouble.failed(&e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Full: closed at once rather than queued behind idle clients.
+            tracing::debug!("HTTP connection limit reached; closing a new connection");
+            continue;
+        };
+        // Small answers: do not let Nagle hold them back. Failure only
+        // costs latency.
         let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(signal)
-        .into_future();
-    let drained = async move {
-        if fired_rx.await.is_err() {
-            // The signal future was dropped without firing: no deadline.
-            std::future::pending::<()>().await;
-        }
-        tokio::time::sleep(drain).await;
-    };
+        let mut io = TimeoutStream::new(tcp);
+        io.set_write_timeout(Some(WRITE_TIMEOUT));
+        let conn = http.serve_connection(
+            TokioIo::new(Box::pin(io)),
+            TowerToHyperService::new(router.clone()),
+        );
+        let conn = connections.watch(conn);
+        tokio::spawn(async move {
+            // Timeouts and resets end connections all the time; nothing to log.
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
     tokio::select! {
-        res = server => res,
-        () = drained => {
-            tracing::warn!(drain = ?drain, "HTTP connections still open after the drain time; closing them");
-            Ok(())
+        () = connections.shutdown() => {}
+        () = tokio::time::sleep(drain) => {
+            tracing::warn!(drain = %humantime::format_duration(drain), "HTTP connections still open after the drain time; closing them");
+        }
+    }
+    Ok(())
+}
+
+/// Accept errors, logged once per change rather than once per attempt.
+#[derive(Debug, Default)]
+struct AcceptTrouble {
+    last: Option<std::io::ErrorKind>,
+    repeats: u64,
+}
+
+impl AcceptTrouble {
+    fn failed(&mut self, e: &std::io::Error) {
+        if self.last == Some(e.kind()) {
+            self.repeats += 1;
+            return;
+        }
+        tracing::warn!(error = %e, "cannot accept HTTP connections (logged again only when the error changes)");
+        self.last = Some(e.kind());
+        self.repeats = 1;
+    }
+
+    fn cleared(&mut self) {
+        if self.last.take().is_some() {
+            tracing::info!(failures = self.repeats, "accepting HTTP connections again");
         }
     }
 }

@@ -531,7 +531,7 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(families, sorted, "families out of order");
         assert!(families.contains(&"leaderd_build_info"), "{families:?}");
-        assert_eq!(families.len(), 10, "families with a series: {families:?}");
+        assert_eq!(families.len(), 11, "families with a series: {families:?}");
 
         let elections: Vec<&str> = text
             .lines()
