@@ -15,10 +15,10 @@ use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
 use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
+use crate::exit;
 use crate::http::{self, AppState, ResignError, ResignRequest};
 use crate::lease::dynamodb::{DynamoConfig, DynamoStore};
 use crate::lease::sqlite::SqliteStore;
@@ -97,7 +97,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot open the lease store");
-            return EX_UNAVAILABLE;
+            return exit::UNAVAILABLE;
         }
     };
     // With fail_fast the store must answer before anything else happens;
@@ -106,7 +106,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
     let store_check = if cfg.store.fail_fast {
         if let Err(e) = store.check(FAIL_FAST_BUDGET).await {
             tracing::error!(error = %e, store = store.kind(), "lease store unreachable at start (fail_fast)");
-            return EX_UNAVAILABLE;
+            return exit::UNAVAILABLE;
         }
         None
     } else {
@@ -152,7 +152,7 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
             };
             tracing::error!(listen = %cfg.http.listen, "cannot listen for HTTP on {}: {why}", cfg.http.listen);
             abort_all(&handles);
-            return EX_USAGE;
+            return exit::USAGE;
         }
     };
     let http_addr = listener.local_addr().ok();
@@ -537,7 +537,7 @@ impl Daemon {
                 Event::StateGone => {
                     tracing::error!(election = %self.primary_name(), "election task ended unexpectedly");
                     self.kill_child().await;
-                    return EX_SOFTWARE;
+                    return exit::SOFTWARE;
                 }
                 Event::ChildExited(status) => {
                     if let Some(code) = self.on_child_exit(status).await {
@@ -552,7 +552,7 @@ impl Daemon {
                 Event::StoreCheck(Some(e)) => {
                     tracing::error!(error = %e, "the lease store cannot be used; stopping");
                     self.kill_child().await;
-                    return EX_UNAVAILABLE;
+                    return exit::UNAVAILABLE;
                 }
             }
         }
@@ -626,7 +626,7 @@ impl Daemon {
             let zero = self.cfg.acquire_timeout == Some(Duration::ZERO);
             if (zero && tried_once) || (!zero && now >= by) {
                 tracing::warn!(election = %state.election, leader = state.leader.as_deref().unwrap_or("none"), "lease not acquired within --acquire-timeout");
-                return Some(EX_TEMPFAIL);
+                return Some(exit::TEMPFAIL);
             }
         }
 

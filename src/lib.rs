@@ -12,17 +12,18 @@
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
-//! - [`supervisor`]: the child process: start, signal, stop, reap.
-//! - [`guard`]: the separate process that owns the child's kill deadline.
+//! - [`supervisor`]: the child process: start, signal, stop, reap; its
+//!   guard, the separate process that owns the child's kill deadline.
 //! - [`reaper`]: zombie reaping when leaderd runs as PID 1.
 //! - [`daemon`]: wiring for `leaderd run`.
+//! - [`exit`]: the process exit codes.
 
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod election;
-pub mod guard;
+pub mod exit;
 pub mod http;
 pub mod lease;
 pub mod metrics;

@@ -6,11 +6,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leaderd::cli::{
-    self, Command, EX_CONFIG, EX_SOFTWARE, EX_UNAVAILABLE, StatusArgs, TableAction, TableArgs,
-};
+use leaderd::cli::{self, Command, StatusArgs, TableAction, TableArgs};
 use leaderd::config::{Config, LogConfig, LogFormat, StoreKind, ToolConfig};
 use leaderd::daemon;
+use leaderd::exit;
 use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
 use leaderd::notify::Notifier;
 use leaderd::shutdown::Signals;
@@ -34,9 +33,9 @@ fn main() {
     // runs before anything else: no async runtime, no threads.
     if std::env::args_os()
         .nth(1)
-        .is_some_and(|a| leaderd::guard::is_subcommand(&a))
+        .is_some_and(|a| leaderd::supervisor::is_subcommand(&a))
     {
-        std::process::exit(leaderd::guard::main());
+        std::process::exit(leaderd::supervisor::guard::main());
     }
     // SAFETY: first thing in main: no other thread exists yet.
     let notifier = unsafe { Notifier::from_env() };
@@ -75,7 +74,7 @@ fn run(cfg: Config, notifier: Notifier) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("leaderd: cannot install signal handlers: {e}");
-            return EX_SOFTWARE;
+            return exit::SOFTWARE;
         }
     };
     match runtime() {
@@ -87,7 +86,7 @@ fn run(cfg: Config, notifier: Notifier) -> i32 {
         }
         Err(e) => {
             eprintln!("leaderd: {e:#}");
-            EX_SOFTWARE
+            exit::SOFTWARE
         }
     }
 }
@@ -98,7 +97,7 @@ fn tool(f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), ToolError>) -> i3
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leaderd: {e:#}");
-            return EX_SOFTWARE;
+            return exit::SOFTWARE;
         }
     };
     match f(&rt) {
@@ -125,11 +124,11 @@ async fn status(args: StatusArgs) -> Result<(), ToolError> {
     let cfg = tool_config(&args.store)?;
     let store = daemon::open_store_to_read(&cfg.store)
         .await
-        .map_err(|e| ToolError(EX_UNAVAILABLE, e))?;
+        .map_err(|e| ToolError(exit::UNAVAILABLE, e))?;
     // No names: every election in the store.
     let rows = leaderd::cli::status::collect(store.as_ref(), &args.elections, TOOL_BUDGET)
         .await
-        .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
+        .map_err(|e| ToolError(exit::UNAVAILABLE, e.to_string()))?;
     if args.json {
         println!("{}", leaderd::cli::status::render_json(&rows));
     } else {
@@ -146,7 +145,7 @@ async fn table(args: TableArgs) -> Result<(), ToolError> {
     let cfg = tool_config(store_args)?;
     if cfg.store.kind != StoreKind::Dynamodb {
         return Err(ToolError(
-            EX_CONFIG,
+            exit::CONFIG,
             "`leaderd table` manages a DynamoDB table: set --store dynamodb (or store.kind = \"dynamodb\")".into(),
         ));
     }
@@ -155,12 +154,12 @@ async fn table(args: TableArgs) -> Result<(), ToolError> {
         TableAction::Create(a) => leaderd::cli::table::create(&store, a.ttl, a.wait).await,
         TableAction::Describe(_) => leaderd::cli::table::describe(&store).await,
     }
-    .map_err(|e| ToolError(EX_UNAVAILABLE, e.to_string()))?;
+    .map_err(|e| ToolError(exit::UNAVAILABLE, e.to_string()))?;
     print!("{}", leaderd::cli::table::render_text(&info));
     if !info.key_schema_ok {
         // leaderd cannot use this table, and it will not fix itself.
         return Err(ToolError(
-            EX_UNAVAILABLE,
+            exit::UNAVAILABLE,
             format!(
                 "table `{}` has the wrong key schema: leaderd needs the partition key `election` (S) and no sort key",
                 info.name

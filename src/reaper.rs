@@ -12,6 +12,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getpid};
 
+use crate::exit;
+
 /// When this process is PID 1, split into an init (which never returns) and
 /// the real leaderd (which returns from this call). Otherwise does nothing.
 ///
@@ -58,13 +60,13 @@ fn run_init(leaderd: Pid) -> ! {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == leaderd => std::process::exit(code),
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == leaderd => {
-                    std::process::exit(128 + sig as i32)
+                    std::process::exit(exit::killed_by(sig as i32))
                 }
                 Ok(WaitStatus::StillAlive) => break,
                 Ok(_) | Err(Errno::EINTR) => {}
                 // ECHILD: leaderd is gone and was reaped (cannot happen
                 // without passing the arms above).
-                Err(_) => std::process::exit(70),
+                Err(_) => std::process::exit(exit::SOFTWARE),
             }
         }
         match all.wait() {

@@ -3,7 +3,7 @@
 //! `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`, `leaderd status`, `leaderd
 //! table create|describe`, `leaderd --version`. Flags are the top layer of the
 //! configuration; [`crate::config`] merges them over the file and the
-//! environment. A usage error exits [`EX_USAGE`] with clap's message;
+//! environment. A usage error exits [`exit::USAGE`] with clap's message;
 //! `--help` and `--version` print to stdout and exit 0.
 //!
 //! The hidden `__guard` helper is dispatched by `main` before clap sees the
@@ -19,18 +19,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{LogFormat, Mode, OnChildExit, StoreKind, limits};
+use crate::exit;
 
-/// Exit code for a usage error on the command line (sysexits `EX_USAGE`).
-pub const EX_USAGE: i32 = 64;
-/// Exit code for an invalid configuration. DESIGN §3 gives it the same code as
-/// a usage error (not sysexits' 78): both are "you asked for something wrong".
-pub const EX_CONFIG: i32 = 64;
-/// Exit code when the store is unreachable at start under `store.fail_fast`.
-pub const EX_UNAVAILABLE: i32 = 69;
-/// Exit code for an internal error (a bug, or the runtime failing).
-pub const EX_SOFTWARE: i32 = 70;
-/// Exit code when the lease was not acquired within `--acquire-timeout`.
-pub const EX_TEMPFAIL: i32 = 75;
+pub use crate::exit::CONFIG as EX_CONFIG;
 
 /// `leaderd`: the whole command line.
 #[derive(Debug, Clone, Parser)]
@@ -212,12 +203,12 @@ fn parse_listen(s: &str) -> Result<String, String> {
 pub struct CliExit(clap::Error);
 
 impl CliExit {
-    /// 0 for `--help` and `--version`, [`EX_USAGE`] for everything else
+    /// 0 for `--help` and `--version`, [`exit::USAGE`] for everything else
     /// (including `leaderd` with no subcommand, which prints help to stderr).
     pub fn exit_code(&self) -> i32 {
         match self.0.kind() {
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-            _ => EX_USAGE,
+            _ => exit::USAGE,
         }
     }
 
@@ -394,7 +385,7 @@ mod tests {
             vec!["leaderd", "table"],
         ] {
             let err = parse_from(&bad).expect_err(&format!("{bad:?} must be rejected"));
-            assert_eq!(err.exit_code(), EX_USAGE, "{bad:?}: {}", err.message());
+            assert_eq!(err.exit_code(), exit::USAGE, "{bad:?}: {}", err.message());
         }
         let err = parse_from(["leaderd", "run", "--lease-duration", "ten"]).unwrap_err();
         assert!(

@@ -1,7 +1,7 @@
-//! The child: start, signal, stop, kill, reap, exit codes (DESIGN §3).
+//! The child: start, signal, stop, kill, reap, exit codes.
 //!
 //! leaderd never forks the child itself. [`spawn`] starts a guard process
-//! (`leaderd __guard`, see [`crate::guard`]) over a Unix socket pair; the guard
+//! (`leaderd __guard`, see [`guard`]) over a Unix socket pair; the guard
 //! starts the child in its own process group and owns its kill deadline, so the
 //! deadline holds while leaderd's runtime stalls or leaderd is stopped, and the
 //! child's whole group dies when leaderd dies (the socket closes).
@@ -12,6 +12,9 @@
 //! once the child exited and every other member of its group and every orphan
 //! it left behind is gone. Dropping a [`Child`] closes the socket, which makes
 //! the guard SIGKILL everything at once.
+//!
+//! - [`protocol`]: the guard's command line, requests, reports, [`ChildExit`].
+//! - [`guard`]: the guard process itself.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -25,7 +28,11 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::clock::{Instant, boot_now};
-use crate::guard::{self, Report, Request};
+pub mod guard;
+pub(crate) mod protocol;
+
+pub use protocol::{ChildExit, SUBCOMMAND, is_subcommand};
+use protocol::{Report, Request};
 
 /// The variables leaderd puts into its child's environment: the one list,
 /// which the daemon sets and the configuration layer knows not to read as
@@ -80,52 +87,6 @@ pub struct ChildSpec {
     /// `/proc/self/exe`, which still names the running binary after a package
     /// upgrade replaced the file; tests use `env!("CARGO_BIN_EXE_leaderd")`.
     pub guard_exe: PathBuf,
-}
-
-/// How the child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ChildExit {
-    /// It exited with this code.
-    Exited(i32),
-    /// A signal (this number) ended it, not a SIGKILL sent by leaderd.
-    Signaled(i32),
-    /// leaderd SIGKILLed it: the kill deadline, the end of a stop's grace,
-    /// [`Child::kill`], or the loss of leaderd or of the guard.
-    Killed,
-}
-
-impl ChildExit {
-    /// The exit code leaderd passes on: the child's own, or 128+N for
-    /// signal N (137 for a kill).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            ChildExit::Exited(code) => *code,
-            ChildExit::Signaled(n) => 128 + n,
-            ChildExit::Killed => 128 + Signal::SIGKILL as i32,
-        }
-    }
-
-    /// Label for `leaderd_child_exits_total{reason}`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ChildExit::Exited(_) => "exited",
-            ChildExit::Signaled(_) => "signaled",
-            ChildExit::Killed => "killed",
-        }
-    }
-}
-
-impl std::fmt::Display for ChildExit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ChildExit::Exited(code) => write!(f, "exited with code {code}"),
-            ChildExit::Signaled(n) => match Signal::try_from(*n) {
-                Ok(sig) => write!(f, "killed by {sig}"),
-                Err(_) => write!(f, "killed by signal {n}"),
-            },
-            ChildExit::Killed => write!(f, "killed by leaderd (SIGKILL)"),
-        }
-    }
 }
 
 /// Why the child could not be started or reached.
@@ -195,7 +156,7 @@ pub async fn spawn(
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     let guard_fd = theirs.as_raw_fd();
     let mut cmd = tokio::process::Command::new(&spec.guard_exe);
-    cmd.args(guard::command_line(
+    cmd.args(protocol::command_line(
         guard_fd,
         spec.stop_signal,
         deadline,

@@ -1,0 +1,28 @@
+//! The process exit codes, one owner for every part of leaderd that ends the
+//! process (the daemon, the command-line tools, the guard, the PID-1 reaper).
+//!
+//! They follow sysexits(3) where it has a code for the case, and shells for a
+//! child that cannot be run or was killed by a signal.
+
+/// Bad usage on the command line.
+pub const USAGE: i32 = 64;
+/// An invalid configuration. The same code as a usage error (not sysexits'
+/// 78): both mean "you asked for something wrong", and scripts and systemd
+/// units need to tell only that from "the world is wrong".
+pub const CONFIG: i32 = 64;
+/// The store is unreachable at start under `store.fail_fast`, or its table or
+/// file has a schema leaderd cannot use.
+pub const UNAVAILABLE: i32 = 69;
+/// An internal error: a bug, or the runtime failing.
+pub const SOFTWARE: i32 = 70;
+/// The lease was not acquired within `--acquire-timeout`.
+pub const TEMPFAIL: i32 = 75;
+/// The job's command is there but cannot be executed (as shells exit).
+pub const NOT_EXECUTABLE: i32 = 126;
+/// The job's command does not exist (as shells exit).
+pub const NOT_FOUND: i32 = 127;
+
+/// The code a shell gives a process killed by `signal`: 128 + its number.
+pub fn killed_by(signal: i32) -> i32 {
+    128 + signal
+}
