@@ -311,6 +311,8 @@ pub enum Command {
 pub struct ElectionHandle {
     /// The published state.
     pub state: watch::Receiver<ElectionState>,
+    /// The configured lease duration (also how long a resign sits out).
+    pub lease_duration: Duration,
     commands: mpsc::Sender<Command>,
     task: JoinHandle<()>,
 }
@@ -369,6 +371,7 @@ pub fn spawn_after(
     delay: Duration,
 ) -> ElectionHandle {
     let now = clock.now();
+    let lease_duration = config.lease_duration;
     let (state_tx, state) = watch::channel(ElectionState {
         election: config.name.clone(),
         identity: config.identity.clone(),
@@ -407,6 +410,7 @@ pub fn spawn_after(
     let task = tokio::spawn(engine.run(delay));
     ElectionHandle {
         state,
+        lease_duration,
         commands,
         task,
     }

@@ -312,6 +312,25 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Bind the HTTP listener. An error names the address and says why in an
+/// operator's words: the address is the operator's choice (taken, not ours
+/// to use, not on this host), so it is a usage error, not an internal one.
+pub async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "the address is in use".to_owned(),
+            std::io::ErrorKind::AddrNotAvailable => {
+                "the address is not one of this host's".to_owned()
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                "permission denied (ports below 1024 need privileges)".to_owned()
+            }
+            _ => e.to_string(),
+        };
+        format!("cannot listen for HTTP on {addr}: {why}")
+    })
+}
+
 /// How long a connection has to send a complete request head, counted from
 /// when it opens and from the end of each answer: both the header-read
 /// timeout (a half-sent request) and the idle timeout (a kept-alive

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use leaderd::cli::{self, Command, StatusArgs, TableAction, TableArgs};
+use leaderd::clock::Clock;
 use leaderd::config::{Config, LogConfig, LogFormat, StoreKind, ToolConfig};
 use leaderd::daemon;
 use leaderd::exit;
+use leaderd::http;
 use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
 use leaderd::notify::Notifier;
 use leaderd::shutdown::Signals;
@@ -79,7 +81,16 @@ fn run(cfg: Config, notifier: Notifier) -> i32 {
     };
     match runtime() {
         Ok(rt) => {
-            let code = rt.block_on(daemon::run(cfg, notifier, signals));
+            let code = rt.block_on(async {
+                let listener = match http::bind(cfg.http.listen).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(listen = %cfg.http.listen, "{e}");
+                        return exit::USAGE;
+                    }
+                };
+                daemon::run(cfg, notifier, signals, Clock::boot(), listener).await
+            });
             // Do not wait for stray blocking tasks (e.g. a stuck SQLite call).
             rt.shutdown_timeout(Duration::from_secs(1));
             code

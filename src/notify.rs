@@ -1,4 +1,5 @@
-//! systemd's notify protocol (`Type=notify`, DESIGN §7).
+//! systemd's notify protocol (`Type=notify`): [`Notifier`] speaks it, and
+//! [`report_states`] tells systemd what the elections do.
 //!
 //! The socket path is taken from `NOTIFY_SOCKET` once at start, and the
 //! variable is removed from leaderd's environment before any thread starts, so
@@ -7,6 +8,11 @@
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::election::ElectionState;
 
 /// Where to send notifications, if systemd asked for them.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +89,74 @@ fn send_to(path: &std::path::Path, msg: &str) -> std::io::Result<()> {
         sock.send_to(msg.as_bytes(), path)?;
     }
     Ok(())
+}
+
+/// READY=1 once every election made its first observation, STATUS= on every
+/// leadership change, WATCHDOG=1 while every campaign loop makes progress.
+pub(crate) async fn report_states(
+    notifier: Notifier,
+    mut states: Vec<watch::Receiver<ElectionState>>,
+    primary: String,
+    clock: Clock,
+) {
+    if !notifier.enabled() {
+        return;
+    }
+    for s in states.iter_mut() {
+        let _ = s.wait_for(|st| st.first_observation_done).await;
+    }
+    notifier.send("READY=1");
+    let mut last_status = String::new();
+    let watchdog = notifier.watchdog();
+    let tick = watchdog.map_or(Duration::from_secs(1), |w| {
+        (w / 3).max(Duration::from_millis(100))
+    });
+    loop {
+        let now = clock.now();
+        let status = states
+            .iter()
+            .map(|s| {
+                let st = s.borrow();
+                if st.is_leader_at(now) {
+                    format!(
+                        "leader of {} (fencing token {})",
+                        st.election,
+                        st.fencing_token.unwrap_or(0)
+                    )
+                } else {
+                    format!(
+                        "follower of {} (leader: {})",
+                        st.election,
+                        st.leader.as_deref().unwrap_or("none")
+                    )
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        if status != last_status {
+            notifier.send(&format!("STATUS={status}"));
+            last_status = status;
+        }
+        if watchdog.is_some() {
+            // A wedged campaign loop stops the watchdog pings, and systemd
+            // restarts the unit.
+            let fresh = states.iter().all(|s| {
+                let st = s.borrow();
+                now - st.heartbeat
+                    < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
+            });
+            if fresh {
+                notifier.send("WATCHDOG=1");
+            }
+        }
+        let primary_rx = states.iter_mut().find(|s| s.borrow().election == primary);
+        match primary_rx {
+            Some(rx) => {
+                let _ = tokio::time::timeout(tick, rx.changed()).await;
+            }
+            None => tokio::time::sleep(tick).await,
+        }
+    }
 }
 
 #[cfg(test)]

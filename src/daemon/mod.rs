@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Instant};
-use crate::config::{ChildConfig, Config, Mode, OnChildExit, StoreConfig, StoreKind};
+use crate::config::{ChildConfig, Config, Mode, StoreConfig, StoreKind};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
 use crate::exit;
 use crate::http::{self, AppState, ResignError, ResignRequest};
@@ -24,22 +25,18 @@ use crate::lease::dynamodb::{DynamoConfig, DynamoStore};
 use crate::lease::sqlite::SqliteStore;
 use crate::lease::{LeaseStore, StoreError};
 use crate::metrics::Metrics;
-use crate::notify::Notifier;
+use crate::notify::{self, Notifier};
 use crate::shutdown::{self, Signals};
 use crate::supervisor::{self, Child, ChildExit, ChildSpec, SupervisorError};
+
+mod child;
+
+use child::{AfterExit, AfterStartFailure, Job, Slot};
 
 /// How long the start-up store check may take with `fail_fast`.
 const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
 /// How long `create_table` waits for the table to become ACTIVE.
 const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
-/// Restart backoff of `on_child_exit = "restart"`: doubles from the first to
-/// the cap, and starts over once a child ran longer than the cap.
-const RESTART_FIRST: Duration = Duration::from_secs(1);
-const RESTART_CAP: Duration = Duration::from_secs(30);
-/// Runs in a row that fail (end on their own, non-zero, shorter than
-/// [`RESTART_CAP`]) before `/healthz` reports the job as crash-looping.
-const CRASH_LOOP: u32 = 3;
-
 /// Elections start [`CAMPAIGN_SPACING`] apart, all within [`CAMPAIGN_SPREAD`]
 /// (the default renew interval). Their first writes, and with them their
 /// renewals, then spread over the whole renew cycle, so each tick of the
@@ -89,7 +86,18 @@ pub async fn open_store(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String
 }
 
 /// Run the daemon until it is told to stop; returns the process exit code.
-pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
+///
+/// The caller hands in what belongs to the process: the signals it
+/// installed, the clock every decision is timed with, and the HTTP listener
+/// it bound (see [`http::bind`]), so a test can drive a whole daemon in
+/// process on a paused clock and a port of its choosing.
+pub async fn run(
+    cfg: Config,
+    notifier: Notifier,
+    signals: Signals,
+    clock: Clock,
+    listener: TcpListener,
+) -> i32 {
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
@@ -115,7 +123,6 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         Some(rx)
     };
 
-    let clock = Clock::boot();
     let metrics = Arc::new(Metrics::new());
     let mut handles: BTreeMap<String, ElectionHandle> = BTreeMap::new();
     // Spread the elections' first store requests: a thousand elections reach
@@ -135,26 +142,6 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         handles.insert(e.name.clone(), handle);
     }
 
-    let listener = match tokio::net::TcpListener::bind(cfg.http.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            // The address is the operator's choice: taken, not ours to use, or
-            // not on this host. A usage error, not an internal one.
-            let why = match e.kind() {
-                std::io::ErrorKind::AddrInUse => "the address is in use".to_owned(),
-                std::io::ErrorKind::AddrNotAvailable => {
-                    "the address is not one of this host's".to_owned()
-                }
-                std::io::ErrorKind::PermissionDenied => {
-                    "permission denied (ports below 1024 need privileges)".to_owned()
-                }
-                _ => e.to_string(),
-            };
-            tracing::error!(listen = %cfg.http.listen, "cannot listen for HTTP on {}: {why}", cfg.http.listen);
-            abort_all(&handles);
-            return exit::USAGE;
-        }
-    };
     let http_addr = listener.local_addr().ok();
     let (resign_tx, resign_rx) = mpsc::channel(8);
     let mut app = AppState::new(
@@ -182,23 +169,28 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
     let listen = http_addr.map_or_else(|| cfg.http.listen.to_string(), |a| a.to_string());
     tracing::info!(listen = %listen, identity = %cfg.identity, store = store.kind(), elections = cfg.elections.len(), "leaderd running");
 
+    #[cfg(feature = "testing")]
     if let Some(path) = std::env::var_os("LEADERD_TEST_STALL_FILE") {
         tokio::spawn(test_hooks::stall_when_file_appears(path.into()));
     }
 
-    let notify_task = tokio::spawn(notify_loop(
+    let notify_task = tokio::spawn(notify::report_states(
         notifier.clone(),
         handles.values().map(|h| h.state.clone()).collect(),
         cfg.primary.clone(),
         clock.clone(),
     ));
 
+    let primary = handles
+        .get(&cfg.primary)
+        .expect("primary names a configured election: validated in Config::load");
+    let job = Job::new(
+        cfg.child.mode,
+        cfg.child.on_child_exit,
+        primary.lease_duration,
+    );
     let mut daemon = Daemon {
-        primary: handles
-            .get(&cfg.primary)
-            .expect("primary names a configured election: validated in Config::load")
-            .state
-            .clone(),
+        primary: primary.state.clone(),
         cfg,
         clock,
         metrics,
@@ -207,12 +199,9 @@ pub async fn run(cfg: Config, notifier: Notifier, signals: Signals) -> i32 {
         resign_rx,
         store_check,
         job_health,
-        trouble: JobTrouble::default(),
-        child: ChildSlot::Idle,
+        job,
         shutdown: None,
-        last_exit: None,
         pending_resign: None,
-        restart_delay: RESTART_FIRST,
         seen_seq: None,
         always_started: false,
         acquired_once: false,
@@ -259,14 +248,10 @@ async fn check_store(store: Arc<dyn LeaseStore>, unusable: oneshot::Sender<Store
     }
 }
 
-fn abort_all(handles: &BTreeMap<String, ElectionHandle>) {
-    for h in handles.values() {
-        h.abort();
-    }
-}
-
-/// Fault injection for the safety tests. Never enabled unless the test sets
+/// Fault injection for the safety tests: built only with the `testing`
+/// feature (test builds), and enabled only when the test sets
 /// `LEADERD_TEST_STALL_FILE`.
+#[cfg(feature = "testing")]
 mod test_hooks {
     use std::path::PathBuf;
     use std::time::Duration;
@@ -292,147 +277,6 @@ mod test_hooks {
     }
 }
 
-/// READY=1 once every election made its first observation, STATUS= on every
-/// leadership change, WATCHDOG=1 while every campaign loop makes progress.
-async fn notify_loop(
-    notifier: Notifier,
-    mut states: Vec<watch::Receiver<ElectionState>>,
-    primary: String,
-    clock: Clock,
-) {
-    if !notifier.enabled() {
-        return;
-    }
-    for s in states.iter_mut() {
-        let _ = s.wait_for(|st| st.first_observation_done).await;
-    }
-    notifier.send("READY=1");
-    let mut last_status = String::new();
-    let watchdog = notifier.watchdog();
-    let tick = watchdog.map_or(Duration::from_secs(1), |w| {
-        (w / 3).max(Duration::from_millis(100))
-    });
-    loop {
-        let now = clock.now();
-        let status = states
-            .iter()
-            .map(|s| {
-                let st = s.borrow();
-                if st.is_leader_at(now) {
-                    format!(
-                        "leader of {} (fencing token {})",
-                        st.election,
-                        st.fencing_token.unwrap_or(0)
-                    )
-                } else {
-                    format!(
-                        "follower of {} (leader: {})",
-                        st.election,
-                        st.leader.as_deref().unwrap_or("none")
-                    )
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        if status != last_status {
-            notifier.send(&format!("STATUS={status}"));
-            last_status = status;
-        }
-        if watchdog.is_some() {
-            // A wedged campaign loop stops the watchdog pings, and systemd
-            // restarts the unit.
-            let fresh = states.iter().all(|s| {
-                let st = s.borrow();
-                now - st.heartbeat
-                    < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
-            });
-            if fresh {
-                notifier.send("WATCHDOG=1");
-            }
-        }
-        let primary_rx = states.iter_mut().find(|s| s.borrow().election == primary);
-        match primary_rx {
-            Some(rx) => {
-                let _ = tokio::time::timeout(tick, rx.changed()).await;
-            }
-            None => tokio::time::sleep(tick).await,
-        }
-    }
-}
-
-enum ChildSlot {
-    Idle,
-    Running {
-        // Boxed: a Child is large next to the other variants.
-        child: Box<Child>,
-        /// Tenure the child runs under (None in mode "always").
-        seq: Option<u64>,
-        started: Instant,
-        /// Set once we asked it to stop (lease lost, resign, shutdown).
-        stopping: bool,
-    },
-    Backoff {
-        until: Instant,
-    },
-}
-
-/// How the job has been failing lately: reported by `/healthz`, and under
-/// `on_child_exit = "restart"` the reason to give the lease up.
-#[derive(Debug, Default)]
-struct JobTrouble {
-    /// Starts in a row that failed: the command could not be run.
-    start_failures: u32,
-    /// When the first of those failed.
-    failing_since: Option<Instant>,
-    /// Runs in a row that failed on their own, each shorter than
-    /// [`RESTART_CAP`].
-    crashes: u32,
-    /// The last failure, in words.
-    last: String,
-}
-
-impl JobTrouble {
-    fn start_failed(&mut self, now: Instant, why: String) {
-        self.start_failures += 1;
-        self.failing_since.get_or_insert(now);
-        self.last = why;
-    }
-
-    fn started(&mut self) {
-        self.start_failures = 0;
-        self.failing_since = None;
-    }
-
-    /// A run ended on its own: a failure if it was short and not a success.
-    fn ran(&mut self, exit: ChildExit, ran_for: Duration) {
-        if exit == ChildExit::Exited(0) || ran_for > RESTART_CAP {
-            self.crashes = 0;
-        } else {
-            self.crashes += 1;
-            self.last = exit.to_string();
-        }
-    }
-
-    /// What `/healthz` reports, if anything.
-    fn problem(&self) -> Option<String> {
-        if self.start_failures > 0 {
-            Some(format!(
-                "the job cannot start ({} attempt{} in a row): {}",
-                self.start_failures,
-                if self.start_failures == 1 { "" } else { "s" },
-                self.last
-            ))
-        } else if self.crashes >= CRASH_LOOP {
-            Some(format!(
-                "the job keeps failing: {} ({} runs in a row)",
-                self.last, self.crashes
-            ))
-        } else {
-            None
-        }
-    }
-}
-
 struct Shutdown {
     /// When to stop waiting for the child and kill it.
     kill_at: Instant,
@@ -451,13 +295,11 @@ struct Daemon {
     store_check: Option<oneshot::Receiver<StoreError>>,
     /// What `/healthz` says of the job: a problem, or nothing.
     job_health: watch::Sender<Option<String>>,
-    /// How the job has been failing.
-    trouble: JobTrouble,
-    child: ChildSlot,
+    /// The job under the primary election, and what its starts and exits
+    /// mean.
+    job: Job<Box<Child>>,
     shutdown: Option<Shutdown>,
-    last_exit: Option<ChildExit>,
     pending_resign: Option<ResignRequest>,
-    restart_delay: Duration,
     /// Tenure seq seen by mode "always", to signal gains and losses once.
     seen_seq: Option<u64>,
     /// Mode "always": the child was started once (restarts go via Backoff).
@@ -502,7 +344,7 @@ impl Daemon {
             let event = {
                 // Split the borrows: each select arm owns one field.
                 let Daemon {
-                    child,
+                    job,
                     primary,
                     signals,
                     resign_rx,
@@ -517,8 +359,8 @@ impl Daemon {
                     }
                 };
                 let child_wait = async {
-                    match child {
-                        ChildSlot::Running { child, .. } => child.wait().await,
+                    match &mut job.slot {
+                        Slot::Running { child, .. } => child.wait().await,
                         _ => std::future::pending().await,
                     }
                 };
@@ -569,7 +411,7 @@ impl Daemon {
             // Never in the past: the zero timeout is decided by `rounds`.
             t = t.min(a.max(now + Duration::from_millis(10)));
         }
-        if let ChildSlot::Backoff { until } = &self.child {
+        if let Slot::Backoff { until } = &self.job.slot {
             t = t.min(*until);
         }
         if let Some(s) = &self.shutdown
@@ -597,8 +439,8 @@ impl Daemon {
         // lease rules still apply: the engine keeps renewing, the guard's
         // deadline follows the renewals, a lost lease stops the child.
         if let Some(s) = &mut self.shutdown {
-            let ChildSlot::Running { child, .. } = &mut self.child else {
-                return Some(self.last_exit.map_or(0, |e| e.exit_code()));
+            let Slot::Running { child, .. } = &mut self.job.slot else {
+                return Some(self.job.last_exit.map_or(0, |e| e.exit_code()));
             };
             if now >= s.kill_at && !s.killed {
                 tracing::warn!(
@@ -650,10 +492,10 @@ impl Daemon {
         // learns its initial role from LEADERD_IS_LEADER, and is signalled
         // only of later transitions (a signal racing the child's own start
         // could kill it before it installs its handler).
-        let due = match self.child {
-            ChildSlot::Idle => !self.always_started && (state.rounds >= 1 || seq.is_some()),
-            ChildSlot::Backoff { until } => now >= until,
-            ChildSlot::Running { .. } => false,
+        let due = match self.job.slot {
+            Slot::Idle => !self.always_started && (state.rounds >= 1 || seq.is_some()),
+            Slot::Backoff { .. } => self.job.backoff_over(now),
+            Slot::Running { .. } => false,
         };
         if due {
             self.always_started = true;
@@ -666,7 +508,7 @@ impl Daemon {
         let lost = self.seen_seq.is_some();
         let gained = seq.is_some();
         self.seen_seq = seq;
-        let ChildSlot::Running { child, .. } = &mut self.child else {
+        let Slot::Running { child, .. } = &mut self.job.slot else {
             return None;
         };
         let signals = [
@@ -693,8 +535,8 @@ impl Daemon {
         may_start: bool,
     ) -> Option<i32> {
         let leading = state.is_leader_at(now);
-        match &mut self.child {
-            ChildSlot::Running {
+        match &mut self.job.slot {
+            Slot::Running {
                 child,
                 seq,
                 stopping,
@@ -725,16 +567,16 @@ impl Daemon {
                     }
                 }
             }
-            ChildSlot::Idle => {
+            Slot::Idle => {
                 if leading && may_start && self.pending_resign.is_none() {
                     let t = state.tenure.clone().expect("leading implies a tenure");
                     return self.start_child(Some(&t)).await;
                 }
             }
-            ChildSlot::Backoff { until } => {
+            Slot::Backoff { .. } => {
                 if !leading {
-                    self.child = ChildSlot::Idle;
-                } else if now >= *until && may_start {
+                    self.job.slot = Slot::Idle;
+                } else if may_start && self.job.backoff_over(now) {
                     let t = state.tenure.clone().expect("leading implies a tenure");
                     return self.start_child(Some(&t)).await;
                 }
@@ -751,7 +593,7 @@ impl Daemon {
         let state = self.primary.borrow().clone();
         let lease_ms = match tenure {
             Some(t) => t.lease_ms,
-            None => self.lease_of(&self.cfg.primary).as_millis() as u64,
+            None => self.job.lease().as_millis() as u64,
         };
         let env = supervisor::child_env::vars(
             &state.election,
@@ -781,26 +623,18 @@ impl Daemon {
                     }
                 }
                 self.metrics.child_started(&self.cfg.primary);
-                self.trouble.started();
+                let now = self.clock.now();
+                self.job
+                    .started(Box::new(child), tenure.map(|t| t.seq), now);
                 self.publish_job_health();
-                self.child = ChildSlot::Running {
-                    child: Box::new(child),
-                    seq: tenure.map(|t| t.seq),
-                    started: self.clock.now(),
-                    stopping: false,
-                };
                 None
             }
             Err(e) => self.start_failed(e).await,
         }
     }
 
-    /// The child could not be started. A command that cannot run at all
-    /// (127 not found, 126 not executable) is the job failing: `exit` ends
-    /// leaderd with that code (the lease is released on the way out),
-    /// `release` gives the lease up; `restart`, and every passing failure,
-    /// retries with back-off, giving the lease up once the failures have
-    /// lasted a lease, so that another instance can run the job.
+    /// The child could not be started: the job's policy decides (see
+    /// [`child`]).
     async fn start_failed(&mut self, e: SupervisorError) -> Option<i32> {
         let now = self.clock.now();
         let primary = self.cfg.primary.clone();
@@ -809,51 +643,34 @@ impl Daemon {
             SupervisorError::Spawn(f) => f.exit_code,
             _ => None,
         };
-        self.trouble.start_failed(now, e.to_string());
-        self.publish_job_health();
         tracing::error!(election = %primary, error = %e, command = ?self.cfg.child.command, "cannot start the child");
-        if let Some(code) = cannot_run {
-            match self.cfg.child.on_child_exit {
-                OnChildExit::Exit => {
-                    tracing::error!(election = %primary, exit_code = code, "the job cannot run; releasing and exiting");
-                    return Some(code);
-                }
-                OnChildExit::Release => {
-                    self.release_and_sit_out("the job cannot run").await;
-                    return None;
-                }
-                OnChildExit::Restart => {}
+        let after = self.job.start_failed(now, e.to_string(), cannot_run);
+        self.publish_job_health();
+        match after {
+            AfterStartFailure::Retry => None,
+            AfterStartFailure::ExitWith(code) => {
+                tracing::error!(election = %primary, exit_code = code, "the job cannot run; releasing and exiting");
+                Some(code)
+            }
+            AfterStartFailure::Release(why) => {
+                self.release_and_sit_out(why).await;
+                None
             }
         }
-        let failing = self
-            .trouble
-            .failing_since
-            .map_or(Duration::ZERO, |t| now - t);
-        if self.cfg.child.mode == Mode::WhileLeader && failing >= self.lease_of(&primary) {
-            // Keep trying here, but not while keeping everyone else out.
-            self.trouble.failing_since = None;
-            self.release_and_sit_out("the job has not started for a whole lease")
-                .await;
-            return None;
-        }
-        let delay = self.bump_restart_delay(Duration::ZERO);
-        self.child = ChildSlot::Backoff { until: now + delay };
-        None
     }
 
     /// Give the primary lease up and sit out one lease.
     async fn release_and_sit_out(&mut self, why: &str) {
-        self.child = ChildSlot::Idle;
         let primary = self.cfg.primary.clone();
-        let sit_out = self.lease_of(&primary);
         if let Some(h) = self.handles.get(&primary) {
+            let sit_out = h.lease_duration;
             tracing::warn!(election = %primary, "{why}: releasing the lease and sitting out one lease");
             h.release(AfterRelease::SitOut(sit_out)).await;
         }
     }
 
     fn publish_job_health(&self) {
-        let problem = self.trouble.problem();
+        let problem = self.job.problem();
         self.job_health.send_if_modified(|current| {
             let changed = *current != problem;
             if changed {
@@ -863,47 +680,24 @@ impl Daemon {
         });
     }
 
-    fn bump_restart_delay(&mut self, ran_for: Duration) -> Duration {
-        if ran_for > RESTART_CAP {
-            self.restart_delay = RESTART_FIRST;
-        }
-        let d = self.restart_delay;
-        self.restart_delay = (self.restart_delay * 2).min(RESTART_CAP);
-        d
-    }
-
     async fn on_child_exit(&mut self, status: ChildExit) -> Option<i32> {
-        let ChildSlot::Running {
-            started,
-            stopping,
-            seq,
-            ..
-        } = std::mem::replace(&mut self.child, ChildSlot::Idle)
-        else {
-            return None;
-        };
         let now = self.clock.now();
-        let ran_for = now - started;
-        // Did the lease end under it? The guard stops and kills on its own
-        // deadline, e.g. while leaderd itself was stopped or stalled, so the
-        // exit can arrive before this loop saw the loss: then it is a stop
-        // for the lost lease, not the child ending on its own.
-        let lease_ended = {
+        let leading_seq = {
             let state = self.primary.borrow();
-            !state.is_leader_at(now) || state.tenure.as_ref().map(|t| t.seq) != seq
+            state
+                .tenure
+                .as_ref()
+                .filter(|_| state.is_leader_at(now))
+                .map(|t| t.seq)
         };
+        let winding_down = self.shutdown.is_some() || self.pending_resign.is_some();
+        let (_, after) = self.job.exited(status, now, leading_seq, winding_down)?;
         self.metrics
             .child_exited(&self.cfg.primary, status.reason());
         if matches!(status, ChildExit::Killed) {
             self.metrics.child_killed(&self.cfg.primary);
         }
-        self.last_exit = Some(status);
-        tracing::info!(
-            exit_code = status.exit_code(),
-            reason = status.reason(),
-            ran_ms = ran_for.as_millis() as u64,
-            "child exited"
-        );
+        self.publish_job_health();
         if self.shutdown.is_some() {
             return None;
         }
@@ -911,58 +705,14 @@ impl Daemon {
             self.finish_resign(req).await;
             return None;
         }
-        if self.cfg.child.mode == Mode::WhileLeader
-            && (stopping || lease_ended || matches!(status, ChildExit::Killed))
-        {
-            // Stopped because the lease was lost: wait for a new tenure.
-            tracing::info!(
-                exit_code = status.exit_code(),
-                "child stopped with the lease; waiting for a new tenure"
-            );
-            return None;
-        }
-        match self.cfg.child.on_child_exit {
-            OnChildExit::Exit => {
-                tracing::info!(
-                    exit_code = status.exit_code(),
-                    "child exited on its own; releasing and exiting with its code"
-                );
-                Some(status.exit_code())
-            }
-            OnChildExit::Restart => {
-                self.trouble.ran(status, ran_for);
-                self.publish_job_health();
-                let delay = self.bump_restart_delay(ran_for);
-                tracing::info!(
-                    delay_ms = delay.as_millis() as u64,
-                    "restarting the child after a delay"
-                );
-                self.child = ChildSlot::Backoff {
-                    until: self.clock.now() + delay,
-                };
-                None
-            }
-            OnChildExit::Release => {
-                self.release_and_sit_out("child exited on its own").await;
-                if self.cfg.child.mode == Mode::Always {
-                    let delay = self.bump_restart_delay(ran_for);
-                    self.child = ChildSlot::Backoff {
-                        until: self.clock.now() + delay,
-                    };
-                }
+        match after {
+            AfterExit::Nothing => None,
+            AfterExit::ExitWith(code) => Some(code),
+            AfterExit::Release(why) => {
+                self.release_and_sit_out(why).await;
                 None
             }
         }
-    }
-
-    /// The configured lease duration of `election` (every election named in
-    /// a request was validated against the configuration).
-    fn lease_of(&self, election: &str) -> Duration {
-        self.cfg
-            .elections
-            .iter()
-            .find(|e| e.name == election)
-            .map_or(Duration::from_secs(10), |e| e.lease_duration)
     }
 
     async fn on_signal(&mut self, sig: Signal) {
@@ -970,7 +720,7 @@ impl Daemon {
             match &mut self.shutdown {
                 None => {
                     let grace = self.cfg.child.shutdown_grace;
-                    if matches!(self.child, ChildSlot::Running { .. }) {
+                    if matches!(self.job.slot, Slot::Running { .. }) {
                         tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: forwarding the signal to the child, then releasing");
                     } else {
                         tracing::info!(signal = %sig, "shutting down: releasing");
@@ -979,7 +729,7 @@ impl Daemon {
                         kill_at: self.clock.now() + grace,
                         killed: false,
                     });
-                    if let ChildSlot::Running { child, .. } = &mut self.child {
+                    if let Slot::Running { child, .. } = &mut self.job.slot {
                         // No deadline from the lease while we wind down: the
                         // engine keeps renewing; shutdown_grace bounds it.
                         if let Err(e) = child.signal(sig).await {
@@ -987,8 +737,8 @@ impl Daemon {
                         }
                     } else {
                         // Nothing runs (maybe a restart was pending): exit 0.
-                        self.child = ChildSlot::Idle;
-                        self.last_exit = None;
+                        self.job.slot = Slot::Idle;
+                        self.job.last_exit = None;
                     }
                 }
                 Some(s) => {
@@ -998,8 +748,8 @@ impl Daemon {
             }
             return;
         }
-        match &mut self.child {
-            ChildSlot::Running { child, .. } => {
+        match &mut self.job.slot {
+            Slot::Running { child, .. } => {
                 tracing::info!(signal = %sig, "forwarding signal to the child");
                 if let Err(e) = child.signal(sig).await {
                     tracing::warn!(error = %e, "cannot forward the signal to the child");
@@ -1023,9 +773,9 @@ impl Daemon {
         let while_leader = self.cfg.child.mode == Mode::WhileLeader;
         if is_primary
             && while_leader
-            && let ChildSlot::Running {
+            && let Slot::Running {
                 child, stopping, ..
-            } = &mut self.child
+            } = &mut self.job.slot
         {
             // The child must be gone before the lease is released.
             tracing::info!(election = %req.election, "resign requested: stopping the child first");
@@ -1048,7 +798,7 @@ impl Daemon {
             ))));
             return;
         };
-        let sit_out = self.lease_of(&req.election);
+        let sit_out = h.lease_duration;
         tracing::info!(election = %req.election, "resigning: releasing the lease and sitting out one lease");
         let released = h.release(AfterRelease::SitOut(sit_out)).await;
         let _ = req.done.send(if released {
@@ -1059,12 +809,12 @@ impl Daemon {
     }
 
     async fn kill_child(&mut self) {
-        if let ChildSlot::Running { child, .. } = &mut self.child {
+        if let Slot::Running { child, .. } = &mut self.job.slot {
             let _ = child.kill().await;
             let status = child.wait().await;
-            self.last_exit = Some(status);
+            self.job.last_exit = Some(status);
         }
-        self.child = ChildSlot::Idle;
+        self.job.slot = Slot::Idle;
     }
 
     /// Final step of every exit path: the child is gone; give up every lease.
@@ -1095,44 +845,6 @@ impl From<&StoreConfig> for DynamoConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn job_trouble_reports_start_failures_at_once_and_crashes_after_a_few() {
-        let at = |s| Instant::from_since_origin(Duration::from_secs(s));
-        let mut t = JobTrouble::default();
-        assert_eq!(t.problem(), None);
-        t.start_failed(at(1), "./exprot.sh: No such file or directory".into());
-        let p = t
-            .problem()
-            .expect("a job that cannot start is a problem at once");
-        assert!(p.contains("cannot start") && p.contains("exprot.sh"), "{p}");
-        t.start_failed(at(3), "again".into());
-        assert_eq!(
-            t.failing_since,
-            Some(at(1)),
-            "counted from the first failure"
-        );
-        t.started();
-        assert_eq!(t.problem(), None);
-
-        let short = Duration::from_millis(200);
-        for _ in 1..CRASH_LOOP {
-            t.ran(ChildExit::Exited(3), short);
-            assert_eq!(t.problem(), None, "a crash or two is not a loop yet");
-        }
-        t.ran(ChildExit::Exited(3), short);
-        let p = t.problem().expect("a crash loop");
-        assert!(p.contains("exited with code 3"), "{p}");
-        // A success, or a long run, ends the loop.
-        t.ran(ChildExit::Exited(0), short);
-        assert_eq!(t.problem(), None);
-        for _ in 0..CRASH_LOOP {
-            t.ran(ChildExit::Signaled(11), short);
-        }
-        assert!(t.problem().is_some());
-        t.ran(ChildExit::Exited(1), RESTART_CAP + Duration::from_secs(1));
-        assert_eq!(t.problem(), None);
-    }
 
     #[test]
     fn campaign_starts_are_spaced_and_bounded() {
