@@ -1,6 +1,6 @@
 //! The one clock leaderd decides with.
 //!
-//! DESIGN §2: every local time that decides anything comes from a clock that
+//! Every local time that decides anything comes from a clock that
 //! keeps counting while the machine is suspended (`CLOCK_BOOTTIME`), never the
 //! wall clock. [`Instant`] is a point on that clock; it is comparable across
 //! processes on the same host (the guard process uses the same numbers).

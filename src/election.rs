@@ -1,4 +1,4 @@
-//! The election engine: one task per election (DESIGN §2).
+//! The election engine: one task per election.
 //!
 //! The task reads and writes the lease through a [`LeaseStore`] and publishes
 //! its state on a `watch` channel, so the HTTP server, the metrics and the
@@ -112,7 +112,7 @@ impl ElectionConfig {
     }
 
     /// How many renew retries fit between a missed renew and the stop signal.
-    /// DESIGN asks for a warning when fewer than two fit.
+    /// Fewer than two is worth a warning: one slow answer then costs the lease.
     pub fn retries_that_fit(&self) -> u32 {
         let window = self
             .validity()
@@ -238,7 +238,7 @@ pub enum Outcome<'a> {
 }
 
 impl Outcome<'_> {
-    /// Label in DESIGN §5 terms: ok, lost, throttled, timeout, error.
+    /// Label of `leaderd_renew_total{result}`: ok, lost, throttled, timeout, error.
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
@@ -1111,24 +1111,11 @@ impl Engine {
                     // the record then carries an rvn we wrote. Adopt it and
                     // renew again at once; validity still counts from the
                     // last write we know succeeded (the conservative choice).
-                    let current = match current {
-                        Some(c) => Some(c),
-                        None => self
-                            .store
-                            .read(
-                                self.name(),
-                                self.cfg.request_budget().min(stop_at - self.clock.now()),
-                            )
-                            .await
-                            .ok(),
-                    };
-                    if let Some(Record::Valid(l)) = &current
-                        && l.holder.as_deref() == Some(self.cfg.identity.as_str())
-                        && l.fencing_token == term.lease.fencing_token
-                        && self.own_rvns.contains(&l.rvn)
-                    {
+                    let budget = self.cfg.request_budget().min(stop_at - self.clock.now());
+                    let (current, ours) = self.record_after_conflict(current, &term, budget).await;
+                    if let Some(rvn) = ours {
                         tracing::debug!(election = %self.name(), "an earlier renew had applied; continuing from it");
-                        term.lease.rvn = l.rvn.clone();
+                        term.lease.rvn = rvn;
                         next_renew = self.clock.now();
                         continue;
                     }
@@ -1174,6 +1161,34 @@ impl Engine {
         tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "became leader");
     }
 
+    /// The record after a write of ours failed its condition: the one the
+    /// store answered with, else read back within `budget` (`None` when that
+    /// fails too). With it, the rvn to continue from when the record is
+    /// still this tenure's: a renew whose answer was lost applied after all
+    /// (our identity, this tenure's token, an rvn we wrote).
+    async fn record_after_conflict(
+        &self,
+        current: Option<Record>,
+        term: &Term,
+        budget: Duration,
+    ) -> (Option<Record>, Option<String>) {
+        let current = match current {
+            Some(c) => Some(c),
+            None => self.store.read(self.name(), budget).await.ok(),
+        };
+        let ours = match &current {
+            Some(Record::Valid(l))
+                if l.holder.as_deref() == Some(self.cfg.identity.as_str())
+                    && l.fencing_token == term.lease.fencing_token
+                    && self.own_rvns.contains(&l.rvn) =>
+            {
+                Some(l.rvn.clone())
+            }
+            _ => None,
+        };
+        (current, ours)
+    }
+
     async fn release(&mut self, term: &Term, role: Role) {
         let mut released = term.lease.clone();
         released.holder = None;
@@ -1198,22 +1213,17 @@ impl Engine {
         let mut outcome = self.timed_write("release", &released, &cond, budget).await;
         // A renew whose answer was lost may have applied after all: the
         // record then carries an rvn we wrote. Release that one instead.
-        if let Ok(WriteOutcome::ConditionFailed { current }) = &outcome {
-            let current = match current {
-                Some(c) => Some(c.clone()),
-                None => self.store.read(self.name(), budget).await.ok(),
+        if let Ok(WriteOutcome::ConditionFailed { current }) = &outcome
+            && let (_, Some(rvn)) = self
+                .record_after_conflict(current.clone(), term, budget)
+                .await
+        {
+            let cond = Condition::HeldBy {
+                rvn,
+                holder: self.cfg.identity.clone(),
             };
-            if let Some(Record::Valid(l)) = current
-                && l.holder.as_deref() == Some(self.cfg.identity.as_str())
-                && self.own_rvns.contains(&l.rvn)
-            {
-                let cond = Condition::HeldBy {
-                    rvn: l.rvn.clone(),
-                    holder: self.cfg.identity.clone(),
-                };
-                released.rvn = new_rvn();
-                outcome = self.timed_write("release", &released, &cond, budget).await;
-            }
+            released.rvn = new_rvn();
+            outcome = self.timed_write("release", &released, &cond, budget).await;
         }
         match outcome {
             Ok(WriteOutcome::Applied) => {

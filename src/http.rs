@@ -1,4 +1,4 @@
-//! The HTTP API (DESIGN §4): `/leader`, `/leader/{election}`, `/status`,
+//! The HTTP API: `/leader`, `/leader/{election}`, `/status`,
 //! `/healthz`, `/metrics` and `POST /leader/{election}/resign`.
 //!
 //! Every answer is computed from the engines' current state (`watch`
@@ -6,7 +6,7 @@
 //! only while [`ElectionState::is_leader_at`] holds *now*, so an engine that
 //! stalled past its stop time reads as not leading, never as a cached guess.
 //!
-//! Choices where DESIGN is silent:
+//! Details of the answers:
 //! - `leader_since` is the unix ms at which the current tenure was acquired,
 //!   present only while this instance leads (null otherwise); `observed_at`
 //!   is the unix ms of the last successful store answer.

@@ -1,4 +1,4 @@
-//! Prometheus metrics (DESIGN §5), registered once into a registry of our own.
+//! Prometheus metrics, registered once into a registry of our own.
 //!
 //! Counters and the store latency histogram are fed by the election engines
 //! through [`Observer`] and by the child supervisor through

@@ -1,4 +1,4 @@
-//! A tiny init for when leaderd runs as PID 1 (containers) (DESIGN §3).
+//! A tiny init for when leaderd runs as PID 1 (containers).
 //!
 //! PID 1 inherits every orphan in its PID namespace and must reap it, or
 //! zombies pile up. Reaping with `waitpid(-1)` inside leaderd would steal the

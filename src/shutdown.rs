@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 /// Signals leaderd acts on: SIGTERM/SIGINT shut down, the rest are forwarded
-/// to the child (DESIGN §3).
+/// to the child.
 pub const HANDLED: [Signal; 7] = [
     Signal::SIGTERM,
     Signal::SIGINT,

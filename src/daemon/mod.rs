@@ -830,7 +830,7 @@ impl From<&StoreConfig> for DynamoConfig {
         DynamoConfig {
             table: cfg.table.clone(),
             // Configured region, else the standard AWS variables, else
-            // DESIGN's default.
+            // us-east-1, as the README documents.
             region: cfg
                 .region
                 .clone()
