@@ -226,6 +226,62 @@ impl ElectionState {
     }
 }
 
+/// Made-up states for tests of what watches the engines (HTTP, metrics):
+/// one place that builds them, so a new field is added once.
+#[cfg(any(test, feature = "testing"))]
+impl ElectionState {
+    /// A follower of `election` as `identity` that last heard from the store
+    /// at `now` (unix ms 1,700,000,000,000) and knows of no leader.
+    pub fn example(election: &str, identity: &str, now: Instant) -> ElectionState {
+        ElectionState {
+            election: election.into(),
+            identity: identity.into(),
+            role: Role::Follower,
+            tenure: None,
+            leader: None,
+            fencing_token: None,
+            observed_at: Some(now),
+            observed_at_unix_ms: Some(1_700_000_000_000),
+            last_error: None,
+            malformed: None,
+            heartbeat: now,
+            first_observation_done: true,
+            finished: false,
+            rounds: 1,
+        }
+    }
+
+    /// The same, seeing `leader` hold the lease under `token`.
+    #[must_use]
+    pub fn seeing(self, leader: &str, token: u64) -> ElectionState {
+        ElectionState {
+            leader: Some(leader.into()),
+            fencing_token: Some(token),
+            ..self
+        }
+    }
+
+    /// The same, in `role` of a tenure begun at `since` under `token` with
+    /// the default timing: a 10 s lease, valid for 9.7 s, stop at 7.7 s.
+    #[must_use]
+    pub fn in_tenure(self, role: Role, token: u64, since: Instant) -> ElectionState {
+        let identity = self.identity.clone();
+        ElectionState {
+            role,
+            tenure: Some(Tenure {
+                fencing_token: token,
+                since_unix_ms: 1_700_000_000_000,
+                since,
+                valid_until: since + Duration::from_millis(9_700),
+                stop_at: since + Duration::from_millis(7_700),
+                seq: 1,
+                lease_ms: 10_000,
+            }),
+            ..self.seeing(&identity, token)
+        }
+    }
+}
+
 /// What a renew, acquire or store call came to, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome<'a> {

@@ -224,11 +224,6 @@ impl ApiError {
             format!("no election named `{}` here", shorten(name)),
         )
     }
-
-    /// The stable code.
-    pub fn code(&self) -> &'static str {
-        self.code
-    }
 }
 
 impl IntoResponse for ApiError {

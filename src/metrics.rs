@@ -391,36 +391,17 @@ impl Observer for Metrics {
 mod tests {
     use super::*;
     use crate::clock::Instant;
-    use crate::election::{Role, Tenure};
+    use crate::election::Role;
     use crate::lease::StoreError;
     use std::io::Write;
     use std::process::{Command, Stdio};
 
     fn state(name: &str, role: Role, now: Instant, token: Option<u64>) -> ElectionState {
-        let tenure = (role != Role::Follower).then(|| Tenure {
-            fencing_token: token.unwrap_or(1),
-            since_unix_ms: 1_700_000_000_000,
-            since: now,
-            valid_until: now + Duration::from_millis(9_700),
-            stop_at: now + Duration::from_millis(7_700),
-            seq: 1,
-            lease_ms: 10_000,
-        });
-        ElectionState {
-            election: name.into(),
-            identity: "me".into(),
-            role,
-            tenure,
-            leader: Some("me".into()),
-            fencing_token: token,
-            observed_at: Some(now),
-            observed_at_unix_ms: Some(1_700_000_000_000),
-            last_error: None,
-            malformed: None,
-            heartbeat: now,
-            first_observation_done: true,
-            rounds: 1,
-            finished: false,
+        let s = ElectionState::example(name, "me", now);
+        match (role, token) {
+            (Role::Follower, None) => s,
+            (Role::Follower, Some(t)) => s.seeing("me", t),
+            (role, t) => s.in_tenure(role, t.unwrap_or(1), now),
         }
     }
 

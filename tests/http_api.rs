@@ -12,53 +12,26 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::{Clock, Instant};
-use leaderd::election::{ElectionState, Role, Tenure};
+use leaderd::election::{ElectionState, Role};
 use leaderd::http::{AppState, ResignError, ResignRequest, router};
 use leaderd::metrics::Metrics;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
 
-const LEASE: Duration = Duration::from_secs(10);
 const WEDGE: Duration = Duration::from_secs(25);
 const TOKEN: &str = "s3cret-admin-token";
 
 fn follower(name: &str, now: Instant) -> ElectionState {
     ElectionState {
-        election: name.into(),
-        identity: "web-1".into(),
-        role: Role::Follower,
-        tenure: None,
-        leader: Some("web-2".into()),
-        fencing_token: Some(41),
-        observed_at: Some(now),
         observed_at_unix_ms: Some(1_700_000_000_500),
-        last_error: None,
-        malformed: None,
-        heartbeat: now,
-        first_observation_done: true,
-        rounds: 1,
-        finished: false,
+        ..ElectionState::example(name, "web-1", now).seeing("web-2", 41)
     }
 }
 
 /// Leading since `now`: valid for 9.7 s, stop at 7.7 s.
 fn leader(name: &str, now: Instant) -> ElectionState {
-    ElectionState {
-        role: Role::Leader,
-        tenure: Some(Tenure {
-            fencing_token: 42,
-            since_unix_ms: 1_700_000_000_000,
-            since: now,
-            valid_until: now + Duration::from_millis(9_700),
-            stop_at: now + Duration::from_millis(7_700),
-            seq: 1,
-            lease_ms: LEASE.as_millis() as u64,
-        }),
-        leader: Some("web-1".into()),
-        fencing_token: Some(42),
-        ..follower(name, now)
-    }
+    follower(name, now).in_tenure(Role::Leader, 42, now)
 }
 
 struct Fixture {
