@@ -48,6 +48,7 @@ use tokio_io_timeout::TimeoutStream;
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, Role};
 use crate::metrics::{self, Metrics};
+use crate::text;
 
 /// How long [`serve`] waits for open requests after the shutdown signal.
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
@@ -221,7 +222,10 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_FOUND,
             "unknown_election",
-            format!("no election named `{}` here", shorten(name)),
+            format!(
+                "no election named `{}` here",
+                text::shorten(name, ECHO_LIMIT)
+            ),
         )
     }
 }
@@ -233,14 +237,6 @@ impl IntoResponse for ApiError {
             message: &self.message,
         };
         (self.status, Json(body)).into_response()
-    }
-}
-
-/// `s`, cut to [`ECHO_LIMIT`] characters.
-fn shorten(s: &str) -> String {
-    match s.char_indices().nth(ECHO_LIMIT) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_owned(),
     }
 }
 
@@ -426,7 +422,7 @@ pub async fn serve_with_drain(
     tokio::select! {
         () = connections.shutdown() => {}
         () = tokio::time::sleep(drain) => {
-            tracing::warn!(drain = %humantime::format_duration(drain), "HTTP connections still open after the drain time; closing them");
+            tracing::warn!(drain = %text::duration(drain), "HTTP connections still open after the drain time; closing them");
         }
     }
     Ok(())
@@ -561,8 +557,8 @@ fn health_problems(app: &AppState, now: Instant) -> Vec<String> {
         if silent > entry.wedged_after {
             problems.push(format!(
                 "election `{name}`: campaign loop wedged: no progress for {} (limit {})",
-                fmt_ms(silent),
-                fmt_ms(entry.wedged_after)
+                text::duration(silent),
+                text::duration(entry.wedged_after)
             ));
         }
         if let (Some(limit), Some(error)) = (app.store_timeout, &state.last_error) {
@@ -571,20 +567,13 @@ fn health_problems(app: &AppState, now: Instant) -> Vec<String> {
             if down > limit {
                 problems.push(format!(
                     "election `{name}`: store unreachable for {} (limit {}; last error: {error})",
-                    fmt_ms(down),
-                    fmt_ms(limit)
+                    text::duration(down),
+                    text::duration(limit)
                 ));
             }
         }
     }
     problems
-}
-
-fn fmt_ms(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(
-        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-    ))
-    .to_string()
 }
 
 #[derive(Serialize)]

@@ -17,6 +17,7 @@
 //! - [`reaper`]: zombie reaping when leaderd runs as PID 1.
 //! - [`daemon`]: wiring for `leaderd run`.
 //! - [`exit`]: the process exit codes.
+//! - [`text`]: how values are written into messages (durations, user input, hex).
 
 pub mod cli;
 pub mod clock;
@@ -31,3 +32,4 @@ pub mod notify;
 pub mod reaper;
 pub mod shutdown;
 pub mod supervisor;
+pub mod text;

@@ -1,0 +1,84 @@
+//! How leaderd writes values into messages and logs: durations, user input
+//! cut to a sane length, bytes in hex. One owner, so every error and log line
+//! reads the same way.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// How many characters of a user's value an error or a log line repeats.
+pub const ECHO_CHARS: usize = 64;
+
+/// A duration as the configuration writes it: `0s`, `1h 30m`, `250ms`.
+/// Cut to whole milliseconds (a computed `9s 699ms 999us 870ns` says nothing
+/// more than `9s 699ms`), unless it is shorter than one.
+pub fn duration(d: Duration) -> String {
+    let ms = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let shown = if ms.is_zero() { d } else { ms };
+    humantime::format_duration(shown).to_string()
+}
+
+/// `s` cut to `max` characters, with `…` when cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+/// A user's value, quoted, cut to [`ECHO_CHARS`] characters (with its full
+/// length when cut): errors and logs never repeat a huge input.
+pub fn echo(s: &str) -> String {
+    match s.char_indices().nth(ECHO_CHARS) {
+        Some((at, _)) => format!("{:?}… ({} bytes)", &s[..at], s.len()),
+        None => format!("{s:?}"),
+    }
+}
+
+/// Like [`echo`], without quotes (for variable names and keys).
+pub fn echo_plain(s: &str) -> String {
+    match s.char_indices().nth(ECHO_CHARS) {
+        Some((at, _)) => format!("{}… ({} bytes)", &s[..at], s.len()),
+        None => s.to_owned(),
+    }
+}
+
+/// `bytes` as lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_cut_to_milliseconds_unless_shorter() {
+        assert_eq!(duration(Duration::ZERO), "0s");
+        assert_eq!(duration(Duration::from_nanos(9_699_999_870)), "9s 699ms");
+        assert_eq!(duration(Duration::from_secs(5400)), "1h 30m");
+        assert_eq!(duration(Duration::from_micros(250)), "250us");
+        assert_eq!(duration(Duration::MAX), duration(Duration::MAX));
+    }
+
+    #[test]
+    fn long_values_are_cut_with_their_length() {
+        assert_eq!(shorten("abcdef", 3), "abc…");
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("ééé", 2), "éé…");
+        let long = "x".repeat(100);
+        assert_eq!(
+            echo(&long),
+            format!("{:?}… (100 bytes)", "x".repeat(ECHO_CHARS))
+        );
+        assert_eq!(echo("a\"b"), "\"a\\\"b\"");
+        assert_eq!(
+            echo_plain(&long),
+            format!("{}… (100 bytes)", "x".repeat(ECHO_CHARS))
+        );
+        assert_eq!(hex(&[0, 15, 255]), "000fff");
+    }
+}
