@@ -6,18 +6,14 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leaderd::cli::{self, Command, StatusArgs, TableAction, TableArgs};
+use leaderd::cli::{self, Command, ToolError};
 use leaderd::clock::Clock;
-use leaderd::config::{Config, LogConfig, LogFormat, StoreKind, ToolConfig};
+use leaderd::config::{Config, LogConfig, LogFormat};
 use leaderd::daemon;
 use leaderd::exit;
 use leaderd::http;
-use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
 use leaderd::notify::Notifier;
 use leaderd::shutdown::Signals;
-
-/// Budget of one store request made by `status`.
-const TOOL_BUDGET: Duration = Duration::from_secs(10);
 
 /// mimalloc instead of the C library's malloc: every store request goes
 /// through the AWS SDK, which allocates a few hundred small objects per
@@ -50,8 +46,8 @@ fn main() {
                 e.exit_code()
             }
         },
-        Command::Status(args) => tool(|rt| rt.block_on(status(args))),
-        Command::Table(args) => tool(|rt| rt.block_on(table(args))),
+        Command::Status(args) => tool(|rt| rt.block_on(cli::status::run(args))),
+        Command::Table(args) => tool(|rt| rt.block_on(cli::table::run(args))),
     };
     std::process::exit(code);
 }
@@ -113,71 +109,11 @@ fn tool(f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), ToolError>) -> i3
     };
     match f(&rt) {
         Ok(()) => 0,
-        Err(ToolError(code, msg)) => {
-            eprintln!("leaderd: {msg}");
+        Err(ToolError { code, message }) => {
+            eprintln!("leaderd: {message}");
             code
         }
     }
-}
-
-struct ToolError(i32, String);
-
-/// The configuration of a one-shot subcommand; its warnings go to stderr.
-fn tool_config(args: &leaderd::cli::StoreArgs) -> Result<ToolConfig, ToolError> {
-    let cfg = ToolConfig::load(args).map_err(|e| ToolError(e.exit_code(), e.to_string()))?;
-    for w in &cfg.warnings {
-        eprintln!("leaderd: warning: {w}");
-    }
-    Ok(cfg)
-}
-
-async fn status(args: StatusArgs) -> Result<(), ToolError> {
-    let cfg = tool_config(&args.store)?;
-    let store = daemon::open_store_to_read(&cfg.store)
-        .await
-        .map_err(|e| ToolError(exit::UNAVAILABLE, e))?;
-    // No names: every election in the store.
-    let rows = leaderd::cli::status::collect(store.as_ref(), &args.elections, TOOL_BUDGET)
-        .await
-        .map_err(|e| ToolError(exit::UNAVAILABLE, e.to_string()))?;
-    if args.json {
-        println!("{}", leaderd::cli::status::render_json(&rows));
-    } else {
-        print!("{}", leaderd::cli::status::render_text(&rows));
-    }
-    Ok(())
-}
-
-async fn table(args: TableArgs) -> Result<(), ToolError> {
-    let store_args = match &args.action {
-        TableAction::Create(a) => &a.store,
-        TableAction::Describe(a) => &a.store,
-    };
-    let cfg = tool_config(store_args)?;
-    if cfg.store.kind != StoreKind::Dynamodb {
-        return Err(ToolError(
-            exit::CONFIG,
-            "`leaderd table` manages a DynamoDB table: set --store dynamodb (or store.kind = \"dynamodb\")".into(),
-        ));
-    }
-    let store = DynamoStore::new(&DynamoConfig::from(&cfg.store)).await;
-    let info = match &args.action {
-        TableAction::Create(a) => leaderd::cli::table::create(&store, a.ttl, a.wait).await,
-        TableAction::Describe(_) => leaderd::cli::table::describe(&store).await,
-    }
-    .map_err(|e| ToolError(exit::UNAVAILABLE, e.to_string()))?;
-    print!("{}", leaderd::cli::table::render_text(&info));
-    if !info.key_schema_ok {
-        // leaderd cannot use this table, and it will not fix itself.
-        return Err(ToolError(
-            exit::UNAVAILABLE,
-            format!(
-                "table `{}` has the wrong key schema: leaderd needs the partition key `election` (S) and no sort key",
-                info.name
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn init_logging(cfg: &LogConfig) {

@@ -11,6 +11,9 @@
 
 pub mod status;
 pub mod table;
+mod tool;
+
+pub use tool::ToolError;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::StatusArgs;
+use super::tool::{self, ToolError};
 use crate::clock;
+use crate::exit;
 use crate::lease::{LeaseStore, Record, StoreError};
 
 /// One election as `status` reports it.
@@ -157,6 +160,27 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
 /// Render as JSON (an array, one object per election).
 pub fn render_json(rows: &[ElectionStatus]) -> String {
     serde_json::to_string_pretty(rows).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// Budget of one store request made by `status`.
+const BUDGET: Duration = Duration::from_secs(10);
+
+/// `leaderd status`: read the store (never create or change anything) and
+/// print every election found in it, or the ones named.
+pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
+    let cfg = tool::config(&args.store)?;
+    let store = crate::daemon::open_store_to_read(&cfg.store)
+        .await
+        .map_err(|e| ToolError::new(exit::UNAVAILABLE, e))?;
+    let rows = collect(store.as_ref(), &args.elections, BUDGET)
+        .await
+        .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))?;
+    if args.json {
+        println!("{}", render_json(&rows));
+    } else {
+        print!("{}", render_text(&rows));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

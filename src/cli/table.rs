@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
+use super::tool::{self, ToolError};
+use super::{TableAction, TableArgs};
+use crate::config::StoreKind;
+use crate::exit;
 use crate::lease::StoreError;
-use crate::lease::dynamodb::{DynamoStore, TableInfo, TtlStatus};
+use crate::lease::dynamodb::{DynamoConfig, DynamoStore, TableInfo, TtlStatus};
 
 /// Create the table (on-demand, key `election`), wait until ACTIVE, and
 /// optionally enable TTL on `expires_at`. Returns the description to print.
@@ -45,20 +47,36 @@ pub fn render_text(info: &TableInfo) -> String {
     )
 }
 
-/// JSON description.
-pub fn render_json(info: &TableInfo) -> String {
-    let ttl = match &info.ttl {
-        TtlStatus::Enabled => json!({"status": "enabled", "attribute": "expires_at"}),
-        TtlStatus::Disabled => json!({"status": "disabled"}),
-        TtlStatus::Unsupported(why) => json!({"status": "unsupported", "reason": why}),
+/// `leaderd table create|describe`: manage the DynamoDB table. A table with
+/// the wrong key schema is an error (exit 69): leaderd cannot use it, and it
+/// will not fix itself.
+pub async fn run(args: TableArgs) -> Result<(), ToolError> {
+    let store_args = match &args.action {
+        TableAction::Create(a) => &a.store,
+        TableAction::Describe(a) => &a.store,
     };
-    let v = json!({
-        "table": info.name,
-        "status": info.status,
-        "billing_mode": info.billing_mode,
-        "key_schema_ok": info.key_schema_ok,
-        "item_count": info.item_count,
-        "ttl": ttl,
-    });
-    serde_json::to_string_pretty(&v).unwrap_or_default()
+    let cfg = tool::config(store_args)?;
+    if cfg.store.kind != StoreKind::Dynamodb {
+        return Err(ToolError::new(
+            exit::CONFIG,
+            "`leaderd table` manages a DynamoDB table: set --store dynamodb (or store.kind = \"dynamodb\")",
+        ));
+    }
+    let store = DynamoStore::new(&DynamoConfig::from(&cfg.store)).await;
+    let info = match &args.action {
+        TableAction::Create(a) => create(&store, a.ttl, a.wait).await,
+        TableAction::Describe(_) => describe(&store).await,
+    }
+    .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))?;
+    print!("{}", render_text(&info));
+    if !info.key_schema_ok {
+        return Err(ToolError::new(
+            exit::UNAVAILABLE,
+            format!(
+                "table `{}` has the wrong key schema: leaderd needs the partition key `election` (S) and no sort key",
+                info.name
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -1,0 +1,33 @@
+//! What the one-shot subcommands (`status`, `table`) share: their error,
+//! which carries the exit code, and how they load their configuration.
+
+use super::StoreArgs;
+use crate::config::ToolConfig;
+
+/// A one-shot subcommand failed: the exit code and the one line to print.
+#[derive(Debug)]
+pub struct ToolError {
+    /// The process exit code.
+    pub code: i32,
+    /// What went wrong, for stderr.
+    pub message: String,
+}
+
+impl ToolError {
+    /// An error with this exit code and message.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        ToolError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The configuration of a one-shot subcommand; its warnings go to stderr.
+pub(crate) fn config(args: &StoreArgs) -> Result<ToolConfig, ToolError> {
+    let cfg = ToolConfig::load(args).map_err(|e| ToolError::new(e.exit_code(), e.to_string()))?;
+    for w in &cfg.warnings {
+        eprintln!("leaderd: warning: {w}");
+    }
+    Ok(cfg)
+}
