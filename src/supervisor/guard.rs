@@ -146,8 +146,12 @@ fn run(args: Args) -> io::Result<()> {
 /// may pass.
 fn shell_exit_code(e: &io::Error) -> i32 {
     match e.raw_os_error().map(Errno::from_raw) {
-        Some(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::ENAMETOOLONG) => 127,
-        Some(Errno::EACCES | Errno::EPERM | Errno::ENOEXEC | Errno::EISDIR | Errno::ETXTBSY) => 126,
+        Some(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::ENAMETOOLONG) => {
+            exit::NOT_FOUND
+        }
+        Some(Errno::EACCES | Errno::EPERM | Errno::ENOEXEC | Errno::EISDIR | Errno::ETXTBSY) => {
+            exit::NOT_EXECUTABLE
+        }
         _ => 0,
     }
 }
