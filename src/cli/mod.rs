@@ -16,12 +16,12 @@ mod tool;
 pub use tool::ToolError;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{LogFormat, Mode, OnChildExit, StoreKind, limits};
+use crate::config::flags::parse_wait;
+pub use crate::config::{RunArgs, StoreArgs};
 use crate::exit;
 
 pub use crate::exit::CONFIG as EX_CONFIG;
@@ -50,76 +50,6 @@ pub enum Command {
     Status(StatusArgs),
     /// Manage the DynamoDB table.
     Table(TableArgs),
-}
-
-/// Where the configuration file and the lease store are: the flags every
-/// subcommand that touches the store shares.
-#[derive(Debug, Clone, Default, Args)]
-pub struct StoreArgs {
-    /// TOML configuration file (see config/leaderd.toml).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Lease store kind [config: store.kind].
-    #[arg(long = "store", value_name = "KIND")]
-    pub store_kind: Option<StoreKind>,
-    /// SQLite database file [config: store.path].
-    #[arg(long, value_name = "FILE")]
-    pub store_path: Option<PathBuf>,
-    /// DynamoDB table [config: store.table].
-    #[arg(long, value_name = "NAME")]
-    pub table: Option<String>,
-    /// AWS region; default from the standard AWS chain [config: store.region].
-    #[arg(long, value_name = "REGION")]
-    pub region: Option<String>,
-    /// DynamoDB endpoint, e.g. http://127.0.0.1:8000 [config: store.endpoint_url].
-    #[arg(long, value_name = "URL")]
-    pub endpoint_url: Option<String>,
-}
-
-/// `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`.
-#[derive(Debug, Clone, Default, Args)]
-pub struct RunArgs {
-    /// Config file and store.
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Our identity in the lease record; default host name + random suffix [config: identity].
-    #[arg(long, value_name = "ID")]
-    pub identity: Option<String>,
-    /// Campaign for this election (repeatable); replaces the configured list,
-    /// keeping the overrides of a configured election of the same name.
-    #[arg(long = "election", value_name = "NAME")]
-    pub elections: Vec<String>,
-    /// HTTP listen address, HOST:PORT (a host name is resolved) [config: http.listen].
-    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
-    pub listen: Option<String>,
-    /// Lease duration L, e.g. 10s [config: lease.duration].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub lease_duration: Option<Duration>,
-    /// Renew interval R; default L/2 [config: lease.renew_interval].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub renew_interval: Option<Duration>,
-    /// Follower poll and renew retry interval P [config: lease.retry_interval].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub retry_interval: Option<Duration>,
-    /// Time between the stop signal and the kill G [config: child.kill_grace].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub kill_grace: Option<Duration>,
-    /// When the child runs [config: child.mode].
-    #[arg(long, value_name = "MODE")]
-    pub mode: Option<Mode>,
-    /// What to do when the child exits on its own [config: child.on_child_exit].
-    #[arg(long, value_name = "ACTION")]
-    pub on_child_exit: Option<OnChildExit>,
-    /// Exit 75 unless a lease is acquired within this time; 0 = try once;
-    /// absent = wait forever.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub acquire_timeout: Option<Duration>,
-    /// Log format [config: log.format].
-    #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<LogFormat>,
-    /// The child command, run without a shell [config: child.command].
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 /// `leaderd status [ELECTION…] [--json]`.
@@ -173,30 +103,6 @@ pub struct TableDescribeArgs {
     /// Config file and store.
     #[command(flatten)]
     pub store: StoreArgs,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (like 10s, 1m30s, 200ms)"))
-}
-
-/// A duration of at most [`limits::MAX_WAIT`].
-fn parse_wait(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d > limits::MAX_WAIT {
-        return Err(format!(
-            "longer than the limit of {}",
-            crate::config::fmt_duration(limits::MAX_WAIT)
-        ));
-    }
-    Ok(d)
-}
-
-/// `HOST:PORT`; the host is resolved when the configuration is loaded.
-fn parse_listen(s: &str) -> Result<String, String> {
-    match crate::config::split_host_port(s) {
-        Some(_) => Ok(s.trim().to_owned()),
-        None => Err("expected HOST:PORT, like 0.0.0.0:9777, [::1]:9777 or localhost:9777".into()),
-    }
 }
 
 /// The command line was not a request to run anything: help, version, or a
@@ -255,7 +161,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{LogFormat, Mode, OnChildExit, StoreKind};
     use clap::CommandFactory;
+    use std::path::PathBuf;
 
     #[test]
     fn clap_definition_is_consistent() {

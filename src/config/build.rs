@@ -1,0 +1,555 @@
+//! Defaults and validation: the raw layers (with the flags applied) become
+//! one validated [`Config`].
+
+use super::*;
+
+pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
+    let path = raw
+        .path
+        .unwrap_or_else(|| PathBuf::from(defaults::STORE_PATH));
+    if path.as_os_str().is_empty() {
+        return Err(ConfigError::invalid(
+            "store.path",
+            "store.path must not be empty",
+        ));
+    }
+    let table = raw.table.unwrap_or_else(|| defaults::TABLE.to_string());
+    // DynamoDB's own rule: 3-255 of [A-Za-z0-9_.-].
+    let table_ok = (3..=255).contains(&table.len())
+        && table
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if !table_ok {
+        return Err(ConfigError::invalid(
+            "store.table",
+            format!(
+                "store.table = {} is not a DynamoDB table name (3 to 255 of A-Z a-z 0-9 _ . -)",
+                echo(&table)
+            ),
+        ));
+    }
+    let region = non_empty(raw.region);
+    let endpoint_url = non_empty(raw.endpoint_url);
+    if let Some(url) = &endpoint_url {
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        if rest.is_none_or(|r| r.is_empty() || r.contains(char::is_whitespace)) {
+            return Err(ConfigError::invalid(
+                "store.endpoint_url",
+                format!(
+                    "store.endpoint_url = {} is not an http:// or https:// URL (like http://127.0.0.1:8000)",
+                    echo(url)
+                ),
+            ));
+        }
+    }
+    Ok(StoreConfig {
+        kind: raw.kind.unwrap_or(StoreKind::Sqlite),
+        path,
+        table,
+        region,
+        endpoint_url,
+        create_table: raw.create_table.unwrap_or(false),
+        fail_fast: raw.fail_fast.unwrap_or(false),
+    })
+}
+
+pub(super) fn non_empty(s: Option<String>) -> Option<String> {
+    s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// Names appear in URLs (`/leader/{election}`) and in the store's key.
+pub(super) fn check_election_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let bad = name.is_empty()
+        || name.len() > limits::MAX_NAME_BYTES
+        || name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "/?#%".contains(c));
+    if bad {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "{key} = {} is not a valid election name (1 to {} bytes, no whitespace, /, ?, # or %)",
+                echo(name),
+                limits::MAX_NAME_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn check_unique(names: &[String]) -> Result<(), ConfigError> {
+    let mut seen = HashSet::new();
+    for (i, name) in names.iter().enumerate() {
+        if !seen.insert(name) {
+            return Err(ConfigError::invalid(
+                format!("elections[{i}].name"),
+                format!(
+                    "elections[{i}].name = {} is configured more than once",
+                    echo(name)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `value` of the setting `label` (its key, and the flag that set it) lies
+/// within `min..=max`; zero is "must be above zero" when `min` is not zero.
+pub(super) fn check_range(
+    key: &str,
+    label: &str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    let problem = if value > max {
+        format!("is longer than the limit of {}", fmt_duration(max))
+    } else if value.is_zero() && !min.is_zero() {
+        "must be above zero".to_owned()
+    } else if value < min {
+        format!("is shorter than the minimum of {}", fmt_duration(min))
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::invalid(
+        key,
+        format!("{label} = {} {problem}", fmt_duration(value)),
+    ))
+}
+
+/// A setting's effective value, the key it came from and how messages name it.
+pub(super) struct Setting<T> {
+    pub(super) value: T,
+    pub(super) key: String,
+    pub(super) label: String,
+}
+
+/// The election's own override, else the `[lease]` value, else the default.
+pub(super) fn pick<T: Copy>(
+    over: Option<T>,
+    over_key: String,
+    base: Option<T>,
+    base_key: &str,
+    default: T,
+    raw: &RawConfig,
+) -> Setting<T> {
+    match over {
+        Some(value) => Setting {
+            value,
+            label: over_key.clone(),
+            key: over_key,
+        },
+        None => Setting {
+            value: base.unwrap_or(default),
+            key: base_key.to_string(),
+            label: raw.label(base_key),
+        },
+    }
+}
+
+/// A duration as the configuration writes it (`0s`, `1h 30m`, `250ms`).
+pub fn fmt_duration(d: Duration) -> String {
+    if d.is_zero() {
+        "0s".to_string()
+    } else {
+        humantime::format_duration(d).to_string()
+    }
+}
+
+pub(super) fn election_config(
+    i: usize,
+    raw: &RawConfig,
+    identity: &str,
+    kill_grace: Duration,
+) -> Result<ElectionConfig, ConfigError> {
+    let e = &raw.elections[i];
+    let lease = &raw.lease;
+    let over = |field: &str| format!("elections[{i}].{field}");
+    let d = |v: Option<DurationValue>| v.map(|v| v.0);
+    let duration = pick(
+        d(e.duration),
+        over("duration"),
+        d(lease.duration),
+        "lease.duration",
+        defaults::LEASE_DURATION,
+        raw,
+    );
+    // Default R = L/2 of this election's own L.
+    let renew = pick(
+        d(e.renew_interval),
+        over("renew_interval"),
+        d(lease.renew_interval),
+        "lease.renew_interval",
+        duration.value / 2,
+        raw,
+    );
+    let retry = pick(
+        d(e.retry_interval),
+        over("retry_interval"),
+        d(lease.retry_interval),
+        "lease.retry_interval",
+        defaults::RETRY_INTERVAL,
+        raw,
+    );
+    let drift = pick(
+        e.max_clock_drift.map(|f| f.0),
+        over("max_clock_drift"),
+        lease.max_clock_drift.map(|f| f.0),
+        "lease.max_clock_drift",
+        defaults::MAX_CLOCK_DRIFT,
+        raw,
+    );
+    let margin = pick(
+        d(e.safety_margin),
+        over("safety_margin"),
+        d(lease.safety_margin),
+        "lease.safety_margin",
+        defaults::SAFETY_MARGIN,
+        raw,
+    );
+    let strict = e
+        .strict_new_lease
+        .or(lease.strict_new_lease)
+        .unwrap_or(false);
+
+    let name = &e.name;
+    check_range(
+        &duration.key,
+        &duration.label,
+        duration.value,
+        Duration::from_nanos(1),
+        limits::MAX_LEASE,
+    )?;
+    for s in [&renew, &retry] {
+        check_range(
+            &s.key,
+            &s.label,
+            s.value,
+            limits::MIN_INTERVAL,
+            limits::MAX_LEASE,
+        )?;
+    }
+    check_range(
+        &margin.key,
+        &margin.label,
+        margin.value,
+        Duration::ZERO,
+        limits::MAX_LEASE,
+    )?;
+    if !(0.0..0.5).contains(&drift.value) {
+        return Err(ConfigError::invalid(
+            &drift.key,
+            format!(
+                "{} = {} must be at least 0 and below 0.5 (election {name})",
+                drift.label, drift.value
+            ),
+        ));
+    }
+    if renew.value >= duration.value {
+        return Err(ConfigError::invalid(
+            &renew.key,
+            format!(
+                "{} = {} must be shorter than {} = {} (election {name})",
+                renew.label,
+                fmt_duration(renew.value),
+                duration.label,
+                fmt_duration(duration.value)
+            ),
+        ));
+    }
+    let config = ElectionConfig {
+        name: name.clone(),
+        identity: identity.to_string(),
+        lease_duration: duration.value,
+        renew_interval: renew.value,
+        retry_interval: retry.value,
+        kill_grace,
+        max_clock_drift: drift.value,
+        safety_margin: margin.value,
+        strict_new_lease: strict,
+        holder_meta: None,
+    };
+    config.validate().map_err(|message| {
+        ConfigError::invalid(
+            &duration.key,
+            format!(
+                "{} = {} is too short for the other settings: {message}",
+                duration.label,
+                fmt_duration(duration.value)
+            ),
+        )
+    })?;
+    Ok(config)
+}
+
+pub(super) fn check_log_level(level: &str) -> Result<(), ConfigError> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let simple = !level.contains(['=', ',', '[']);
+    let ok = if simple {
+        LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level.trim()))
+    } else {
+        tracing_subscriber::EnvFilter::try_new(level).is_ok()
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            "log.level",
+            format!(
+                "log.level = {} is not a log level (trace, debug, info, warn, error, off) or filter (like info,leaderd=debug)",
+                echo(level)
+            ),
+        ))
+    }
+}
+
+pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
+    let Some(id) = &raw.identity else {
+        return Ok(default_identity());
+    };
+    if id.trim().is_empty() || id.chars().any(char::is_control) || id.len() > limits::MAX_NAME_BYTES
+    {
+        return Err(ConfigError::invalid(
+            "identity",
+            format!(
+                "{} = {} must be printable text of 1 to {} bytes (leave it unset for host name + random suffix)",
+                raw.label("identity"),
+                echo(id),
+                limits::MAX_NAME_BYTES
+            ),
+        ));
+    }
+    Ok(id.clone())
+}
+
+pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
+    let c = &raw.child;
+    let kill_grace = c.kill_grace.map_or(defaults::KILL_GRACE, |d| d.0);
+    check_range(
+        "child.kill_grace",
+        &raw.label("child.kill_grace"),
+        kill_grace,
+        Duration::ZERO,
+        limits::MAX_LEASE,
+    )?;
+    let shutdown_grace = c.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0);
+    check_range(
+        "child.shutdown_grace",
+        "child.shutdown_grace",
+        shutdown_grace,
+        Duration::ZERO,
+        limits::MAX_WAIT,
+    )?;
+    let mode = c.mode.unwrap_or(Mode::WhileLeader);
+    let on_child_exit = c.on_child_exit.unwrap_or(OnChildExit::Exit);
+    let command = c.command.clone().unwrap_or_default();
+    let stop_signal = match c.stop_signal {
+        None => Signal::SIGTERM,
+        Some(SignalName(Some(s))) => s,
+        Some(SignalName(None)) => {
+            return Err(ConfigError::invalid(
+                "child.stop_signal",
+                "child.stop_signal = \"\" must name a signal (like SIGTERM)",
+            ));
+        }
+    };
+    let signal_on_gain = c.signal_on_gain.and_then(|s| s.0);
+    let signal_on_loss = c.signal_on_loss.and_then(|s| s.0);
+    if command.first().is_some_and(|program| program.is_empty()) {
+        return Err(ConfigError::invalid(
+            "child.command",
+            "child.command: the program (first item) must not be empty",
+        ));
+    }
+    match mode {
+        Mode::Always => {
+            if command.is_empty() {
+                return Err(ConfigError::invalid(
+                    "child.mode",
+                    "child.mode = \"always\" needs a child command (child.command or `-- COMMAND`)",
+                ));
+            }
+            if on_child_exit == OnChildExit::Release {
+                return Err(ConfigError::invalid(
+                    "child.on_child_exit",
+                    "child.on_child_exit = \"release\" needs child.mode = \"while-leader\" (with \"always\" the child is not tied to the lease: use \"exit\" or \"restart\")",
+                ));
+            }
+        }
+        Mode::WhileLeader => {
+            for (key, signal) in [
+                ("child.signal_on_gain", signal_on_gain),
+                ("child.signal_on_loss", signal_on_loss),
+            ] {
+                if let Some(signal) = signal {
+                    return Err(ConfigError::invalid(
+                        key,
+                        format!(
+                            "{key} = \"{}\" needs child.mode = \"always\" (in \"while-leader\" mode the child is started and stopped instead)",
+                            signal.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(ChildConfig {
+        command,
+        mode,
+        on_child_exit,
+        stop_signal,
+        kill_grace,
+        shutdown_grace,
+        signal_on_gain,
+        signal_on_loss,
+    })
+}
+
+/// Every election, checked; with the warnings for elections where fewer
+/// than two renew retries fit.
+pub(super) fn build_elections(
+    raw: &mut RawConfig,
+    identity: &str,
+    kill_grace: Duration,
+) -> Result<(Vec<ElectionConfig>, Vec<String>), ConfigError> {
+    if raw.elections.is_empty() {
+        raw.elections.push(RawElection {
+            name: DEFAULT_ELECTION.to_string(),
+            ..RawElection::default()
+        });
+    }
+    let names: Vec<String> = raw.elections.iter().map(|e| e.name.clone()).collect();
+    for (i, name) in names.iter().enumerate() {
+        check_election_name(&format!("elections[{i}].name"), name)?;
+    }
+    check_unique(&names)?;
+    let mut elections = Vec::with_capacity(names.len());
+    let mut warnings = Vec::new();
+    for i in 0..names.len() {
+        let config = election_config(i, raw, identity, kill_grace)?;
+        let retries = config.retries_that_fit();
+        if retries < 2 {
+            warnings.push(format!(
+                "election {}: only {retries} renew retr{} (every retry_interval {}) fit between a missed renew and the stop signal; a short store outage will stop the child (lengthen lease.duration or shorten lease.retry_interval)",
+                config.name,
+                if retries == 1 { "y" } else { "ies" },
+                fmt_duration(config.retry_interval),
+            ));
+        }
+        elections.push(config);
+    }
+    Ok((elections, warnings))
+}
+
+pub(super) fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigError> {
+    match non_empty(raw.http.primary.clone()) {
+        Some(primary) => {
+            if !names.contains(&primary) {
+                return Err(ConfigError::invalid(
+                    "http.primary",
+                    format!(
+                        "http.primary = {} is not a configured election (configured: {})",
+                        echo(&primary),
+                        names.join(", ")
+                    ),
+                ));
+            }
+            Ok(primary)
+        }
+        None if names.len() == 1 => Ok(names[0].clone()),
+        None => Err(ConfigError::invalid(
+            "http.primary",
+            format!(
+                "http.primary is required when several elections are configured ({}): it names the election behind GET /leader",
+                names.join(", ")
+            ),
+        )),
+    }
+}
+
+pub(super) fn build(
+    mut raw: RawConfig,
+    acquire_timeout: Option<Duration>,
+) -> Result<Config, ConfigError> {
+    let identity = build_identity(&raw)?;
+    let store = build_store(std::mem::take(&mut raw.store))?;
+    let child = build_child(&raw)?;
+    let (elections, mut warnings) = build_elections(&mut raw, &identity, child.kill_grace)?;
+    let names: Vec<String> = elections.iter().map(|e| e.name.clone()).collect();
+    let primary = build_primary(&raw, &names)?;
+    if let Some(t) = acquire_timeout {
+        check_range(
+            "acquire_timeout",
+            "--acquire-timeout",
+            t,
+            Duration::ZERO,
+            limits::MAX_WAIT,
+        )?;
+    }
+
+    let listen_text = raw
+        .http
+        .listen
+        .as_ref()
+        .map_or(defaults::LISTEN, |l| l.0.as_str());
+    let listen = resolve_listen(listen_text).map_err(|why| {
+        ConfigError::invalid(
+            "http.listen",
+            format!(
+                "{} = {} is not an address to listen on: {why}",
+                raw.label("http.listen"),
+                echo(listen_text)
+            ),
+        )
+    })?;
+    let http = HttpConfig {
+        listen,
+        admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
+    };
+
+    let level = raw
+        .log
+        .level
+        .clone()
+        .unwrap_or_else(|| defaults::LOG_LEVEL.to_string());
+    check_log_level(&level)?;
+    let log = LogConfig {
+        format: raw.log.format.unwrap_or(LogFormat::Text),
+        level,
+    };
+
+    let store_timeout = raw.health.store_timeout.map(|d| d.0);
+    if let Some(t) = store_timeout {
+        check_range(
+            "health.store_timeout",
+            "health.store_timeout",
+            t,
+            Duration::from_nanos(1),
+            limits::MAX_WAIT,
+        )
+        .map_err(|e| match e {
+            ConfigError::Invalid { key, message } => ConfigError::Invalid {
+                key,
+                message: format!("{message} (leave it unset to ignore the store in /healthz)"),
+            },
+            other => other,
+        })?;
+    }
+    let health = HealthConfig { store_timeout };
+    warnings.append(&mut raw.warnings);
+
+    Ok(Config {
+        identity,
+        store,
+        elections,
+        primary,
+        http,
+        child,
+        log,
+        health,
+        acquire_timeout,
+        warnings,
+    })
+}

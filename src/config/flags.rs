@@ -1,0 +1,200 @@
+//! The flags layer: the command-line flags that carry settings (clap
+//! definitions shared by `run`, `status` and `table`), applied over the file
+//! and the environment after extraction. The command line itself
+//! (subcommands, help, exit on a usage error) is [`crate::cli`]'s; it embeds
+//! these.
+
+use clap::Args;
+
+use super::*;
+
+/// Where the configuration file and the lease store are: the flags every
+/// subcommand that touches the store shares.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// TOML configuration file (see config/leaderd.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Lease store kind [config: store.kind].
+    #[arg(long = "store", value_name = "KIND")]
+    pub store_kind: Option<StoreKind>,
+    /// SQLite database file [config: store.path].
+    #[arg(long, value_name = "FILE")]
+    pub store_path: Option<PathBuf>,
+    /// DynamoDB table [config: store.table].
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+    /// AWS region; default from the standard AWS chain [config: store.region].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// DynamoDB endpoint, e.g. http://127.0.0.1:8000 [config: store.endpoint_url].
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+}
+
+/// `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Our identity in the lease record; default host name + random suffix [config: identity].
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
+    /// Campaign for this election (repeatable); replaces the configured list,
+    /// keeping the overrides of a configured election of the same name.
+    #[arg(long = "election", value_name = "NAME")]
+    pub elections: Vec<String>,
+    /// HTTP listen address, HOST:PORT (a host name is resolved) [config: http.listen].
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub listen: Option<String>,
+    /// Lease duration L, e.g. 10s [config: lease.duration].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease_duration: Option<Duration>,
+    /// Renew interval R; default L/2 [config: lease.renew_interval].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub renew_interval: Option<Duration>,
+    /// Follower poll and renew retry interval P [config: lease.retry_interval].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_interval: Option<Duration>,
+    /// Time between the stop signal and the kill G [config: child.kill_grace].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+    /// When the child runs [config: child.mode].
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<Mode>,
+    /// What to do when the child exits on its own [config: child.on_child_exit].
+    #[arg(long, value_name = "ACTION")]
+    pub on_child_exit: Option<OnChildExit>,
+    /// Exit 75 unless a lease is acquired within this time; 0 = try once;
+    /// absent = wait forever.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub acquire_timeout: Option<Duration>,
+    /// Log format [config: log.format].
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// The child command, run without a shell [config: child.command].
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (like 10s, 1m30s, 200ms)"))
+}
+
+/// A duration of at most [`limits::MAX_WAIT`].
+pub(crate) fn parse_wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > limits::MAX_WAIT {
+        return Err(format!(
+            "longer than the limit of {}",
+            fmt_duration(limits::MAX_WAIT)
+        ));
+    }
+    Ok(d)
+}
+
+/// `HOST:PORT`; the host is resolved when the configuration is loaded.
+fn parse_listen(s: &str) -> Result<String, String> {
+    match split_host_port(s) {
+        Some(_) => Ok(s.trim().to_owned()),
+        None => Err("expected HOST:PORT, like 0.0.0.0:9777, [::1]:9777 or localhost:9777".into()),
+    }
+}
+
+pub(super) fn apply_store_flags(store: &mut RawStore, args: &StoreArgs) {
+    if let Some(kind) = args.store_kind {
+        store.kind = Some(kind);
+    }
+    if let Some(path) = &args.store_path {
+        store.path = Some(path.clone());
+    }
+    if let Some(table) = &args.table {
+        store.table = Some(table.clone());
+    }
+    if let Some(region) = &args.region {
+        store.region = Some(region.clone());
+    }
+    if let Some(url) = &args.endpoint_url {
+        store.endpoint_url = Some(url.clone());
+    }
+}
+
+pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
+    let set = [
+        (args.identity.is_some(), "identity", "--identity"),
+        (args.listen.is_some(), "http.listen", "--listen"),
+        (
+            args.lease_duration.is_some(),
+            "lease.duration",
+            "--lease-duration",
+        ),
+        (
+            args.renew_interval.is_some(),
+            "lease.renew_interval",
+            "--renew-interval",
+        ),
+        (
+            args.retry_interval.is_some(),
+            "lease.retry_interval",
+            "--retry-interval",
+        ),
+        (
+            args.kill_grace.is_some(),
+            "child.kill_grace",
+            "--kill-grace",
+        ),
+    ];
+    for (given, key, flag) in set {
+        if given {
+            raw.flags.insert(key, flag);
+        }
+    }
+    if let Some(identity) = &args.identity {
+        raw.identity = Some(identity.clone());
+    }
+    if !args.elections.is_empty() {
+        raw.elections = args
+            .elections
+            .iter()
+            .map(|name| {
+                raw.elections
+                    .iter()
+                    .find(|e| &e.name == name)
+                    .cloned()
+                    .unwrap_or_else(|| RawElection {
+                        name: name.clone(),
+                        ..RawElection::default()
+                    })
+            })
+            .collect();
+    }
+    if let Some(listen) = &args.listen {
+        raw.http.listen = Some(ListenAddr(listen.clone()));
+    }
+    let lease = &mut raw.lease;
+    if let Some(d) = args.lease_duration {
+        lease.duration = Some(DurationValue(d));
+    }
+    if let Some(d) = args.renew_interval {
+        lease.renew_interval = Some(DurationValue(d));
+    }
+    if let Some(d) = args.retry_interval {
+        lease.retry_interval = Some(DurationValue(d));
+    }
+    if let Some(d) = args.kill_grace {
+        raw.child.kill_grace = Some(DurationValue(d));
+    }
+    if let Some(mode) = args.mode {
+        raw.child.mode = Some(mode);
+    }
+    if let Some(action) = args.on_child_exit {
+        raw.child.on_child_exit = Some(action);
+    }
+    if let Some(format) = args.log_format {
+        raw.log.format = Some(format);
+    }
+    if !args.command.is_empty() {
+        raw.child.command = Some(args.command.clone());
+    }
+}

@@ -1,0 +1,426 @@
+//! Configuration (DESIGN §6): figment layers -> a validated, immutable [`Config`].
+//!
+//! Layers, lowest first: built-in defaults < config file (`--config`, TOML) <
+//! environment (`LEADERD_` + key path joined by `__`, e.g.
+//! `LEADERD_STORE__KIND`, `LEADERD_LEASE__DURATION`) < command-line flags.
+//! Unknown keys are errors wherever they come from. Every error is one line
+//! naming the key (and, for a bad value, the value and where it was set), and
+//! `leaderd` exits [`EX_CONFIG`] (64) with it.
+//!
+//! Decisions the contract leaves open:
+//! - leaderd puts `LEADERD_ELECTION`, `LEADERD_IDENTITY`,
+//!   `LEADERD_FENCING_TOKEN` and `LEADERD_LEASE_MS` into its child's
+//!   environment. A leaderd started inside such a child must not choke on
+//!   them, so `LEADERD_ELECTION`, `LEADERD_FENCING_TOKEN` and
+//!   `LEADERD_LEASE_MS` are ignored (they are not config keys).
+//!   `LEADERD_IDENTITY` *is* the `identity` key, so a nested leaderd inherits
+//!   its parent's identity unless it sets one; that is harmless because a
+//!   lease is never taken back by identity alone. `LEADERD_TEST_*` variables
+//!   are test hooks and are ignored too.
+//! - No election configured: one election named `default`.
+//! - `--election NAME` (repeatable) replaces the configured list; a name also
+//!   configured under `[[elections]]` keeps that entry's overrides.
+//! - `http.primary` defaults to the only election and is required when there
+//!   are several.
+//! - `child.mode = "always"`: the child is not tied to the lease, so
+//!   `on_child_exit = "release"` has no meaning there and is rejected; `exit`
+//!   (release every lease, exit with the child's code) and `restart` apply.
+//!   `signal_on_gain` / `signal_on_loss` are only valid in that mode, which
+//!   also needs a command.
+//! - `store.path` is relative to the working directory; `store.region` unset
+//!   means the standard AWS chain decides.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use figment::error::{Actual, Kind};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider, Source};
+use nix::sys::signal::Signal;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+use crate::election::ElectionConfig;
+use crate::exit::CONFIG as EX_CONFIG;
+
+mod build;
+mod env;
+mod extract;
+mod file;
+pub(crate) mod flags;
+mod raw;
+
+use build::*;
+use env::*;
+use extract::*;
+use file::*;
+pub use flags::{RunArgs, StoreArgs};
+use flags::{apply_run_flags, apply_store_flags};
+use raw::*;
+
+/// Prefix of every configuration environment variable.
+pub const ENV_PREFIX: &str = "LEADERD_";
+
+/// Prefix of test-hook variables, never configuration.
+pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
+
+/// The top-level configuration keys. An environment variable is read as
+/// configuration when its first segment names one of them, or when it has
+/// the `SECTION__KEY` shape (so a misspelt section is still an error).
+const TOP_LEVEL_KEYS: [&str; 8] = [
+    "identity",
+    "store",
+    "lease",
+    "elections",
+    "http",
+    "child",
+    "log",
+    "health",
+];
+
+/// The election run when none is configured.
+pub const DEFAULT_ELECTION: &str = "default";
+
+/// Which lease store to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// An embedded SQLite file (the default).
+    Sqlite,
+    /// Amazon DynamoDB.
+    Dynamodb,
+}
+
+/// When the child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Start on becoming leader, stop on losing the lease (the default).
+    WhileLeader,
+    /// Start at once; only signal transitions.
+    Always,
+}
+
+/// What happens when the child exits on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnChildExit {
+    /// Release the lease and exit with the child's code (the default).
+    Exit,
+    /// Restart the child with backoff.
+    Restart,
+    /// Release the lease, wait, campaign again (`while-leader` only).
+    Release,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[store]`: where the leases live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// `store.kind`.
+    pub kind: StoreKind,
+    /// `store.path`: the SQLite file (relative to the working directory).
+    pub path: PathBuf,
+    /// `store.table`: the DynamoDB table.
+    pub table: String,
+    /// `store.region`; `None`: the standard AWS chain decides.
+    pub region: Option<String>,
+    /// `store.endpoint_url`; `None`: the region's AWS endpoint.
+    pub endpoint_url: Option<String>,
+    /// `store.create_table`: create the DynamoDB table at start if missing.
+    pub create_table: bool,
+    /// `store.fail_fast`: exit 69 if the store is unreachable at start.
+    pub fail_fast: bool,
+}
+
+/// `[http]` (the primary election is [`Config::primary`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// `http.listen`.
+    pub listen: SocketAddr,
+    /// `http.admin_token`: enables `POST /leader/{e}/resign`; `None` when empty.
+    pub admin_token: Option<String>,
+}
+
+/// `[child]`: the supervised process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildConfig {
+    /// `child.command` or the arguments after `--`; empty: no child.
+    pub command: Vec<String>,
+    /// `child.mode`.
+    pub mode: Mode,
+    /// `child.on_child_exit`.
+    pub on_child_exit: OnChildExit,
+    /// `child.stop_signal`.
+    pub stop_signal: Signal,
+    /// `child.kill_grace` (G): also every election's `kill_grace`.
+    pub kill_grace: Duration,
+    /// `child.shutdown_grace`: how long SIGTERM to leaderd waits for the child.
+    pub shutdown_grace: Duration,
+    /// `child.signal_on_gain` (mode `always` only).
+    pub signal_on_gain: Option<Signal>,
+    /// `child.signal_on_loss` (mode `always` only).
+    pub signal_on_loss: Option<Signal>,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `log.format`.
+    pub format: LogFormat,
+    /// `log.level`: a level (`info`) or an `EnvFilter` directive list
+    /// (`info,leaderd=debug`); validated.
+    pub level: String,
+}
+
+/// `[health]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HealthConfig {
+    /// `health.store_timeout`: `/healthz` fails when the store has been
+    /// unreachable for longer; `None`: the store never fails `/healthz`.
+    pub store_timeout: Option<Duration>,
+}
+
+/// The validated configuration of `leaderd run`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Our identity in every lease record.
+    pub identity: String,
+    /// The lease store.
+    pub store: StoreConfig,
+    /// One entry per election, timing checked, ready for `election::spawn`.
+    pub elections: Vec<ElectionConfig>,
+    /// The election behind `GET /leader` (one of `elections`).
+    pub primary: String,
+    /// HTTP server.
+    pub http: HttpConfig,
+    /// The child.
+    pub child: ChildConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// `/healthz` settings.
+    pub health: HealthConfig,
+    /// `--acquire-timeout`: `Some(0)` = try once, `None` = wait forever.
+    pub acquire_timeout: Option<Duration>,
+    /// Valid but risky settings, one line each, for the caller to log.
+    pub warnings: Vec<String>,
+}
+
+/// What `leaderd status` and `leaderd table` need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolConfig {
+    /// The lease store.
+    pub store: StoreConfig,
+    /// The configured election names (`default` when none is configured).
+    pub elections: Vec<String>,
+    /// Valid but questionable input, one line each, for the caller to print.
+    pub warnings: Vec<String>,
+}
+
+/// An invalid configuration. Display is one line naming the key; the process
+/// exits [`ConfigError::exit_code`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The `--config` file could not be read.
+    #[error("cannot read config file {}: {reason}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why, e.g. "No such file or directory".
+        reason: String,
+    },
+    /// The `--config` file is not valid TOML.
+    #[error("invalid TOML in {}{position}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// " at line L, column C", or empty when unknown.
+        position: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A key that is not part of the configuration.
+    #[error("unknown key {key} in {origin} (known keys here: {known})")]
+    UnknownKey {
+        /// Full key path, e.g. `store.tabel`.
+        key: String,
+        /// The file, or `environment variable LEADERD_…`.
+        origin: String,
+        /// The valid keys at that level.
+        known: String,
+    },
+    /// A key with a bad value, or settings that contradict each other.
+    #[error("invalid config: {message}")]
+    Invalid {
+        /// The (first) key at fault, e.g. `lease.duration`.
+        key: String,
+        /// One line naming the key and the value.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The process exit code for this error: always [`EX_CONFIG`] (64).
+    pub fn exit_code(&self) -> i32 {
+        EX_CONFIG
+    }
+
+    /// The key at fault, when one is known.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::Unreadable { .. } | ConfigError::Syntax { .. } => None,
+        }
+    }
+
+    fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Load `leaderd run`'s configuration from `args`, the file it names and
+    /// the process environment.
+    pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
+        Self::load_with_env(args, process_env()?)
+    }
+
+    /// Like [`Config::load`] with an explicit environment (name, value) list
+    /// instead of the process's; only `LEADERD_*` entries are looked at.
+    pub fn load_with_env(
+        args: &RunArgs,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut raw = extract(args.store.config.as_deref(), env)?;
+        apply_store_flags(&mut raw.store, &args.store);
+        apply_run_flags(&mut raw, args);
+        build(raw, args.acquire_timeout)
+    }
+}
+
+impl ToolConfig {
+    /// Load what `status` and `table` need from `args`, the file it names and
+    /// the process environment. The whole file is still checked for unknown
+    /// keys and bad values of the store section; other sections are only
+    /// type-checked.
+    pub fn load(args: &StoreArgs) -> Result<ToolConfig, ConfigError> {
+        Self::load_with_env(args, process_env()?)
+    }
+
+    /// Like [`ToolConfig::load`] with an explicit environment.
+    pub fn load_with_env(
+        args: &StoreArgs,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<ToolConfig, ConfigError> {
+        let mut raw = extract(args.config.as_deref(), env)?;
+        apply_store_flags(&mut raw.store, args);
+        let store = build_store(std::mem::take(&mut raw.store))?;
+        let mut elections = Vec::new();
+        for (i, e) in raw.elections.iter().enumerate() {
+            check_election_name(&format!("elections[{i}].name"), &e.name)?;
+            elections.push(e.name.clone());
+        }
+        check_unique(&elections)?;
+        if elections.is_empty() {
+            elections.push(DEFAULT_ELECTION.to_string());
+        }
+        Ok(ToolConfig {
+            store,
+            elections,
+            warnings: raw.warnings,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Defaults and validation.
+
+/// Built-in defaults.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// `store.path`.
+    pub const STORE_PATH: &str = "leaderd.db";
+    /// `store.table`.
+    pub const TABLE: &str = "leaderd";
+    /// `lease.duration` (L).
+    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+    /// `lease.retry_interval` (P).
+    pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+    /// `lease.max_clock_drift` (D).
+    pub const MAX_CLOCK_DRIFT: f64 = 0.01;
+    /// `lease.safety_margin` (M).
+    pub const SAFETY_MARGIN: Duration = Duration::from_millis(200);
+    /// `http.listen`.
+    pub const LISTEN: &str = "0.0.0.0:9777";
+    /// `child.kill_grace` (G).
+    pub const KILL_GRACE: Duration = Duration::from_secs(2);
+    /// `child.shutdown_grace`.
+    pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+    /// `log.level`.
+    pub const LOG_LEVEL: &str = "info";
+}
+
+/// The bounds every setting is checked against: far beyond any sane value,
+/// but small enough that no arithmetic on them can overflow.
+pub mod limits {
+    use std::time::Duration;
+
+    /// The longest lease; also the longest renew and retry interval, kill
+    /// grace and safety margin.
+    pub const MAX_LEASE: Duration = Duration::from_secs(60 * 60);
+    /// The shortest renew and retry interval: anything shorter polls the
+    /// store in a loop.
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+    /// The longest wait: shutdown grace, acquire timeout, store timeout of
+    /// `/healthz`, table creation.
+    pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+    /// The longest identity or election name, in bytes.
+    pub const MAX_NAME_BYTES: usize = 255;
+    /// The most of a user's value an error message repeats, in characters.
+    pub const ECHO_CHARS: usize = 64;
+}
+
+/// The default identity: host name + "-" + four random hex digits, so that a
+/// restarted process is a new candidate.
+pub fn default_identity() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .map(|h| h.to_string_lossy().trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "leaderd".to_string());
+    format!("{host}-{:04x}", rand::random::<u16>())
+}
+
+/// A user's value, quoted, cut to [`limits::ECHO_CHARS`] characters (with
+/// its full length when cut): errors and logs never repeat a huge input.
+pub fn echo(s: &str) -> String {
+    match s.char_indices().nth(limits::ECHO_CHARS) {
+        Some((at, _)) => format!("{:?}… ({} bytes)", &s[..at], s.len()),
+        None => format!("{s:?}"),
+    }
+}
+
+/// Like [`echo`], without quotes (for variable names and keys).
+fn echo_plain(s: &str) -> String {
+    match s.char_indices().nth(limits::ECHO_CHARS) {
+        Some((at, _)) => format!("{}… ({} bytes)", &s[..at], s.len()),
+        None => s.to_owned(),
+    }
+}
