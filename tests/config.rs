@@ -6,8 +6,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leaderd::cli::{self, Command, EX_CONFIG, RunArgs};
+use leaderd::cli::{self, Command, RunArgs};
 use leaderd::config::{Config, ConfigError, LogFormat, Mode, OnChildExit, StoreKind, ToolConfig};
+use leaderd::exit::CONFIG as EX_CONFIG;
 use nix::sys::signal::Signal;
 
 fn run_args(flags: &[&str]) -> RunArgs {
@@ -276,6 +277,8 @@ fn every_flag_reaches_the_config() {
             "--identity",
             "me",
             "--election",
+            "a",
+            "--primary",
             "a",
             "--store",
             "dynamodb",
@@ -782,11 +785,25 @@ fn unknown_or_missing_primary() {
         "http.primary",
     );
     assert!(text.contains("\"b\""), "{text}");
-    load_err(
+    // Not named: the first election listed.
+    let c = load_ok(None, &[], &["--election", "a", "--election", "b"]);
+    assert_eq!(c.primary, "a");
+    // Named by the flag.
+    let c = load_ok(
         None,
         &[],
-        &["--election", "a", "--election", "b"],
+        &["--election", "a", "--election", "b", "--primary", "b"],
+    );
+    assert_eq!(c.primary, "b");
+    let text = load_err(
+        None,
+        &[],
+        &["--election", "a", "--primary", "zzz"],
         "http.primary",
+    );
+    assert!(
+        text.contains("--primary") && text.contains("\"zzz\""),
+        "{text}"
     );
     // Named through the environment, it is accepted.
     let c = load_ok(

@@ -301,3 +301,29 @@ fn resign_on_a_follower_is_409_and_changes_nothing() {
         b.log()
     );
 }
+
+/// Two elections on the command line and no primary named: the first is the
+/// primary, `/leader` answers for it, and both lead.
+#[test]
+fn two_elections_without_a_primary_lead_and_leader_answers_for_the_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args = common::daemon::sqlite_short_args(&dir.path().join("l.db"), "a");
+    args.extend(["--election".to_owned(), "b".to_owned()]);
+    let node = Leaderd::start(Spec {
+        identity: "x",
+        args,
+        env: vec![],
+        command: vec![],
+        dir: dir.path(),
+    });
+    node.wait_http(Duration::from_secs(20));
+    wait_until(Duration::from_secs(10), || node.is_leader())
+        .unwrap_or_else(|| panic!("never led:\n{}", node.log()));
+    let (status, body) = node.get("/leader").expect("answer");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["election"], "a", "{body}");
+    wait_until(Duration::from_secs(10), || {
+        matches!(node.get("/leader/b"), Some((200, _)))
+    })
+    .unwrap_or_else(|| panic!("b never led:\n{}", node.log()));
+}

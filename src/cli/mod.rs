@@ -24,8 +24,6 @@ use crate::config::flags::parse_wait;
 pub use crate::config::{RunArgs, StoreArgs};
 use crate::exit;
 
-pub use crate::exit::CONFIG as EX_CONFIG;
-
 /// `leaderd`: the whole command line.
 #[derive(Debug, Clone, Parser)]
 #[command(

@@ -450,7 +450,8 @@ pub(super) fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String,
                 return Err(ConfigError::invalid(
                     "http.primary",
                     format!(
-                        "http.primary = {} is not a configured election (configured: {})",
+                        "{} = {} is not a configured election (configured: {})",
+                        raw.label("http.primary"),
                         echo(&primary),
                         names.join(", ")
                     ),
@@ -458,14 +459,8 @@ pub(super) fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String,
             }
             Ok(primary)
         }
-        None if names.len() == 1 => Ok(names[0].clone()),
-        None => Err(ConfigError::invalid(
-            "http.primary",
-            format!(
-                "http.primary is required when several elections are configured ({}): it names the election behind GET /leader",
-                names.join(", ")
-            ),
-        )),
+        // Not set: the first election listed (names is never empty).
+        None => Ok(names.first().cloned().unwrap_or_default()),
     }
 }
 

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// keeping the overrides of a configured election of the same name.
     #[arg(long = "election", value_name = "NAME")]
     pub elections: Vec<String>,
+    /// The election behind `GET /leader` and the one the child runs for;
+    /// default the first election listed [config: http.primary].
+    #[arg(long, value_name = "NAME")]
+    pub primary: Option<String>,
     /// HTTP listen address, HOST:PORT (a host name is resolved) [config: http.listen].
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Option<String>,
@@ -124,6 +128,7 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     let set = [
         (args.identity.is_some(), "identity", "--identity"),
         (args.listen.is_some(), "http.listen", "--listen"),
+        (args.primary.is_some(), "http.primary", "--primary"),
         (
             args.lease_duration.is_some(),
             "lease.duration",
@@ -190,6 +195,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     }
     if let Some(action) = args.on_child_exit {
         raw.child.on_child_exit = Some(action);
+    }
+    if let Some(primary) = &args.primary {
+        raw.http.primary = Some(primary.clone());
     }
     if let Some(format) = args.log_format {
         raw.log.format = Some(format);
