@@ -24,6 +24,7 @@ use crate::clock::{self, Clock, Instant};
 use crate::lease::{
     Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome, new_rvn,
 };
+use crate::text;
 
 /// Timing and identity of one election.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,63 +51,69 @@ pub struct ElectionConfig {
     pub holder_meta: Option<HolderMeta>,
 }
 
+/// The built-in timing: the defaults of the configuration's timing keys.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// L, `lease.duration`; R defaults to L/2.
+    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+    /// P, `lease.retry_interval`.
+    pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+    /// D, `lease.max_clock_drift`.
+    pub const MAX_CLOCK_DRIFT: f64 = 0.01;
+    /// M, `lease.safety_margin`.
+    pub const SAFETY_MARGIN: Duration = Duration::from_millis(200);
+    /// G, `child.kill_grace`.
+    pub const KILL_GRACE: Duration = Duration::from_secs(2);
+}
+
 impl ElectionConfig {
-    /// A config with DESIGN's defaults for everything but name and identity.
+    /// A config with the built-in defaults for everything but name and
+    /// identity (tests).
+    #[cfg(any(test, feature = "testing"))]
     pub fn with_defaults(name: impl Into<String>, identity: impl Into<String>) -> Self {
         ElectionConfig {
             name: name.into(),
             identity: identity.into(),
-            lease_duration: Duration::from_secs(10),
-            renew_interval: Duration::from_secs(5),
-            retry_interval: Duration::from_secs(1),
-            kill_grace: Duration::from_secs(2),
-            max_clock_drift: 0.01,
-            safety_margin: Duration::from_millis(200),
+            lease_duration: defaults::LEASE_DURATION,
+            renew_interval: defaults::LEASE_DURATION / 2,
+            retry_interval: defaults::RETRY_INTERVAL,
+            kill_grace: defaults::KILL_GRACE,
+            max_clock_drift: defaults::MAX_CLOCK_DRIFT,
+            safety_margin: defaults::SAFETY_MARGIN,
             strict_new_lease: false,
             holder_meta: None,
         }
     }
 
-    /// Check the timing invariant of DESIGN §2: R + G + M + L·D < L.
-    /// The error is one line naming the values.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check the timing rules, the one place they are written: every
+    /// interval above zero, D in [0, 0.5), R < L, and the invariant
+    /// R + G + M + L·D < L, without which a leader could still be running its
+    /// job when a follower's wait ends.
+    pub fn validate(&self) -> Result<(), TimingError> {
         let l = self.lease_duration;
-        let name = &self.name;
-        if l.is_zero() {
-            return Err(format!(
-                "election `{name}`: lease duration must be above zero"
-            ));
-        }
-        if self.renew_interval.is_zero() || self.retry_interval.is_zero() {
-            return Err(format!(
-                "election `{name}`: renew_interval and retry_interval must be above zero"
-            ));
+        if l.is_zero() || self.renew_interval.is_zero() || self.retry_interval.is_zero() {
+            return Err(TimingError::Zero);
         }
         if !(0.0..0.5).contains(&self.max_clock_drift) {
-            return Err(format!(
-                "election `{name}`: max_clock_drift = {} must be in [0, 0.5)",
-                self.max_clock_drift
-            ));
+            return Err(TimingError::Drift(self.max_clock_drift));
         }
         if self.renew_interval >= l {
-            return Err(format!(
-                "election `{name}`: renew_interval ({}) must be shorter than lease duration ({})",
-                fmt_d(self.renew_interval),
-                fmt_d(l)
-            ));
+            return Err(TimingError::RenewNotShorter {
+                renew: self.renew_interval,
+                lease: l,
+            });
         }
         let drift = l.mul_f64(self.max_clock_drift);
         let sum = self.renew_interval + self.kill_grace + self.safety_margin + drift;
         if sum >= l {
-            return Err(format!(
-                "election `{name}`: timing invariant R + G + M + L·D < L violated: renew_interval {} + kill_grace {} + safety_margin {} + lease_duration·max_clock_drift {} = {} is not below lease_duration {}",
-                fmt_d(self.renew_interval),
-                fmt_d(self.kill_grace),
-                fmt_d(self.safety_margin),
-                fmt_d(drift),
-                fmt_d(sum),
-                fmt_d(l)
-            ));
+            return Err(TimingError::Invariant {
+                renew: self.renew_interval,
+                kill_grace: self.kill_grace,
+                safety_margin: self.safety_margin,
+                drift,
+                lease: l,
+            });
         }
         Ok(())
     }
@@ -137,8 +144,46 @@ impl ElectionConfig {
     }
 }
 
-fn fmt_d(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+/// A timing rule an election's settings break (see
+/// [`ElectionConfig::validate`]); the message names the values.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TimingError {
+    /// The lease, renew or retry interval is zero.
+    #[error("lease duration, renew_interval and retry_interval must be above zero")]
+    Zero,
+    /// D is outside [0, 0.5).
+    #[error("max_clock_drift = {0} must be at least 0 and below 0.5")]
+    Drift(f64),
+    /// R ≥ L.
+    #[error("renew_interval ({}) must be shorter than lease duration ({})", text::duration(*renew), text::duration(*lease))]
+    RenewNotShorter {
+        /// R.
+        renew: Duration,
+        /// L.
+        lease: Duration,
+    },
+    /// R + G + M + L·D ≥ L.
+    #[error(
+        "timing invariant R + G + M + L·D < L violated: renew_interval {} + kill_grace {} + safety_margin {} + lease_duration·max_clock_drift {} = {} is not below lease_duration {}",
+        text::duration(*renew),
+        text::duration(*kill_grace),
+        text::duration(*safety_margin),
+        text::duration(*drift),
+        text::duration(*renew + *kill_grace + *safety_margin + *drift),
+        text::duration(*lease)
+    )]
+    Invariant {
+        /// R.
+        renew: Duration,
+        /// G.
+        kill_grace: Duration,
+        /// M.
+        safety_margin: Duration,
+        /// L·D.
+        drift: Duration,
+        /// L.
+        lease: Duration,
+    },
 }
 
 /// Where this instance stands in one election.
@@ -864,7 +909,7 @@ impl Engine {
     async fn sit_out(&mut self, d: Duration) -> Step {
         self.observed = None;
         let until = self.clock.now() + d;
-        tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %fmt_d(d), "sitting out before campaigning again");
+        tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %text::duration(d), "sitting out before campaigning again");
         loop {
             self.beat();
             let slice = (self.clock.now() + self.cfg.retry_interval).min(until);

@@ -32,4 +32,4 @@ pub mod notify;
 pub mod reaper;
 pub mod shutdown;
 pub mod supervisor;
-pub mod text;
+pub(crate) mod text;

@@ -105,17 +105,17 @@ pub(super) fn check_range(
     max: Duration,
 ) -> Result<(), ConfigError> {
     let problem = if value > max {
-        format!("is longer than the limit of {}", fmt_duration(max))
+        format!("is longer than the limit of {}", text::duration(max))
     } else if value.is_zero() && !min.is_zero() {
         "must be above zero".to_owned()
     } else if value < min {
-        format!("is shorter than the minimum of {}", fmt_duration(min))
+        format!("is shorter than the minimum of {}", text::duration(min))
     } else {
         return Ok(());
     };
     Err(ConfigError::invalid(
         key,
-        format!("{label} = {} {problem}", fmt_duration(value)),
+        format!("{label} = {} {problem}", text::duration(value)),
     ))
 }
 
@@ -146,15 +146,6 @@ pub(super) fn pick<T: Copy>(
             key: base_key.to_string(),
             label: raw.label(base_key),
         },
-    }
-}
-
-/// A duration as the configuration writes it (`0s`, `1h 30m`, `250ms`).
-pub fn fmt_duration(d: Duration) -> String {
-    if d.is_zero() {
-        "0s".to_string()
-    } else {
-        humantime::format_duration(d).to_string()
     }
 }
 
@@ -238,27 +229,6 @@ pub(super) fn election_config(
         Duration::ZERO,
         limits::MAX_LEASE,
     )?;
-    if !(0.0..0.5).contains(&drift.value) {
-        return Err(ConfigError::invalid(
-            &drift.key,
-            format!(
-                "{} = {} must be at least 0 and below 0.5 (election {name})",
-                drift.label, drift.value
-            ),
-        ));
-    }
-    if renew.value >= duration.value {
-        return Err(ConfigError::invalid(
-            &renew.key,
-            format!(
-                "{} = {} must be shorter than {} = {} (election {name})",
-                renew.label,
-                fmt_duration(renew.value),
-                duration.label,
-                fmt_duration(duration.value)
-            ),
-        ));
-    }
     let config = ElectionConfig {
         name: name.clone(),
         identity: identity.to_string(),
@@ -271,15 +241,33 @@ pub(super) fn election_config(
         strict_new_lease: strict,
         holder_meta: None,
     };
-    config.validate().map_err(|message| {
-        ConfigError::invalid(
+    // The election engine owns the rules; this names the keys that break them.
+    config.validate().map_err(|e| match e {
+        TimingError::Drift(value) => ConfigError::invalid(
+            &drift.key,
+            format!(
+                "{} = {value} must be at least 0 and below 0.5 (election {name})",
+                drift.label
+            ),
+        ),
+        TimingError::RenewNotShorter { renew: r, lease: l } => ConfigError::invalid(
+            &renew.key,
+            format!(
+                "{} = {} must be shorter than {} = {} (election {name})",
+                renew.label,
+                text::duration(r),
+                duration.label,
+                text::duration(l)
+            ),
+        ),
+        e @ (TimingError::Zero | TimingError::Invariant { .. }) => ConfigError::invalid(
             &duration.key,
             format!(
-                "{} = {} is too short for the other settings: {message}",
+                "{} = {} is too short for the other settings: {e}",
                 duration.label,
-                fmt_duration(duration.value)
+                text::duration(duration.value)
             ),
-        )
+        ),
     })?;
     Ok(config)
 }
@@ -435,7 +423,7 @@ pub(super) fn build_elections(
                 "election {}: only {retries} renew retr{} (every retry_interval {}) fit between a missed renew and the stop signal; a short store outage will stop the child (lengthen lease.duration or shorten lease.retry_interval)",
                 config.name,
                 if retries == 1 { "y" } else { "ies" },
-                fmt_duration(config.retry_interval),
+                text::duration(config.retry_interval),
             ));
         }
         elections.push(config);

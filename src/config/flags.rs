@@ -92,7 +92,7 @@ pub(crate) fn parse_wait(s: &str) -> Result<Duration, String> {
     if d > limits::MAX_WAIT {
         return Err(format!(
             "longer than the limit of {}",
-            fmt_duration(limits::MAX_WAIT)
+            text::duration(limits::MAX_WAIT)
         ));
     }
     Ok(d)

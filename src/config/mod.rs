@@ -44,8 +44,9 @@ use nix::sys::signal::Signal;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
-use crate::election::ElectionConfig;
+use crate::election::{ElectionConfig, TimingError};
 use crate::exit::CONFIG as EX_CONFIG;
+use crate::text::{self, echo, echo_plain};
 
 mod build;
 mod env;
@@ -351,26 +352,19 @@ impl ToolConfig {
 // ---------------------------------------------------------------------------
 // Defaults and validation.
 
-/// Built-in defaults.
+/// Built-in defaults. The timing ones are the election engine's.
 pub mod defaults {
+    pub use crate::election::defaults::{
+        KILL_GRACE, LEASE_DURATION, MAX_CLOCK_DRIFT, RETRY_INTERVAL, SAFETY_MARGIN,
+    };
     use std::time::Duration;
 
     /// `store.path`.
     pub const STORE_PATH: &str = "leaderd.db";
     /// `store.table`.
     pub const TABLE: &str = "leaderd";
-    /// `lease.duration` (L).
-    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
-    /// `lease.retry_interval` (P).
-    pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
-    /// `lease.max_clock_drift` (D).
-    pub const MAX_CLOCK_DRIFT: f64 = 0.01;
-    /// `lease.safety_margin` (M).
-    pub const SAFETY_MARGIN: Duration = Duration::from_millis(200);
     /// `http.listen`.
     pub const LISTEN: &str = "0.0.0.0:9777";
-    /// `child.kill_grace` (G).
-    pub const KILL_GRACE: Duration = Duration::from_secs(2);
     /// `child.shutdown_grace`.
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     /// `log.level`.
@@ -393,8 +387,6 @@ pub mod limits {
     pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
     /// The longest identity or election name, in bytes.
     pub const MAX_NAME_BYTES: usize = 255;
-    /// The most of a user's value an error message repeats, in characters.
-    pub const ECHO_CHARS: usize = 64;
 }
 
 /// The default identity: host name + "-" + four random hex digits, so that a
@@ -406,21 +398,4 @@ pub fn default_identity() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "leaderd".to_string());
     format!("{host}-{:04x}", rand::random::<u16>())
-}
-
-/// A user's value, quoted, cut to [`limits::ECHO_CHARS`] characters (with
-/// its full length when cut): errors and logs never repeat a huge input.
-pub fn echo(s: &str) -> String {
-    match s.char_indices().nth(limits::ECHO_CHARS) {
-        Some((at, _)) => format!("{:?}… ({} bytes)", &s[..at], s.len()),
-        None => format!("{s:?}"),
-    }
-}
-
-/// Like [`echo`], without quotes (for variable names and keys).
-fn echo_plain(s: &str) -> String {
-    match s.char_indices().nth(limits::ECHO_CHARS) {
-        Some((at, _)) => format!("{}… ({} bytes)", &s[..at], s.len()),
-        None => s.to_owned(),
-    }
 }

@@ -36,6 +36,8 @@ use aws_smithy_http_client::tls;
 use backon::{ExponentialBuilder, Retryable};
 use tokio::time::Instant;
 
+use crate::text;
+
 use super::{
     Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
 };
@@ -1029,11 +1031,11 @@ fn to_json(v: &AttributeValue) -> serde_json::Value {
     match v {
         AttributeValue::S(s) => json!({ "S": s }),
         AttributeValue::N(n) => json!({ "N": n }),
-        AttributeValue::B(b) => json!({ "B": hex(b.as_ref()) }),
+        AttributeValue::B(b) => json!({ "B": text::hex(b.as_ref()) }),
         AttributeValue::Ss(v) => json!({ "SS": sorted(v) }),
         AttributeValue::Ns(v) => json!({ "NS": sorted(v) }),
         AttributeValue::Bs(v) => {
-            let mut v: Vec<String> = v.iter().map(|b| hex(b.as_ref())).collect();
+            let mut v: Vec<String> = v.iter().map(|b| text::hex(b.as_ref())).collect();
             v.sort();
             json!({ "BS": v })
         }
@@ -1088,10 +1090,6 @@ fn from_json(v: &serde_json::Value) -> Option<AttributeValue> {
         "BOOL" => AttributeValue::Bool(v.as_bool()?),
         _ => return None,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {

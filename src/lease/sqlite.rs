@@ -23,7 +23,6 @@
 //! [`Record::Malformed`] and never panics anything.
 
 use std::cell::Cell;
-use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -33,6 +32,8 @@ use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use tokio::sync::{Semaphore, watch};
+
+use crate::text;
 
 use super::{
     Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
@@ -593,9 +594,9 @@ impl Raw {
             Raw::Real(f) => format!("real:{:016x}", f.to_bits()),
             Raw::Text(t) => match std::str::from_utf8(t) {
                 Ok(s) => format!("text:{s}"),
-                Err(_) => format!("text-bytes:{}", hex(t)),
+                Err(_) => format!("text-bytes:{}", text::hex(t)),
             },
-            Raw::Blob(b) => format!("blob:{}", hex(b)),
+            Raw::Blob(b) => format!("blob:{}", text::hex(b)),
         }
     }
 
@@ -605,14 +606,6 @@ impl Raw {
             _ => None,
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut s, b| {
-        // Writing to a String cannot fail.
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 /// A whole row as stored, one value per entry of [`COLUMNS`].
@@ -695,7 +688,7 @@ impl Row {
                 problems.push(format!(
                     "attribute `{column}` is not a whole number (type {}: {})",
                     raw.type_name(),
-                    shorten(&raw.encode())
+                    text::shorten(&raw.encode(), 40)
                 ));
                 0
             }
@@ -768,14 +761,6 @@ fn text_problem(column: &str, raw: &Raw) -> String {
             "attribute `{column}` has type {}, expected text",
             raw.type_name()
         ),
-    }
-}
-
-fn shorten(s: &str) -> String {
-    const MAX: usize = 40;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
     }
 }
 
