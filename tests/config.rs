@@ -889,7 +889,7 @@ fn bad_store_listen_identity_and_log_values() {
 // status / table: store settings only.
 
 #[test]
-fn tool_config_reads_store_settings_and_election_names() {
+fn tool_config_reads_store_settings_and_checks_election_names() {
     let file = toml_file(
         "[store]\nkind = \"dynamodb\"\ntable = \"tbl1\"\n[[elections]]\nname = \"a\"\n[[elections]]\nname = \"b\"\n[lease]\nduration = \"1s\"\n",
     );
@@ -914,10 +914,17 @@ fn tool_config_reads_store_settings_and_election_names() {
         tool.store.endpoint_url.as_deref(),
         Some("http://127.0.0.1:8000")
     );
-    assert_eq!(tool.elections, ["a", "b"]);
+    // The elections are the store's, not the file's: `status` shows every
+    // one it finds. Their names in the file are still checked.
+    let dup = toml_file("[[elections]]\nname = \"a\"\n[[elections]]\nname = \"a\"\n");
+    let args = leaderd::cli::StoreArgs {
+        config: Some(dup.path().to_path_buf()),
+        ..Default::default()
+    };
+    let err = ToolConfig::load_with_env(&args, env(&[])).unwrap_err();
+    assert_eq!(err.key(), Some("elections[1].name"), "{err}");
 
     let defaults = ToolConfig::load_with_env(&Default::default(), env(&[])).unwrap();
-    assert_eq!(defaults.elections, ["default"]);
     assert_eq!(defaults.store.kind, StoreKind::Sqlite);
 }
 

@@ -56,7 +56,7 @@ pub struct StatusArgs {
     /// Config file and store.
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Elections to show; default the configured ones.
+    /// Elections to show; default every election found in the store.
     #[arg(value_name = "ELECTION")]
     pub elections: Vec<String>,
     /// Print JSON instead of a table.

@@ -225,8 +225,6 @@ pub struct Config {
 pub struct ToolConfig {
     /// The lease store.
     pub store: StoreConfig,
-    /// The configured election names (`default` when none is configured).
-    pub elections: Vec<String>,
     /// Valid but questionable input, one line each, for the caller to print.
     pub warnings: Vec<String>,
 }
@@ -332,18 +330,16 @@ impl ToolConfig {
         let mut raw = extract(args.config.as_deref(), env)?;
         apply_store_flags(&mut raw.store, args);
         let store = build_store(std::mem::take(&mut raw.store))?;
-        let mut elections = Vec::new();
+        // Checked like `run` checks them, though the tools read every
+        // election in the store.
+        let mut names = Vec::new();
         for (i, e) in raw.elections.iter().enumerate() {
             check_election_name(&format!("elections[{i}].name"), &e.name)?;
-            elections.push(e.name.clone());
+            names.push(e.name.clone());
         }
-        check_unique(&elections)?;
-        if elections.is_empty() {
-            elections.push(DEFAULT_ELECTION.to_string());
-        }
+        check_unique(&names)?;
         Ok(ToolConfig {
             store,
-            elections,
             warnings: raw.warnings,
         })
     }
