@@ -1,4 +1,4 @@
-//! The command line (DESIGN §6): clap definitions and exit codes.
+//! The command line: clap definitions, and the one-shot subcommands.
 //!
 //! `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`, `leaderd status`, `leaderd
 //! table create|describe`, `leaderd --version`. Flags are the top layer of the

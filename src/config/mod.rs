@@ -1,4 +1,4 @@
-//! Configuration (DESIGN §6): figment layers -> a validated, immutable [`Config`].
+//! Configuration: figment layers -> a validated, immutable [`Config`].
 //!
 //! Layers, lowest first: built-in defaults < config file (`--config`, TOML) <
 //! environment (`LEADERD_` + key path joined by `__`, e.g.
@@ -7,7 +7,7 @@
 //! naming the key (and, for a bad value, the value and where it was set), and
 //! `leaderd` exits [`EX_CONFIG`] (64) with it.
 //!
-//! Decisions the contract leaves open:
+//! Decisions worth knowing:
 //! - leaderd puts `LEADERD_ELECTION`, `LEADERD_IDENTITY`,
 //!   `LEADERD_FENCING_TOKEN` and `LEADERD_LEASE_MS` into its child's
 //!   environment. A leaderd started inside such a child must not choke on
@@ -20,8 +20,7 @@
 //! - No election configured: one election named `default`.
 //! - `--election NAME` (repeatable) replaces the configured list; a name also
 //!   configured under `[[elections]]` keeps that entry's overrides.
-//! - `http.primary` defaults to the only election and is required when there
-//!   are several.
+//! - `http.primary` (`--primary`) defaults to the first election listed.
 //! - `child.mode = "always"`: the child is not tied to the lease, so
 //!   `on_child_exit = "release"` has no meaning there and is rejected; `exit`
 //!   (release every lease, exit with the child's code) and `restart` apply.

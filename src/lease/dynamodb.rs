@@ -1,4 +1,4 @@
-//! The DynamoDB lease store (DESIGN §1).
+//! The DynamoDB lease store.
 //!
 //! One item per election in a table keyed by `election` (S). Every read is a
 //! strongly consistent `GetItem`; every write is a `PutItem` of the whole
@@ -843,7 +843,7 @@ fn key_schema_problem(desc: &TableDescription) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------
-// Items: the lease record <-> DynamoDB attributes (DESIGN §1 table).
+// Items: the lease record <-> DynamoDB attributes.
 
 fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
     let n = |v: u64| AttributeValue::N(v.to_string());
@@ -1103,7 +1103,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 // ---------------------------------------------------------------------------
-// Conditions (DESIGN §1).
+// Conditions: the rules of `Condition::holds` as condition expressions.
 
 /// A condition expression with its names and values.
 struct ConditionExpression {
@@ -1129,7 +1129,7 @@ fn condition_expression(condition: &Condition) -> Result<ConditionExpression, St
             values: None,
         },
         // The numeric attributes' types are part of the condition: an item
-        // another tool corrupted (DESIGN §1) is malformed, and only
+        // another tool corrupted is malformed, and only
         // `Unchanged` may overwrite it, as in every other store.
         Condition::RvnIs(rvn) => ConditionExpression {
             expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n)",

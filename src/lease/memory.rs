@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Condition, Lease, LeaseStore, Record, StoreError, WriteOutcome};
+use super::{Condition, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome};
 
 /// How the store misbehaves, set by tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,7 +129,11 @@ impl LeaseStore for MemoryStore {
             .get(&lease.election)
             .cloned()
             .unwrap_or(Record::Absent);
-        if !condition.holds(&current) {
+        let raw_rvn = match &current {
+            Record::Valid(l) => Some(RvnGuard::Raw(l.rvn.clone())),
+            _ => None,
+        };
+        if !condition.holds(&current, raw_rvn.as_ref()) {
             return Ok(WriteOutcome::ConditionFailed {
                 current: Some(current),
             });

@@ -1,5 +1,5 @@
-//! The lease record of DESIGN §1 and the store interface every backend
-//! implements with the same semantics.
+//! The lease record and the store interface every backend implements with
+//! the same semantics.
 //!
 //! A store knows nothing about timing: it reads one record consistently and
 //! writes one record conditionally. Deciding *when* to write is the election
@@ -12,10 +12,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub mod dynamodb;
-pub mod memory;
+#[cfg(test)]
+pub(crate) mod memory;
 pub mod sqlite;
 
-/// One election's lease, as stored (DESIGN §1).
+/// One election's lease, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// The election's name (the key).
@@ -86,17 +87,7 @@ pub enum Record {
     Malformed(Malformed),
 }
 
-impl Record {
-    /// The record's `rvn` if it is a well-formed lease.
-    pub fn rvn(&self) -> Option<&str> {
-        match self {
-            Record::Valid(l) => Some(&l.rvn),
-            _ => None,
-        }
-    }
-}
-
-/// The condition a write is made under (DESIGN §1).
+/// The condition a write is made under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Condition {
     /// Create: no item exists.
@@ -116,9 +107,17 @@ pub enum Condition {
 
 impl Condition {
     /// Whether a write under this condition would apply to `current`: the
-    /// reference semantics every store implements. A malformed item only ever
-    /// matches `Unchanged` with its own guard.
-    pub fn holds(&self, current: &Record) -> bool {
+    /// one statement of the rules, which every store implements and the
+    /// stores' tests check against. `raw_rvn` is the item's `rvn` in the
+    /// store's own encoding (`None` when unknown: then `Unchanged` matches
+    /// only a malformed item, by its guard).
+    ///
+    /// `Unchanged` matches any item whose raw `rvn` is the guard, valid or
+    /// not: DynamoDB can only test the raw attribute, so every store does
+    /// the same. That is safe: every write of a candidate brings a fresh
+    /// `rvn`, so an item that still has the observed one was written by no
+    /// candidate since.
+    pub fn holds(&self, current: &Record, raw_rvn: Option<&RvnGuard>) -> bool {
         match (self, current) {
             (Condition::NotExists, Record::Absent) => true,
             (Condition::RvnIs(rvn), Record::Valid(l)) => &l.rvn == rvn,
@@ -126,6 +125,7 @@ impl Condition {
                 &l.rvn == rvn && l.holder.as_deref() == Some(holder.as_str())
             }
             (Condition::Unchanged(guard), Record::Malformed(m)) => &m.guard == guard,
+            (Condition::Unchanged(guard), Record::Valid(_)) => raw_rvn == Some(guard),
             _ => false,
         }
     }
@@ -206,7 +206,7 @@ impl StoreError {
         }
     }
 
-    /// The label in the `result` of `renew_total` (DESIGN §5): ok, lost,
+    /// The label in the `result` of `renew_total` (the metric's): ok, lost,
     /// throttled, timeout, error.
     pub fn renew_label(&self) -> &'static str {
         match self {
@@ -223,8 +223,9 @@ impl StoreError {
     }
 }
 
-/// A lease store. Implementations give exactly the semantics of DESIGN §1:
-/// reads are strongly consistent, writes are conditional and atomic.
+/// A lease store. Every implementation gives the same semantics: reads are
+/// strongly consistent, writes are conditional ([`Condition::holds`]) and
+/// atomic.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     /// Short name for logs and metrics ("sqlite", "dynamodb", "memory").
@@ -261,7 +262,7 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// A conditional write whose ambiguous failure (timeout, 5xx after sending)
     /// is resolved by a consistent read-back: if the record carries our new
-    /// `rvn`, the write happened (DESIGN §1).
+    /// `rvn`, the write happened (every write brings a fresh one).
     async fn write(
         &self,
         lease: &Lease,
@@ -289,7 +290,7 @@ pub trait LeaseStore: Send + Sync + 'static {
                 // Not applied, and the condition still holds: nobody else
                 // wrote, so this is the original (retryable) error, not a
                 // lost lease.
-                Ok(current) if condition.holds(&current) => return Err(err),
+                Ok(current) if condition.holds(&current, None) => return Err(err),
                 Ok(current) => {
                     return Ok(WriteOutcome::ConditionFailed {
                         current: Some(current),
@@ -355,4 +356,63 @@ pub trait LeaseStore: Send + Sync + 'static {
 /// A fresh random record version.
 pub fn new_rvn() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid(rvn: &str, holder: Option<&str>) -> Record {
+        Record::Valid(Lease {
+            election: "e".into(),
+            holder: holder.map(Into::into),
+            rvn: rvn.into(),
+            fencing_token: 7,
+            lease_ms: 10_000,
+            acquired_at_ms: 0,
+            renewed_at_ms: 0,
+            expires_at_s: 0,
+            holder_meta: None,
+        })
+    }
+
+    fn malformed(guard: RvnGuard) -> Record {
+        Record::Malformed(Malformed {
+            election: "e".into(),
+            problem: "attribute `fencing_token` is missing".into(),
+            fingerprint: "f".into(),
+            fencing_token: None,
+            guard,
+        })
+    }
+
+    #[test]
+    fn conditions_hold_as_the_rules_say() {
+        let raw = |s: &str| RvnGuard::Raw(s.into());
+        let held = Condition::HeldBy {
+            rvn: "r1".into(),
+            holder: "me".into(),
+        };
+        assert!(Condition::NotExists.holds(&Record::Absent, None));
+        assert!(!Condition::NotExists.holds(&valid("r1", None), None));
+        assert!(Condition::RvnIs("r1".into()).holds(&valid("r1", None), None));
+        assert!(!Condition::RvnIs("r2".into()).holds(&valid("r1", None), None));
+        assert!(held.holds(&valid("r1", Some("me")), None));
+        assert!(!held.holds(&valid("r1", Some("you")), None));
+        assert!(!held.holds(&valid("r1", None), None));
+        // A malformed item: only `Unchanged` with its own guard.
+        let bad = malformed(raw("s:r1"));
+        assert!(!Condition::RvnIs("r1".into()).holds(&bad, None));
+        assert!(Condition::Unchanged(raw("s:r1")).holds(&bad, None));
+        assert!(!Condition::Unchanged(raw("s:r2")).holds(&bad, None));
+        assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&bad, None));
+        assert!(Condition::Unchanged(RvnGuard::Missing).holds(&malformed(RvnGuard::Missing), None));
+        assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&Record::Absent, None));
+        // `Unchanged` on a valid item: by its raw rvn, when the store knows it.
+        let ok = valid("r1", Some("me"));
+        assert!(Condition::Unchanged(raw("s:r1")).holds(&ok, Some(&raw("s:r1"))));
+        assert!(!Condition::Unchanged(raw("s:r1")).holds(&ok, Some(&raw("s:r2"))));
+        assert!(!Condition::Unchanged(raw("s:r1")).holds(&ok, None));
+        assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&ok, Some(&raw("s:r1"))));
+    }
 }

@@ -5,7 +5,7 @@
 //! row, checks the condition and writes: the immediate transaction takes the
 //! file's write lock before the read, so two processes can never both see the
 //! same row and both win. Reads in WAL mode see the last committed write, which
-//! is the strong consistency DESIGN §1 asks for.
+//! is the strong consistency the election needs.
 //!
 //! SQLite is blocking, so requests run on tokio's blocking pool, in two
 //! lanes of fixed size: one writer connection (writes queue in arrival order
@@ -142,7 +142,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-/// A lease store in one SQLite file (DESIGN §1 semantics, shared by processes).
+/// A lease store in one SQLite file, shared by the processes of one host.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -764,24 +764,12 @@ fn text_problem(column: &str, raw: &Raw) -> String {
     }
 }
 
-/// The condition semantics of DESIGN §1, identical to the in-memory store's:
-/// a malformed row satisfies only `Unchanged` with its exact raw `rvn`.
+/// Whether a write under `condition` applies to the row: the rules of
+/// [`Condition::holds`], given the row's raw `rvn`.
 fn holds(current: Option<&Row>, condition: &Condition) -> bool {
-    let Some(row) = current else {
-        return matches!(condition, Condition::NotExists);
-    };
-    match condition {
-        Condition::NotExists => false,
-        Condition::RvnIs(rvn) => match row.to_record() {
-            Record::Valid(l) => &l.rvn == rvn,
-            _ => false,
-        },
-        Condition::HeldBy { rvn, holder } => match row.to_record() {
-            Record::Valid(l) => &l.rvn == rvn && l.holder.as_deref() == Some(holder.as_str()),
-            _ => false,
-        },
-        // Valid or not, the raw rvn must be exactly the one observed.
-        Condition::Unchanged(guard) => &row.guard() == guard,
+    match current {
+        None => condition.holds(&Record::Absent, None),
+        Some(row) => condition.holds(&row.to_record(), Some(&row.guard())),
     }
 }
 
