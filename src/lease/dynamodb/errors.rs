@@ -1,0 +1,256 @@
+//! Requests and their errors: time bounds, the retry of throttled requests,
+//! and the classification of SDK errors into the store's error kinds, each
+//! in one line.
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Requests: time bounds, throttling retry, error classification.
+
+/// What every client of this store is set to: no SDK retries (this store
+/// retries throttling by itself, within each request's budget), the connect
+/// limit as the only SDK timeout, and no stalled-stream protection. Each
+/// request is bounded by [`bounded`] rather than by a per-request config
+/// override, which rebuilds the client's configuration layers on every call.
+pub(super) fn lease_settings(
+    builder: aws_sdk_dynamodb::config::Builder,
+) -> aws_sdk_dynamodb::config::Builder {
+    builder
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build(),
+        )
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+}
+
+/// Await an SDK request for at most `left`. The outer result is our own
+/// timeout (nothing to inspect); the inner one is the SDK's answer. The
+/// bound covers the whole call: credential resolution, connecting, sending
+/// and reading the answer. A request cut off here is dropped with its
+/// connection, so a late answer cannot be mistaken for another's.
+pub(super) async fn bounded<T, E>(
+    left: Duration,
+    request: impl Future<Output = Result<T, SdkError<E>>>,
+) -> Result<Result<T, SdkError<E>>, StoreError> {
+    if left.is_zero() {
+        // Nothing was sent, but there is no time to send anything either.
+        return Err(StoreError::Timeout(left));
+    }
+    tokio::time::timeout(left, request)
+        .await
+        .map_err(|_| StoreError::Timeout(left))
+}
+
+/// Run `attempt` (given the time left) until it succeeds, fails with anything
+/// but `Throttled`, or the next pause would leave less than [`MIN_ATTEMPT`] of
+/// `budget`. Pauses grow exponentially with full jitter. Throttled requests
+/// were not applied, so repeating them is always safe.
+pub(super) async fn retry_throttled<T, F, Fut>(
+    budget: Duration,
+    mut attempt: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let deadline = Instant::now() + budget;
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_secs(1))
+        .with_jitter()
+        .without_max_times();
+    (|| attempt(deadline.saturating_duration_since(Instant::now())))
+        .retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e| matches!(e, StoreError::Throttled(_)))
+        .adjust(|_, pause| {
+            let pause = pause?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            (pause + MIN_ATTEMPT <= left).then_some(pause)
+        })
+        .notify(|e, pause| tracing::debug!(error = %e, ?pause, "throttled; retrying"))
+        .await
+}
+
+/// The error code of a service error, if the server answered with one.
+pub(super) fn service_code<E: ProvideErrorMetadata>(err: &SdkError<E>) -> Option<&str> {
+    match err {
+        SdkError::ServiceError(se) => se.err().code(),
+        _ => None,
+    }
+}
+
+/// `Some(old item)` if a PutItem failed its condition; the old item itself is
+/// there only if the server returned it.
+pub(super) fn condition_failed(
+    err: &SdkError<PutItemError>,
+) -> Option<Option<&HashMap<String, AttributeValue>>> {
+    match err {
+        SdkError::ServiceError(se) => match se.err() {
+            PutItemError::ConditionalCheckFailedException(e) => Some(e.item()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A reason if this error says the server lacks the TTL API.
+pub(super) fn ttl_unsupported<E: ProvideErrorMetadata>(err: &SdkError<E>) -> Option<String> {
+    match service_code(err) {
+        Some(code @ ("UnknownOperationException" | "UnsupportedOperationException")) => Some(
+            format!("the server does not implement the DynamoDB TTL API (it answered {code})"),
+        ),
+        _ => None,
+    }
+}
+
+/// Map an SDK error to our classes. `budget` is what the request was given.
+pub(super) fn classify<E>(err: &SdkError<E>, table: &str, budget: Duration) -> StoreError
+where
+    E: ProvideErrorMetadata + StdError + 'static,
+{
+    match err {
+        SdkError::ServiceError(se) => classify_service(
+            se.err().code(),
+            se.err().message(),
+            se.raw().status().as_u16(),
+            table,
+        ),
+        SdkError::TimeoutError(_) => StoreError::Timeout(budget),
+        SdkError::DispatchFailure(df) => {
+            if chain(err).any(is_credentials_error) {
+                return StoreError::Credentials(describe(err));
+            }
+            if chain(err).any(is_connect_error) {
+                // Nothing reached the server.
+                return StoreError::Transport(describe(err));
+            }
+            match df.as_connector_error() {
+                Some(c) if c.is_user() => StoreError::Other(describe(err)),
+                Some(c) if c.is_timeout() => StoreError::Timeout(budget),
+                // The connection broke after it was established: the request
+                // may have been sent and applied. Only a read-back can tell.
+                _ => StoreError::Server(format!(
+                    "connection lost after sending the request (it may have been applied): {}",
+                    describe(err)
+                )),
+            }
+        }
+        SdkError::ResponseError(re) => {
+            let status = re.raw().status().as_u16();
+            if status == 429 {
+                StoreError::Throttled(format!("HTTP 429: {}", describe(err)))
+            } else {
+                // The server got the request; its answer was unreadable.
+                StoreError::Server(format!(
+                    "unreadable answer (HTTP {status}): {}",
+                    describe(err)
+                ))
+            }
+        }
+        SdkError::ConstructionFailure(_) if chain(err).any(is_credentials_error) => {
+            StoreError::Credentials(describe(err))
+        }
+        _ => StoreError::Other(describe(err)),
+    }
+}
+
+/// Map a DynamoDB error code (and HTTP status) to our classes.
+pub(super) fn classify_service(
+    code: Option<&str>,
+    message: Option<&str>,
+    status: u16,
+    table: &str,
+) -> StoreError {
+    let text = match (code, message.map(one_line)) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c.to_owned(),
+        (None, Some(m)) => format!("HTTP {status}: {m}"),
+        (None, None) => format!("HTTP {status}"),
+    };
+    match code.unwrap_or_default() {
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "Throttling"
+        | "RequestLimitExceeded"
+        | "TooManyRequestsException" => StoreError::Throttled(text),
+        "ResourceNotFoundException" => StoreError::TableMissing(table.to_owned()),
+        "UnrecognizedClientException"
+        | "AccessDeniedException"
+        | "InvalidSignatureException"
+        | "ExpiredTokenException"
+        | "ExpiredToken"
+        | "InvalidClientTokenId"
+        | "SignatureDoesNotMatch"
+        | "IncompleteSignatureException"
+        | "MissingAuthenticationToken"
+        | "MissingAuthenticationTokenException" => StoreError::Credentials(text),
+        "InternalServerError"
+        | "InternalFailure"
+        | "ServiceUnavailable"
+        | "ServiceUnavailableException" => StoreError::Server(text),
+        // The table's key is not `election` (S): no request can ever work.
+        "ValidationException"
+            if message.is_some_and(|m| m.contains("key element does not match the schema")) =>
+        {
+            StoreError::WrongSchema {
+                table: table.to_owned(),
+                detail: text,
+            }
+        }
+        _ if status >= 500 => StoreError::Server(text),
+        _ if status == 429 => StoreError::Throttled(text),
+        _ => StoreError::Other(text),
+    }
+}
+
+/// An error and its sources. Steps into an `io::Error`'s payload, which
+/// `io::Error::source` skips.
+pub(super) fn chain<'a>(
+    err: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(err), |&e| match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|p| p as &(dyn StdError + 'static)),
+        None => e.source(),
+    })
+}
+
+/// One line for logs: each cause's message once, outermost first (the SDK's
+/// own `DisplayErrorContext` appends a multi-line debug dump).
+pub(super) fn describe(err: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for e in chain(err) {
+        let text = one_line(&e.to_string());
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+/// Text from the SDK or a server on one line: a log line is one line, even
+/// for the credential chain's list of every provider it tried.
+pub(super) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub(super) fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
+    e.is::<aws_credential_types::provider::error::CredentialsError>()
+}
+
+/// Whether this error proves the connection was never established.
+pub(super) fn is_connect_error(e: &(dyn StdError + 'static)) -> bool {
+    use std::io::ErrorKind::*;
+    if let Some(h) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+        return h.is_connect();
+    }
+    match e.downcast_ref::<std::io::Error>() {
+        Some(io) => matches!(
+            io.kind(),
+            ConnectionRefused | AddrNotAvailable | NetworkUnreachable | HostUnreachable
+        ),
+        None => false,
+    }
+}

@@ -1,0 +1,331 @@
+//! Unit tests of the DynamoDB store's pieces that need no server.
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{ConnectorError, ErrorMetadata};
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
+
+use super::*;
+
+fn response(status: u16) -> HttpResponse {
+    HttpResponse::new(status.try_into().expect("valid status code"), "".into())
+}
+
+fn service_error(code: &str, status: u16) -> SdkError<GetItemError> {
+    let meta = ErrorMetadata::builder()
+        .code(code)
+        .message("said the server")
+        .build();
+    SdkError::service_error(GetItemError::generic(meta), response(status))
+}
+
+fn classified(err: SdkError<GetItemError>) -> StoreError {
+    classify(&err, "leases", Duration::from_secs(1))
+}
+
+#[test]
+fn service_errors_are_classified_by_code() {
+    for code in [
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+    ] {
+        assert!(
+            matches!(
+                classified(service_error(code, 400)),
+                StoreError::Throttled(_)
+            ),
+            "{code}"
+        );
+    }
+    assert_eq!(
+        classified(service_error("ResourceNotFoundException", 400)),
+        StoreError::TableMissing("leases".into())
+    );
+    for code in [
+        "UnrecognizedClientException",
+        "AccessDeniedException",
+        "InvalidSignatureException",
+        "ExpiredTokenException",
+    ] {
+        let e = classified(service_error(code, 400));
+        assert!(
+            matches!(&e, StoreError::Credentials(m) if m.contains(code)),
+            "{code}: {e:?}"
+        );
+    }
+    for (code, status) in [
+        ("InternalServerError", 500),
+        ("ServiceUnavailable", 503),
+        ("SomethingNew", 502),
+    ] {
+        assert!(
+            matches!(
+                classified(service_error(code, status)),
+                StoreError::Server(_)
+            ),
+            "{code}"
+        );
+    }
+    let e = classified(service_error("ValidationException", 400));
+    assert_eq!(
+        e,
+        StoreError::Other("ValidationException: said the server".into())
+    );
+}
+
+#[test]
+fn transport_failures_before_sending_are_not_ambiguous() {
+    let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    let e = classified(SdkError::dispatch_failure(ConnectorError::io(Box::new(
+        refused,
+    ))));
+    assert!(matches!(e, StoreError::Transport(_)), "{e:?}");
+    assert!(!e.maybe_applied());
+
+    // A connection that broke later may have carried the request.
+    let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+    let e = classified(SdkError::dispatch_failure(ConnectorError::io(Box::new(
+        reset,
+    ))));
+    assert!(e.maybe_applied(), "{e:?}");
+
+    let e = classified(SdkError::timeout_error("attempt timed out"));
+    assert_eq!(e, StoreError::Timeout(Duration::from_secs(1)));
+    assert!(e.maybe_applied());
+}
+
+#[test]
+fn missing_credentials_are_a_credentials_error() {
+    let missing = aws_credential_types::provider::error::CredentialsError::not_loaded(
+        "no providers in chain provided credentials",
+    );
+    let e = classified(SdkError::dispatch_failure(ConnectorError::other(
+        Box::new(missing),
+        None,
+    )));
+    assert!(matches!(e, StoreError::Credentials(_)), "{e:?}");
+    assert!(!e.maybe_applied());
+}
+
+#[test]
+fn failed_condition_yields_the_old_item_when_given() {
+    let old = lease_item(&sample_lease());
+    let err = ConditionalCheckFailedException::builder()
+        .set_item(Some(old.clone()))
+        .build();
+    let e: SdkError<PutItemError> = SdkError::service_error(
+        PutItemError::ConditionalCheckFailedException(err),
+        response(400),
+    );
+    assert_eq!(condition_failed(&e), Some(Some(&old)));
+    let e: SdkError<PutItemError> = SdkError::service_error(
+        PutItemError::ConditionalCheckFailedException(
+            ConditionalCheckFailedException::builder().build(),
+        ),
+        response(400),
+    );
+    assert_eq!(condition_failed(&e), Some(None));
+}
+
+fn sample_lease() -> Lease {
+    Lease {
+        election: "report".into(),
+        holder: Some("web-1".into()),
+        rvn: "abc".into(),
+        fencing_token: 7,
+        lease_ms: 10_000,
+        acquired_at_ms: 1_700_000_000_000,
+        renewed_at_ms: 1_700_000_005_000,
+        expires_at_s: 1_700_000_015,
+        holder_meta: Some(HolderMeta {
+            address: Some("10.0.0.1:9777".into()),
+            labels: [("zone".to_owned(), "a".to_owned())].into(),
+        }),
+    }
+}
+
+#[test]
+fn lease_round_trips_and_release_drops_holder_meta() {
+    let lease = sample_lease();
+    assert_eq!(
+        parse_item("report", &lease_item(&lease)),
+        Record::Valid(lease.clone())
+    );
+    let released = Lease {
+        holder: None,
+        ..lease
+    };
+    let item = lease_item(&released);
+    assert!(!item.contains_key("holder") && !item.contains_key("holder_meta"));
+    assert_eq!(
+        parse_item("report", &item),
+        Record::Valid(Lease {
+            holder_meta: None,
+            ..released
+        })
+    );
+}
+
+fn malformed(item: &HashMap<String, AttributeValue>) -> Malformed {
+    match parse_item("report", item) {
+        Record::Malformed(m) => m,
+        other => panic!("expected a malformed record, got {other:?}"),
+    }
+}
+
+#[test]
+fn malformed_items_name_the_attribute() {
+    let good = lease_item(&sample_lease());
+
+    let mut item = good.clone();
+    item.remove("rvn");
+    let m = malformed(&item);
+    assert_eq!(m.problem, "attribute `rvn` is missing");
+    assert_eq!(m.guard, RvnGuard::Missing);
+    assert_eq!(m.fencing_token, Some(7));
+    assert_eq!(m.election, "report");
+
+    let mut item = good.clone();
+    item.insert("rvn".into(), AttributeValue::N("42".into()));
+    item.insert("fencing_token".into(), AttributeValue::S("7".into()));
+    let m = malformed(&item);
+    assert_eq!(m.problem, "attribute `rvn` is N, expected S");
+    assert_eq!(m.fencing_token, None);
+    let RvnGuard::Raw(raw) = &m.guard else {
+        panic!("guard should carry the raw rvn")
+    };
+    assert_eq!(decode_value(raw), Some(AttributeValue::N("42".into())));
+
+    let mut item = good.clone();
+    item.insert("lease_ms".into(), AttributeValue::N("-5".into()));
+    assert!(malformed(&item).problem.contains("`lease_ms`"));
+
+    let mut item = good.clone();
+    item.insert(
+        "holder_meta".into(),
+        AttributeValue::M(HashMap::from([(
+            "labels".into(),
+            AttributeValue::M(HashMap::from([("zone".into(), AttributeValue::Bool(true))])),
+        )])),
+    );
+    assert_eq!(
+        malformed(&item).problem,
+        "attribute `holder_meta.labels.zone` is BOOL, expected S"
+    );
+
+    let mut item = good;
+    item.insert("holder".into(), AttributeValue::Null(true));
+    assert_eq!(
+        malformed(&item).problem,
+        "attribute `holder` is NULL, expected S"
+    );
+}
+
+#[test]
+fn fingerprint_changes_with_any_attribute_and_ignores_order() {
+    let mut item = lease_item(&sample_lease());
+    item.remove("rvn");
+    item.insert(
+        "tags".into(),
+        AttributeValue::Ss(vec!["b".into(), "a".into()]),
+    );
+    let before = fingerprint(&item);
+    let mut reordered = item.clone();
+    reordered.insert(
+        "tags".into(),
+        AttributeValue::Ss(vec!["a".into(), "b".into()]),
+    );
+    assert_eq!(fingerprint(&reordered), before);
+    item.insert("renewed_at".into(), AttributeValue::N("1".into()));
+    assert_ne!(fingerprint(&item), before);
+}
+
+#[test]
+fn every_attribute_type_round_trips_through_the_guard_encoding() {
+    let values = [
+        AttributeValue::S("x".into()),
+        AttributeValue::N("1.5".into()),
+        AttributeValue::B(Blob::new(vec![0, 255, 16])),
+        AttributeValue::Ss(vec!["a".into(), "b".into()]),
+        AttributeValue::Ns(vec!["1".into(), "2".into()]),
+        AttributeValue::Bs(vec![Blob::new(vec![1]), Blob::new(vec![2])]),
+        AttributeValue::M(HashMap::from([("k".into(), AttributeValue::Bool(false))])),
+        AttributeValue::L(vec![
+            AttributeValue::Null(true),
+            AttributeValue::S("y".into()),
+        ]),
+        AttributeValue::Null(true),
+        AttributeValue::Bool(true),
+    ];
+    for v in values {
+        assert_eq!(decode_value(&encode_value(&v)), Some(v.clone()));
+    }
+    assert_eq!(decode_value("not json"), None);
+    assert_eq!(decode_value(r#"{"B":"abc"}"#), None);
+    assert!(matches!(
+        condition_expression(&Condition::Unchanged(RvnGuard::Raw("x".into()))),
+        Err(StoreError::Other(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttling_is_retried_until_success() {
+    let calls = AtomicU32::new(0);
+    let started = Instant::now();
+    let result = retry_throttled(Duration::from_secs(5), |left| {
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            assert!(left <= Duration::from_secs(5));
+            if n < 3 {
+                Err(StoreError::Throttled("slow down".into()))
+            } else {
+                Ok(n)
+            }
+        }
+    })
+    .await;
+    assert_eq!(result, Ok(3));
+    // Three pauses of at most 20, 40, 80 ms, each plus up to its own jitter.
+    assert!(started.elapsed() <= Duration::from_millis(280));
+    assert!(started.elapsed() >= Duration::from_millis(20));
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttling_retries_stop_within_the_budget() {
+    let calls = AtomicU32::new(0);
+    let started = Instant::now();
+    let budget = Duration::from_secs(2);
+    let result: Result<(), _> = retry_throttled(budget, |left| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            // Every attempt is given what is left, and at least MIN_ATTEMPT.
+            assert!(left >= MIN_ATTEMPT && left <= budget, "{left:?}");
+            Err(StoreError::Throttled("slow down".into()))
+        }
+    })
+    .await;
+    assert_eq!(result, Err(StoreError::Throttled("slow down".into())));
+    assert!(started.elapsed() <= budget);
+    assert!(calls.load(Ordering::SeqCst) >= 4, "retried a few times");
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_errors_are_not_retried() {
+    for err in [
+        StoreError::Timeout(Duration::from_secs(1)),
+        StoreError::Transport("refused".into()),
+        StoreError::Credentials("expired".into()),
+    ] {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = retry_throttled(Duration::from_secs(5), |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let err = err.clone();
+            async move { Err(err) }
+        })
+        .await;
+        assert_eq!(result, Err(err));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+}
