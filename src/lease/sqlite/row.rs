@@ -1,0 +1,217 @@
+//! A row of the `leases` table as SQLite stored it, whatever its types, and
+//! its reading as a lease record or as a malformed one that names what is
+//! wrong.
+
+use super::*;
+
+/// One column's value exactly as stored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) enum Raw {
+    #[default]
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(Vec<u8>),
+    Blob(Vec<u8>),
+}
+
+impl Raw {
+    pub(super) fn from_ref(v: ValueRef<'_>) -> Raw {
+        match v {
+            ValueRef::Null => Raw::Null,
+            ValueRef::Integer(i) => Raw::Integer(i),
+            ValueRef::Real(f) => Raw::Real(f),
+            ValueRef::Text(t) => Raw::Text(t.to_vec()),
+            ValueRef::Blob(b) => Raw::Blob(b.to_vec()),
+        }
+    }
+
+    pub(super) fn type_name(&self) -> &'static str {
+        match self {
+            Raw::Null => "null",
+            Raw::Integer(_) => "integer",
+            Raw::Real(_) => "real",
+            Raw::Text(_) => "text",
+            Raw::Blob(_) => "blob",
+        }
+    }
+
+    /// Unambiguous text form, with the type: `text:abc`, `integer:5`,
+    /// `real:1.5`, `blob:00ff`, `null`.
+    pub(super) fn encode(&self) -> String {
+        match self {
+            Raw::Null => "null".into(),
+            Raw::Integer(i) => format!("integer:{i}"),
+            // Bits, not the decimal form: two different reals never collide.
+            Raw::Real(f) => format!("real:{:016x}", f.to_bits()),
+            Raw::Text(t) => match std::str::from_utf8(t) {
+                Ok(s) => format!("text:{s}"),
+                Err(_) => format!("text-bytes:{}", text::hex(t)),
+            },
+            Raw::Blob(b) => format!("blob:{}", text::hex(b)),
+        }
+    }
+
+    pub(super) fn text(&self) -> Option<&str> {
+        match self {
+            Raw::Text(t) => std::str::from_utf8(t).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// A whole row as stored, one value per entry of [`COLUMNS`].
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Row(pub(super) [Raw; 9]);
+
+impl Row {
+    pub(super) fn from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        let mut vals: [Raw; 9] = Default::default();
+        for (i, v) in vals.iter_mut().enumerate() {
+            *v = Raw::from_ref(row.get_ref(i)?);
+        }
+        Ok(Row(vals))
+    }
+
+    pub(super) fn get(&self, column: &str) -> &Raw {
+        let i = COLUMNS
+            .iter()
+            .position(|c| *c == column)
+            .expect("callers only name columns listed in COLUMNS");
+        &self.0[i]
+    }
+
+    /// The guard an `Unchanged` condition compares against.
+    pub(super) fn guard(&self) -> RvnGuard {
+        match self.get("rvn") {
+            Raw::Null => RvnGuard::Missing,
+            raw => RvnGuard::Raw(raw.encode()),
+        }
+    }
+
+    /// Interpret the row as a lease, or describe everything wrong with it.
+    pub(super) fn to_record(&self) -> Record {
+        let mut problems = Vec::new();
+        let election = match self.get("election") {
+            Raw::Text(t) => {
+                if std::str::from_utf8(t).is_err() {
+                    problems.push("attribute `election` is not valid UTF-8".into());
+                }
+                String::from_utf8_lossy(t).into_owned()
+            }
+            other => {
+                problems.push(text_problem("election", other));
+                other.encode()
+            }
+        };
+        let holder = match self.get("holder") {
+            Raw::Null => None,
+            raw => match raw.text() {
+                Some(s) => Some(s.to_owned()),
+                None => {
+                    problems.push(text_problem("holder", raw));
+                    None
+                }
+            },
+        };
+        let rvn = match self.get("rvn") {
+            Raw::Null => {
+                problems.push("attribute `rvn` is missing".into());
+                String::new()
+            }
+            raw => match raw.text() {
+                Some(s) => s.to_owned(),
+                None => {
+                    problems.push(text_problem("rvn", raw));
+                    String::new()
+                }
+            },
+        };
+        let mut number = |column: &str| match self.get(column) {
+            Raw::Integer(i) => u64::try_from(*i).unwrap_or_else(|_| {
+                problems.push(format!("attribute `{column}` is negative ({i})"));
+                0
+            }),
+            Raw::Null => {
+                problems.push(format!("attribute `{column}` is missing"));
+                0
+            }
+            raw => {
+                problems.push(format!(
+                    "attribute `{column}` is not a whole number (type {}: {})",
+                    raw.type_name(),
+                    text::shorten(&raw.encode(), 40)
+                ));
+                0
+            }
+        };
+        let fencing_token = number("fencing_token");
+        let lease_ms = number("lease_ms");
+        let acquired_at_ms = number("acquired_at");
+        let renewed_at_ms = number("renewed_at");
+        let expires_at_s = number("expires_at");
+        let holder_meta = match self.get("holder_meta") {
+            Raw::Null => None,
+            raw => match raw.text().map(serde_json::from_str::<HolderMeta>) {
+                Some(Ok(meta)) => Some(meta),
+                Some(Err(e)) => {
+                    problems.push(format!(
+                        "attribute `holder_meta` is not a valid holder description: {e}"
+                    ));
+                    None
+                }
+                None => {
+                    problems.push(text_problem("holder_meta", raw));
+                    None
+                }
+            },
+        };
+        if problems.is_empty() {
+            return Record::Valid(Lease {
+                election,
+                holder,
+                rvn,
+                fencing_token,
+                lease_ms,
+                acquired_at_ms,
+                renewed_at_ms,
+                expires_at_s,
+                holder_meta,
+            });
+        }
+        let fencing_token = match self.get("fencing_token") {
+            Raw::Integer(i) => u64::try_from(*i).ok(),
+            _ => None,
+        };
+        Record::Malformed(Malformed {
+            election,
+            problem: problems.join("; "),
+            fingerprint: self.fingerprint(),
+            fencing_token,
+            guard: self.guard(),
+        })
+    }
+
+    /// A digest of every column (name, type and value). Only ever compared
+    /// with another fingerprint taken by the same process, so std's hasher
+    /// (stable within one build) is enough; two successive versions of one
+    /// item colliding in 64 bits is not a practical concern.
+    pub(super) fn fingerprint(&self) -> String {
+        let mut h = DefaultHasher::new();
+        for (name, value) in COLUMNS.iter().zip(&self.0) {
+            name.hash(&mut h);
+            value.encode().hash(&mut h);
+        }
+        format!("{:016x}", h.finish())
+    }
+}
+
+pub(super) fn text_problem(column: &str, raw: &Raw) -> String {
+    match raw {
+        Raw::Text(_) => format!("attribute `{column}` is not valid UTF-8"),
+        _ => format!(
+            "attribute `{column}` has type {}, expected text",
+            raw.type_name()
+        ),
+    }
+}

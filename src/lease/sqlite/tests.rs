@@ -1,0 +1,335 @@
+//! Unit tests of the SQLite store.
+use super::*;
+
+fn row(values: [Raw; 9]) -> Row {
+    Row(values)
+}
+
+fn good() -> [Raw; 9] {
+    [
+        Raw::Text(b"e".to_vec()),
+        Raw::Text(b"me".to_vec()),
+        Raw::Text(b"r1".to_vec()),
+        Raw::Integer(7),
+        Raw::Integer(10_000),
+        Raw::Integer(1),
+        Raw::Integer(2),
+        Raw::Integer(3),
+        Raw::Null,
+    ]
+}
+
+#[test]
+fn a_well_formed_row_is_a_lease() {
+    let Record::Valid(l) = row(good()).to_record() else {
+        panic!("expected a valid lease");
+    };
+    assert_eq!(l.rvn, "r1");
+    assert_eq!(l.fencing_token, 7);
+    assert_eq!(l.holder.as_deref(), Some("me"));
+}
+
+#[test]
+fn every_bad_column_is_named_and_nothing_panics() {
+    let cases: [(usize, Raw, &str); 8] = [
+        (2, Raw::Null, "`rvn` is missing"),
+        (2, Raw::Integer(5), "`rvn` has type integer"),
+        (
+            3,
+            Raw::Text(b"abc".to_vec()),
+            "`fencing_token` is not a whole number",
+        ),
+        (3, Raw::Integer(-1), "`fencing_token` is negative"),
+        (4, Raw::Real(1.5), "`lease_ms` is not a whole number"),
+        (1, Raw::Blob(vec![0xff]), "`holder` has type blob"),
+        (8, Raw::Text(b"{not json".to_vec()), "`holder_meta`"),
+        (
+            1,
+            Raw::Text(vec![0xff, 0xfe]),
+            "`holder` is not valid UTF-8",
+        ),
+    ];
+    for (i, bad, expected) in cases {
+        let mut values = good();
+        values[i] = bad.clone();
+        let Record::Malformed(m) = row(values).to_record() else {
+            panic!("{bad:?} in column {i} must be malformed");
+        };
+        assert!(m.problem.contains(expected), "{} vs {expected}", m.problem);
+    }
+}
+
+#[test]
+fn guard_and_fingerprint_follow_the_raw_values() {
+    let mut a = good();
+    a[3] = Raw::Text(b"x".to_vec());
+    let mut b = a.clone();
+    b[5] = Raw::Integer(99);
+    let (Record::Malformed(ma), Record::Malformed(mb)) =
+        (row(a.clone()).to_record(), row(b).to_record())
+    else {
+        panic!("both rows are malformed");
+    };
+    assert_ne!(ma.fingerprint, mb.fingerprint);
+    assert_eq!(ma.guard, RvnGuard::Raw("text:r1".into()));
+    assert_eq!(ma.fencing_token, None);
+    let Record::Malformed(again) = row(a.clone()).to_record() else {
+        panic!("same row, same answer");
+    };
+    assert_eq!(again.fingerprint, ma.fingerprint);
+    // Text "5" and integer 5 are different raw values.
+    let mut t = a.clone();
+    t[2] = Raw::Text(b"5".to_vec());
+    let mut i = a;
+    i[2] = Raw::Integer(5);
+    assert_ne!(row(t).guard(), row(i).guard());
+}
+
+#[test]
+fn conditions_match_the_memory_store() {
+    let valid = row(good());
+    let mut bad = good();
+    bad[2] = Raw::Null;
+    let missing_rvn = row(bad);
+    let held = Condition::HeldBy {
+        rvn: "r1".into(),
+        holder: "me".into(),
+    };
+    assert!(holds(None, &Condition::NotExists));
+    assert!(!holds(Some(&valid), &Condition::NotExists));
+    assert!(holds(Some(&valid), &Condition::RvnIs("r1".into())));
+    assert!(!holds(Some(&valid), &Condition::RvnIs("r2".into())));
+    assert!(holds(Some(&valid), &held));
+    assert!(!holds(
+        Some(&valid),
+        &Condition::HeldBy {
+            rvn: "r1".into(),
+            holder: "you".into()
+        }
+    ));
+    assert!(!holds(None, &held));
+    assert!(!holds(Some(&missing_rvn), &Condition::RvnIs(String::new())));
+    assert!(holds(
+        Some(&missing_rvn),
+        &Condition::Unchanged(RvnGuard::Missing)
+    ));
+    assert!(!holds(None, &Condition::Unchanged(RvnGuard::Missing)));
+    assert!(!holds(
+        Some(&valid),
+        &Condition::Unchanged(RvnGuard::Missing)
+    ));
+    assert!(holds(
+        Some(&valid),
+        &Condition::Unchanged(RvnGuard::Raw("text:r1".into()))
+    ));
+}
+
+fn sample(election: &str) -> Lease {
+    Lease {
+        election: election.into(),
+        holder: Some("me".into()),
+        rvn: crate::lease::new_rvn(),
+        fencing_token: 1,
+        lease_ms: 10_000,
+        acquired_at_ms: 1,
+        renewed_at_ms: 1,
+        expires_at_s: 1,
+        holder_meta: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_file_is_a_timeout_within_the_budget() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    // Another process holds the write lock.
+    let other = Connection::open(&path).expect("second connection");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+
+    let budget = Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let res = store.put(&sample("e"), &Condition::NotExists, budget).await;
+    assert_eq!(res, Err(StoreError::Timeout(budget)));
+    // Generous: only "bounded", not "punctual", on a busy machine.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // WAL: readers are not blocked by the writer.
+    assert_eq!(store.read("e", budget).await, Ok(Record::Absent));
+
+    other.execute_batch("ROLLBACK").expect("release the lock");
+    let lease = sample("e");
+    assert_eq!(
+        store
+            .put(&lease, &Condition::NotExists, Duration::from_secs(10))
+            .await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert_eq!(
+        store.read("e", Duration::from_secs(10)).await,
+        Ok(Record::Valid(lease))
+    );
+    assert_eq!(
+        store.read("e", Duration::ZERO).await,
+        Err(StoreError::Timeout(Duration::ZERO))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_for_another_process_lock_then_applies() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let other = Connection::open(&path).expect("second connection");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .put(&sample("e"), &Condition::NotExists, Duration::from_secs(30))
+                .await
+        })
+    };
+    // The busy handler keeps retrying while the lock is held...
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "the write gave up while waiting");
+    other.execute_batch("ROLLBACK").expect("release the lock");
+    // ...and takes it once released.
+    let res = writer.await.expect("the write task ran");
+    assert_eq!(res, Ok(WriteOutcome::Applied));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_a_fixed_set_of_connections() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let budget = Duration::from_secs(60);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let name = format!("e{}", i % 20);
+            if i % 3 == 0 {
+                // Only one per election can win; the rest fail the condition.
+                store
+                    .put(&sample(&name), &Condition::NotExists, budget)
+                    .await
+                    .map(|_| ())
+            } else {
+                store.read(&name, budget).await.map(|_| ())
+            }
+        });
+    }
+    while let Some(res) = tasks.join_next().await {
+        assert_eq!(res.expect("the request task ran"), Ok(()));
+    }
+    assert_eq!(store.list(budget).await.map(|l| l.len()), Ok(20));
+    // Every connection is back and none beyond the lanes' sizes was opened.
+    assert_eq!(store.inner.writes.lock_idle().len(), WRITERS);
+    let readers = store.inner.reads.lock_idle().len();
+    assert!(
+        (1..=READERS).contains(&readers),
+        "{readers} reader connections"
+    );
+}
+
+#[test]
+fn open_errors_name_the_path() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("no-such-dir").join("l.db");
+    match SqliteStore::open(&path) {
+        Err(StoreError::Other(msg)) => {
+            assert!(msg.contains(&path.display().to_string()), "{msg}")
+        }
+        other => panic!("expected an error naming the path, got {other:?}"),
+    }
+}
+
+#[test]
+fn open_waits_for_another_process_that_holds_the_file() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let other = Connection::open(&path).expect("another process's connection");
+    other
+        .execute_batch("BEGIN EXCLUSIVE")
+        .expect("hold the file's lock");
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        other.execute_batch("COMMIT").expect("let go");
+    });
+    let store = SqliteStore::open(&path).expect("open waits for the lock");
+    holder.join().expect("the holder ran");
+    assert_eq!(store.path(), path);
+}
+
+#[test]
+fn reading_a_missing_file_names_it_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("missing.db");
+    match SqliteStore::open_read_only(&path) {
+        Err(StoreError::Other(msg)) => {
+            assert!(msg.contains(&path.display().to_string()), "{msg}")
+        }
+        other => panic!("expected an error naming the path, got {other:?}"),
+    }
+    assert!(!path.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_file_is_noticed_and_what_the_path_names_now_is_used() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let mut changes = store.changes().expect("SQLite tells of replacements");
+    let budget = Duration::from_secs(10);
+    let mine = sample("e");
+    assert_eq!(
+        store.put(&mine, &Condition::NotExists, budget).await,
+        Ok(WriteOutcome::Applied)
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    // The directory watch tells at once, before any request.
+    tokio::time::timeout(Duration::from_secs(5), changes.changed())
+        .await
+        .expect("the deletion is noticed within seconds")
+        .expect("the store lives");
+    // A renew of the lease held in the deleted file fails its condition:
+    // the path now names a new, empty file.
+    let mut renewed = mine.clone();
+    renewed.rvn = crate::lease::new_rvn();
+    let held = Condition::HeldBy {
+        rvn: mine.rvn.clone(),
+        holder: "me".into(),
+    };
+    assert_eq!(
+        store.put(&renewed, &held, budget).await,
+        Ok(WriteOutcome::ConditionFailed {
+            current: Some(Record::Absent)
+        })
+    );
+    assert!(path.exists(), "opened anew at the same path");
+    assert_eq!(store.read("e", budget).await, Ok(Record::Absent));
+}
+
+#[tokio::test]
+async fn check_reports_a_foreign_table() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    Connection::open(&path)
+        .and_then(|c| c.execute_batch("CREATE TABLE leases (election TEXT, owner TEXT)"))
+        .expect("a table of another tool");
+    let store = SqliteStore::open(&path).expect("open keeps the existing table");
+    let res = store.check(Duration::from_secs(10)).await;
+    match res {
+        Err(StoreError::WrongSchema { detail, .. }) => {
+            assert!(detail.contains("rvn"), "{detail}")
+        }
+        other => panic!("expected WrongSchema, got {other:?}"),
+    }
+}
