@@ -169,7 +169,7 @@ const BUDGET: Duration = Duration::from_secs(10);
 /// print every election found in it, or the ones named.
 pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
     let cfg = tool::config(&args.store)?;
-    let store = crate::daemon::open_store_to_read(&cfg.store)
+    let store = crate::lease::open_to_read(&cfg.store.spec())
         .await
         .map_err(|e| ToolError::new(exit::UNAVAILABLE, e))?;
     let rows = collect(store.as_ref(), &args.elections, BUDGET)

@@ -7,7 +7,7 @@ use super::{TableAction, TableArgs};
 use crate::config::StoreKind;
 use crate::exit;
 use crate::lease::StoreError;
-use crate::lease::dynamodb::{DynamoConfig, DynamoStore, TableInfo, TtlStatus};
+use crate::lease::dynamodb::{DynamoStore, TableInfo, TtlStatus};
 
 /// Create the table (on-demand, key `election`), wait until ACTIVE, and
 /// optionally enable TTL on `expires_at`. Returns the description to print.
@@ -62,7 +62,7 @@ pub async fn run(args: TableArgs) -> Result<(), ToolError> {
             "`leaderd table` manages a DynamoDB table: set --store dynamodb (or store.kind = \"dynamodb\")",
         ));
     }
-    let store = DynamoStore::new(&DynamoConfig::from(&cfg.store)).await;
+    let store = DynamoStore::new(&cfg.store.dynamo()).await;
     let info = match &args.action {
         TableAction::Create(a) => create(&store, a.ttl, a.wait).await,
         TableAction::Describe(_) => describe(&store).await,

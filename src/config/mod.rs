@@ -45,6 +45,8 @@ use serde::de::{self, Deserializer, Visitor};
 
 use crate::election::{ElectionConfig, TimingError};
 use crate::exit::CONFIG as EX_CONFIG;
+use crate::lease::StoreSpec;
+use crate::lease::dynamodb::DynamoConfig;
 use crate::text::{self, echo, echo_plain};
 
 mod build;
@@ -144,6 +146,28 @@ pub struct StoreConfig {
     pub create_table: bool,
     /// `store.fail_fast`: exit 69 if the store is unreachable at start.
     pub fail_fast: bool,
+}
+
+impl StoreConfig {
+    /// The store these settings name.
+    pub fn spec(&self) -> StoreSpec {
+        match self.kind {
+            StoreKind::Sqlite => StoreSpec::Sqlite(self.path.clone()),
+            StoreKind::Dynamodb => StoreSpec::Dynamodb {
+                config: self.dynamo(),
+                create_table: self.create_table,
+            },
+        }
+    }
+
+    /// The DynamoDB table these settings name.
+    pub fn dynamo(&self) -> DynamoConfig {
+        DynamoConfig::new(
+            self.table.clone(),
+            self.region.clone(),
+            self.endpoint_url.clone(),
+        )
+    }
 }
 
 /// `[http]` (the primary election is [`Config::primary`]).

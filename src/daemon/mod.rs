@@ -17,13 +17,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Instant};
-use crate::config::{ChildConfig, Config, Mode, StoreConfig, StoreKind};
+use crate::config::{ChildConfig, Config, Mode};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
 use crate::exit;
 use crate::http::{self, AppState, ResignError, ResignRequest};
-use crate::lease::dynamodb::{DynamoConfig, DynamoStore};
-use crate::lease::sqlite::SqliteStore;
-use crate::lease::{LeaseStore, StoreError};
+use crate::lease::{self, LeaseStore, StoreError};
 use crate::metrics::Metrics;
 use crate::notify::{self, Notifier};
 use crate::shutdown::{self, Signals};
@@ -35,8 +33,6 @@ use child::{AfterExit, AfterStartFailure, Job, Slot};
 
 /// How long the start-up store check may take with `fail_fast`.
 const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
-/// How long `create_table` waits for the table to become ACTIVE.
-const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
 /// Elections start [`CAMPAIGN_SPACING`] apart, all within [`CAMPAIGN_SPREAD`]
 /// (the default renew interval). Their first writes, and with them their
 /// renewals, then spread over the whole renew cycle, so each tick of the
@@ -55,36 +51,6 @@ fn campaign_delay(i: usize, n: usize) -> Duration {
         .min(CAMPAIGN_SPREAD.saturating_mul(i) / n)
 }
 
-/// Open the configured store only to read it (`leaderd status`): no file,
-/// table or item is created, and a missing SQLite file is an error.
-pub async fn open_store_to_read(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String> {
-    match cfg.kind {
-        StoreKind::Sqlite => SqliteStore::open_read_only(&cfg.path)
-            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
-            .map_err(|e| e.to_string()),
-        StoreKind::Dynamodb => Ok(Arc::new(DynamoStore::new(&DynamoConfig::from(cfg)).await)),
-    }
-}
-
-/// Open the configured store (and create the DynamoDB table when asked).
-pub async fn open_store(cfg: &StoreConfig) -> Result<Arc<dyn LeaseStore>, String> {
-    match cfg.kind {
-        StoreKind::Sqlite => SqliteStore::open(&cfg.path)
-            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
-            .map_err(|e| e.to_string()),
-        StoreKind::Dynamodb => {
-            let store = DynamoStore::new(&DynamoConfig::from(cfg)).await;
-            if cfg.create_table {
-                store
-                    .create_table(false, CREATE_TABLE_WAIT)
-                    .await
-                    .map_err(|e| format!("cannot create table `{}`: {e}", cfg.table))?;
-            }
-            Ok(Arc::new(store))
-        }
-    }
-}
-
 /// Run the daemon until it is told to stop; returns the process exit code.
 ///
 /// The caller hands in what belongs to the process: the signals it
@@ -101,7 +67,7 @@ pub async fn run(
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
-    let store = match open_store(&cfg.store).await {
+    let store = match lease::open(&cfg.store.spec()).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot open the lease store");
@@ -822,23 +788,6 @@ impl Daemon {
         self.kill_child().await;
         let releases = self.handles.values().map(|h| h.release(AfterRelease::Exit));
         futures_util::future::join_all(releases).await;
-    }
-}
-
-impl From<&StoreConfig> for DynamoConfig {
-    fn from(cfg: &StoreConfig) -> DynamoConfig {
-        DynamoConfig {
-            table: cfg.table.clone(),
-            // Configured region, else the standard AWS variables, else
-            // us-east-1, as the README documents.
-            region: cfg
-                .region
-                .clone()
-                .or_else(|| std::env::var("AWS_REGION").ok())
-                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-                .unwrap_or_else(|| "us-east-1".to_owned()),
-            endpoint_url: cfg.endpoint_url.clone(),
-        }
     }
 }
 

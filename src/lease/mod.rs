@@ -6,6 +6,8 @@
 //! engine's job (`crate::election`).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,6 +17,59 @@ pub mod dynamodb;
 #[cfg(test)]
 pub(crate) mod memory;
 pub mod sqlite;
+
+/// Which store to open: what the configuration's `[store]` section comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// The SQLite file at this path.
+    Sqlite(PathBuf),
+    /// A DynamoDB table; `create_table`: create it at start if missing.
+    Dynamodb {
+        /// Where the table is.
+        config: dynamodb::DynamoConfig,
+        /// Create the table at start if it is missing.
+        create_table: bool,
+    },
+}
+
+/// How long opening waits for a table it creates to become ACTIVE.
+const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
+
+/// Open the store for `leaderd run`: the SQLite file is created (and set up)
+/// if missing; the DynamoDB table too when asked.
+pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
+    match spec {
+        StoreSpec::Sqlite(path) => sqlite::SqliteStore::open(path)
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| e.to_string()),
+        StoreSpec::Dynamodb {
+            config,
+            create_table,
+        } => {
+            let store = dynamodb::DynamoStore::new(config).await;
+            if *create_table {
+                store
+                    .create_table(false, CREATE_TABLE_WAIT)
+                    .await
+                    .map_err(|e| format!("cannot create table `{}`: {e}", config.table))?;
+            }
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// Open the store only to read it (`leaderd status`): no file, table or item
+/// is created, and a missing SQLite file is an error naming the path.
+pub async fn open_to_read(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
+    match spec {
+        StoreSpec::Sqlite(path) => sqlite::SqliteStore::open_read_only(path)
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| e.to_string()),
+        StoreSpec::Dynamodb { config, .. } => {
+            Ok(Arc::new(dynamodb::DynamoStore::new(config).await))
+        }
+    }
+}
 
 /// One election's lease, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -83,6 +83,22 @@ pub struct DynamoConfig {
     pub endpoint_url: Option<String>,
 }
 
+impl DynamoConfig {
+    /// The table in `region`, else the region of the standard AWS variables
+    /// (`AWS_REGION`, `AWS_DEFAULT_REGION`), else `us-east-1`.
+    pub fn new(table: String, region: Option<String>, endpoint_url: Option<String>) -> Self {
+        let region = region
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+            .unwrap_or_else(|| "us-east-1".to_owned());
+        DynamoConfig {
+            table,
+            region,
+            endpoint_url,
+        }
+    }
+}
+
 /// The DynamoDB lease store. Clones share one SDK client (and its connection
 /// pool).
 #[derive(Debug, Clone)]
