@@ -1,543 +1,29 @@
-//! The election engine: one task per election.
-//!
-//! The task reads and writes the lease through a [`LeaseStore`] and publishes
-//! its state on a `watch` channel, so the HTTP server, the metrics and the
-//! child supervisor observe it without ever locking or slowing the engine.
-//! Elections are independent tasks: a slow request in one never delays
-//! another's renewal.
-//!
-//! Timing, all on the boot-time [`Clock`]:
-//! - follower: takes over an `rvn` only after it stayed unchanged for
-//!   `lease_ms·(1+D)` since the response that first showed it arrived;
-//! - leader: valid until `send time of last successful write + L·(1−D) − M`;
-//!   renews every R, retries every P, and at `validity − G` without a renew it
-//!   enters [`Role::Stopping`] (the child must stop), at validity it is a
-//!   follower again.
+//! The engine: one task per election that campaigns, renews, stops and
+//! releases, publishing its state on a watch channel.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
-
-use crate::clock::{self, Clock, Instant};
-use crate::lease::{
-    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome, new_rvn,
-};
-use crate::text;
-
-/// Timing and identity of one election.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ElectionConfig {
-    /// The election's name (the lease record's key).
-    pub name: String,
-    /// Our identity, written as `holder`.
-    pub identity: String,
-    /// L: the lease we promise to honour.
-    pub lease_duration: Duration,
-    /// R: how often the leader renews.
-    pub renew_interval: Duration,
-    /// P: follower poll and renew retry interval.
-    pub retry_interval: Duration,
-    /// G: time between the stop signal and the kill, before validity ends.
-    pub kill_grace: Duration,
-    /// D: the clock-rate drift we tolerate, as a fraction (0.01 = 1%).
-    pub max_clock_drift: f64,
-    /// M: margin subtracted from the leader's validity.
-    pub safety_margin: Duration,
-    /// After creating a missing item, wait L·(1+D) (renewing) before leading.
-    pub strict_new_lease: bool,
-    /// Advertised in the lease record.
-    pub holder_meta: Option<HolderMeta>,
-}
-
-/// The built-in timing: the defaults of the configuration's timing keys.
-pub mod defaults {
-    use std::time::Duration;
-
-    /// L, `lease.duration`; R defaults to L/2.
-    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
-    /// P, `lease.retry_interval`.
-    pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
-    /// D, `lease.max_clock_drift`.
-    pub const MAX_CLOCK_DRIFT: f64 = 0.01;
-    /// M, `lease.safety_margin`.
-    pub const SAFETY_MARGIN: Duration = Duration::from_millis(200);
-    /// G, `child.kill_grace`.
-    pub const KILL_GRACE: Duration = Duration::from_secs(2);
-}
-
-impl ElectionConfig {
-    /// A config with the built-in defaults for everything but name and
-    /// identity (tests).
-    #[cfg(any(test, feature = "testing"))]
-    pub fn with_defaults(name: impl Into<String>, identity: impl Into<String>) -> Self {
-        ElectionConfig {
-            name: name.into(),
-            identity: identity.into(),
-            lease_duration: defaults::LEASE_DURATION,
-            renew_interval: defaults::LEASE_DURATION / 2,
-            retry_interval: defaults::RETRY_INTERVAL,
-            kill_grace: defaults::KILL_GRACE,
-            max_clock_drift: defaults::MAX_CLOCK_DRIFT,
-            safety_margin: defaults::SAFETY_MARGIN,
-            strict_new_lease: false,
-            holder_meta: None,
-        }
-    }
-
-    /// Check the timing rules, the one place they are written: every
-    /// interval above zero, D in [0, 0.5), R < L, and the invariant
-    /// R + G + M + L·D < L, without which a leader could still be running its
-    /// job when a follower's wait ends.
-    pub fn validate(&self) -> Result<(), TimingError> {
-        let l = self.lease_duration;
-        if l.is_zero() || self.renew_interval.is_zero() || self.retry_interval.is_zero() {
-            return Err(TimingError::Zero);
-        }
-        if !(0.0..0.5).contains(&self.max_clock_drift) {
-            return Err(TimingError::Drift(self.max_clock_drift));
-        }
-        if self.renew_interval >= l {
-            return Err(TimingError::RenewNotShorter {
-                renew: self.renew_interval,
-                lease: l,
-            });
-        }
-        let drift = l.mul_f64(self.max_clock_drift);
-        let sum = self.renew_interval + self.kill_grace + self.safety_margin + drift;
-        if sum >= l {
-            return Err(TimingError::Invariant {
-                renew: self.renew_interval,
-                kill_grace: self.kill_grace,
-                safety_margin: self.safety_margin,
-                drift,
-                lease: l,
-            });
-        }
-        Ok(())
-    }
-
-    /// How many renew retries fit between a missed renew and the stop signal.
-    /// Fewer than two is worth a warning: one slow answer then costs the lease.
-    pub fn retries_that_fit(&self) -> u32 {
-        let window = self
-            .validity()
-            .saturating_sub(self.kill_grace + self.renew_interval);
-        (window.as_secs_f64() / self.retry_interval.as_secs_f64()).floor() as u32
-    }
-
-    /// L·(1−D) − M: how long a successful write keeps the leader valid.
-    pub fn validity(&self) -> Duration {
-        self.lease_duration
-            .mul_f64(1.0 - self.max_clock_drift)
-            .saturating_sub(self.safety_margin)
-    }
-
-    /// How long a follower waits on an unchanged rvn whose holder promised `lease_ms`.
-    pub fn takeover_wait(&self, lease_ms: u64) -> Duration {
-        Duration::from_millis(lease_ms).mul_f64(1.0 + self.max_clock_drift)
-    }
-
-    fn request_budget(&self) -> Duration {
-        self.renew_interval
-    }
-}
-
-/// A timing rule an election's settings break (see
-/// [`ElectionConfig::validate`]); the message names the values.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum TimingError {
-    /// The lease, renew or retry interval is zero.
-    #[error("lease duration, renew_interval and retry_interval must be above zero")]
-    Zero,
-    /// D is outside [0, 0.5).
-    #[error("max_clock_drift = {0} must be at least 0 and below 0.5")]
-    Drift(f64),
-    /// R ≥ L.
-    #[error("renew_interval ({}) must be shorter than lease duration ({})", text::duration(*renew), text::duration(*lease))]
-    RenewNotShorter {
-        /// R.
-        renew: Duration,
-        /// L.
-        lease: Duration,
-    },
-    /// R + G + M + L·D ≥ L.
-    #[error(
-        "timing invariant R + G + M + L·D < L violated: renew_interval {} + kill_grace {} + safety_margin {} + lease_duration·max_clock_drift {} = {} is not below lease_duration {}",
-        text::duration(*renew),
-        text::duration(*kill_grace),
-        text::duration(*safety_margin),
-        text::duration(*drift),
-        text::duration(*renew + *kill_grace + *safety_margin + *drift),
-        text::duration(*lease)
-    )]
-    Invariant {
-        /// R.
-        renew: Duration,
-        /// G.
-        kill_grace: Duration,
-        /// M.
-        safety_margin: Duration,
-        /// L·D.
-        drift: Duration,
-        /// L.
-        lease: Duration,
-    },
-}
-
-/// Where this instance stands in one election.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Not leading; polling the record.
-    Follower,
-    /// Created the item under `strict_new_lease`; renewing but not leading yet.
-    Confirming,
-    /// Leading, inside validity.
-    Leader,
-    /// Lost the lease or could not renew in time: the child must stop now and be
-    /// killed by `Tenure::valid_until`. Not leading.
-    Stopping,
-}
-
-/// One term of leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenure {
-    /// The fencing token of this tenure.
-    pub fencing_token: u64,
-    /// Unix ms when it began (for humans).
-    pub since_unix_ms: u64,
-    /// Boot-clock instant it began.
-    pub since: Instant,
-    /// The end of validity: the child must be dead by then.
-    pub valid_until: Instant,
-    /// `valid_until − G`: the stop signal is due then unless renewed.
-    pub stop_at: Instant,
-    /// Counts tenures in this process: a new number is a new tenure.
-    pub seq: u64,
-    /// Lease duration promised in the record, ms.
-    pub lease_ms: u64,
-}
-
-/// The engine's published state.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ElectionState {
-    /// Election name.
-    pub election: String,
-    /// Our identity.
-    pub identity: String,
-    /// Our role.
-    pub role: Role,
-    /// Present while `Leader`, `Confirming` or `Stopping`.
-    pub tenure: Option<Tenure>,
-    /// The holder as last observed (ourselves while leading).
-    pub leader: Option<String>,
-    /// The fencing token as last observed.
-    pub fencing_token: Option<u64>,
-    /// Boot instant of the last successful store answer.
-    pub observed_at: Option<Instant>,
-    /// Unix ms of the same, for humans.
-    pub observed_at_unix_ms: Option<u64>,
-    /// The class of the last store error, cleared by the next success.
-    pub last_error: Option<String>,
-    /// What is wrong with the stored record, if it is malformed.
-    pub malformed: Option<String>,
-    /// Boot instant at which the campaign loop last made progress.
-    pub heartbeat: Instant,
-    /// True once the first read of the record has been answered.
-    pub first_observation_done: bool,
-    /// True once the task has ended (after a final release).
-    pub finished: bool,
-    /// Campaign rounds completed as a follower (read, and the acquisition
-    /// attempt it allowed, if any). `--acquire-timeout 0` gives up after one.
-    pub rounds: u64,
-}
-
-impl ElectionState {
-    /// Whether we lead at `now`: role `Leader` and before the stop time. Callers
-    /// pass the current clock reading so a stalled engine cannot make a stale
-    /// state look valid.
-    pub fn is_leader_at(&self, now: Instant) -> bool {
-        self.role == Role::Leader && self.tenure.as_ref().is_some_and(|t| now < t.stop_at)
-    }
-
-    /// Validity left at `now` while leading, else zero.
-    pub fn lease_remaining(&self, now: Instant) -> Duration {
-        match &self.tenure {
-            Some(t) if self.is_leader_at(now) => t.valid_until - now,
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-/// Made-up states for tests of what watches the engines (HTTP, metrics):
-/// one place that builds them, so a new field is added once.
-#[cfg(any(test, feature = "testing"))]
-impl ElectionState {
-    /// A follower of `election` as `identity` that last heard from the store
-    /// at `now` (unix ms 1,700,000,000,000) and knows of no leader.
-    pub fn example(election: &str, identity: &str, now: Instant) -> ElectionState {
-        ElectionState {
-            election: election.into(),
-            identity: identity.into(),
-            role: Role::Follower,
-            tenure: None,
-            leader: None,
-            fencing_token: None,
-            observed_at: Some(now),
-            observed_at_unix_ms: Some(1_700_000_000_000),
-            last_error: None,
-            malformed: None,
-            heartbeat: now,
-            first_observation_done: true,
-            finished: false,
-            rounds: 1,
-        }
-    }
-
-    /// The same, seeing `leader` hold the lease under `token`.
-    #[must_use]
-    pub fn seeing(self, leader: &str, token: u64) -> ElectionState {
-        ElectionState {
-            leader: Some(leader.into()),
-            fencing_token: Some(token),
-            ..self
-        }
-    }
-
-    /// The same, in `role` of a tenure begun at `since` under `token` with
-    /// the default timing: a 10 s lease, valid for 9.7 s, stop at 7.7 s.
-    #[must_use]
-    pub fn in_tenure(self, role: Role, token: u64, since: Instant) -> ElectionState {
-        let identity = self.identity.clone();
-        ElectionState {
-            role,
-            tenure: Some(Tenure {
-                fencing_token: token,
-                since_unix_ms: 1_700_000_000_000,
-                since,
-                valid_until: since + Duration::from_millis(9_700),
-                stop_at: since + Duration::from_millis(7_700),
-                seq: 1,
-                lease_ms: 10_000,
-            }),
-            ..self.seeing(&identity, token)
-        }
-    }
-}
-
-/// What a renew, acquire or store call came to, for metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome<'a> {
-    /// Done.
-    Ok,
-    /// Someone else wrote (condition failed).
-    Lost,
-    /// A store error.
-    Failed(&'a StoreError),
-}
-
-impl Outcome<'_> {
-    /// Label of `leaderd_renew_total{result}`: ok, lost, throttled, timeout, error.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Lost => "lost",
-            Outcome::Failed(e) => e.renew_label(),
-        }
-    }
-}
-
-/// Leadership changes, for metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
-    /// Became leader.
-    Gained,
-    /// Stopped leading (lost, expired, released or resigned).
-    Lost,
-}
-
-/// Receives the engine's events; `crate::metrics` implements it. Methods are
-/// called from the election task and must not block.
-pub trait Observer: Send + Sync + 'static {
-    /// A store request finished after `took`.
-    fn store_request(
-        &self,
-        _election: &str,
-        _op: &'static str,
-        _took: Duration,
-        _outcome: Outcome<'_>,
-    ) {
-    }
-    /// An acquisition attempt (create, take over) ended.
-    fn acquire_attempt(&self, _election: &str, _outcome: Outcome<'_>) {}
-    /// A renew ended.
-    fn renew(&self, _election: &str, _outcome: Outcome<'_>) {}
-    /// Leadership changed.
-    fn transition(&self, _election: &str, _t: Transition) {}
-    /// A malformed record was seen.
-    fn malformed_record(&self, _election: &str) {}
-}
-
-/// An observer that ignores everything.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoObserver;
-impl Observer for NoObserver {}
-
-/// What to do after a voluntary release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterRelease {
-    /// End the election task.
-    Exit,
-    /// Sit out this long, then campaign again.
-    SitOut(Duration),
-}
-
-/// Requests to the election task.
-#[derive(Debug)]
-pub enum Command {
-    /// Give the lease up (the caller stopped the child first), then act as said.
-    /// `done` is answered once the release was attempted.
-    Release {
-        /// What to do afterwards.
-        then: AfterRelease,
-        /// Answered with whether a lease was released.
-        done: oneshot::Sender<bool>,
-    },
-}
-
-/// Handle to a running election task.
-#[derive(Debug)]
-pub struct ElectionHandle {
-    /// The published state.
-    pub state: watch::Receiver<ElectionState>,
-    /// The configured lease duration (also how long a resign sits out).
-    pub lease_duration: Duration,
-    commands: mpsc::Sender<Command>,
-    task: JoinHandle<()>,
-}
-
-impl ElectionHandle {
-    /// Release the lease if held, then act as said. Returns whether a lease
-    /// was released; `false` also when the task is gone.
-    pub async fn release(&self, then: AfterRelease) -> bool {
-        let (done, rx) = oneshot::channel();
-        if self
-            .commands
-            .send(Command::Release { then, done })
-            .await
-            .is_err()
-        {
-            return false;
-        }
-        rx.await.unwrap_or(false)
-    }
-
-    /// Whether the task has ended.
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-
-    /// Wait for the task to end.
-    pub async fn join(self) {
-        let _ = self.task.await;
-    }
-
-    /// Abort the task (no release).
-    pub fn abort(&self) {
-        self.task.abort();
-    }
-}
-
-/// Start the election task; it campaigns at once.
-pub fn spawn(
-    store: Arc<dyn LeaseStore>,
-    config: ElectionConfig,
-    clock: Clock,
-    observer: Arc<dyn Observer>,
-) -> ElectionHandle {
-    spawn_after(store, config, clock, observer, Duration::ZERO)
-}
-
-/// Start the election task; its first store request waits `delay` (it
-/// reports follower meanwhile and obeys release/exit at once). A daemon with
-/// many elections spaces their starts so they do not all hit the store in
-/// the same instant.
-pub fn spawn_after(
-    store: Arc<dyn LeaseStore>,
-    config: ElectionConfig,
-    clock: Clock,
-    observer: Arc<dyn Observer>,
-    delay: Duration,
-) -> ElectionHandle {
-    let now = clock.now();
-    let lease_duration = config.lease_duration;
-    let (state_tx, state) = watch::channel(ElectionState {
-        election: config.name.clone(),
-        identity: config.identity.clone(),
-        role: Role::Follower,
-        tenure: None,
-        leader: None,
-        fencing_token: None,
-        observed_at: None,
-        observed_at_unix_ms: None,
-        last_error: None,
-        malformed: None,
-        heartbeat: now,
-        first_observation_done: false,
-        finished: false,
-        rounds: 0,
-    });
-    let (commands, cmd_rx) = mpsc::channel(8);
-    let retry = Retry::new(config.retry_interval);
-    let store_changes = store.changes();
-    let engine = Engine {
-        store,
-        cfg: config,
-        clock,
-        observer,
-        state_tx,
-        commands: cmd_rx,
-        observed: None,
-        own_rvns: Vec::new(),
-        last_token: None,
-        tenure_seq: 0,
-        warned_malformed: None,
-        errors: ErrorLog::default(),
-        retry,
-        store_changes,
-    };
-    let task = tokio::spawn(engine.run(delay));
-    ElectionHandle {
-        state,
-        lease_duration,
-        commands,
-        task,
-    }
-}
+use super::*;
 
 /// The record version a follower is timing.
 #[derive(Debug, Clone)]
-struct Observed {
+pub(super) struct Observed {
     /// rvn, or `malformed:<fingerprint>` for a malformed item.
-    key: String,
-    first_seen: Instant,
-    lease_ms: u64,
+    pub(super) key: String,
+    pub(super) first_seen: Instant,
+    pub(super) lease_ms: u64,
 }
 
 /// The leader's private view of its tenure.
 #[derive(Debug, Clone)]
-struct Term {
-    lease: Lease,
-    last_send: Instant,
-    leads_from: Instant,
-    since: Instant,
-    seq: u64,
+pub(super) struct Term {
+    pub(super) lease: Lease,
+    pub(super) last_send: Instant,
+    pub(super) leads_from: Instant,
+    pub(super) since: Instant,
+    pub(super) seq: u64,
 }
 
 /// How an acquisition attempt ended.
-enum Attempt {
+pub(super) enum Attempt {
     /// The write applied: lead under this term (boxed: a term is large
     /// next to the other variants).
     Won(Box<Term>),
@@ -548,14 +34,14 @@ enum Attempt {
 }
 
 /// What one follower round came to.
-enum Round {
+pub(super) enum Round {
     /// Nothing to take: look again at this instant.
     Wait(Instant),
     /// It tried to take the lease.
     Attempted(Attempt),
 }
 
-enum Step {
+pub(super) enum Step {
     Follow,
     Lead(Term),
     /// Stop the child now; kill at the given instant; then follow.
@@ -565,33 +51,33 @@ enum Step {
     Exit,
 }
 
-struct Engine {
-    store: Arc<dyn LeaseStore>,
-    cfg: ElectionConfig,
-    clock: Clock,
-    observer: Arc<dyn Observer>,
-    state_tx: watch::Sender<ElectionState>,
-    commands: mpsc::Receiver<Command>,
-    observed: Option<Observed>,
+pub(super) struct Engine {
+    pub(super) store: Arc<dyn LeaseStore>,
+    pub(super) cfg: ElectionConfig,
+    pub(super) clock: Clock,
+    pub(super) observer: Arc<dyn Observer>,
+    pub(super) state_tx: watch::Sender<ElectionState>,
+    pub(super) commands: mpsc::Receiver<Command>,
+    pub(super) observed: Option<Observed>,
     /// rvns we wrote or may have written (an unanswered write): finding one of
     /// these in the record means nobody else wrote since, so we may take it
     /// back at once.
-    own_rvns: Vec<String>,
+    pub(super) own_rvns: Vec<String>,
     /// Highest fencing token seen in this process, to keep tokens increasing
     /// across deletion of the item.
-    last_token: Option<u64>,
-    tenure_seq: u64,
-    warned_malformed: Option<String>,
+    pub(super) last_token: Option<u64>,
+    pub(super) tenure_seq: u64,
+    pub(super) warned_malformed: Option<String>,
     /// Store errors, logged once per change.
-    errors: ErrorLog,
+    pub(super) errors: ErrorLog,
     /// The follower's pause after a round that failed with a store error.
-    retry: Retry,
+    pub(super) retry: Retry,
     /// Moves when the store notices its data was replaced under it.
-    store_changes: Option<watch::Receiver<u64>>,
+    pub(super) store_changes: Option<watch::Receiver<u64>>,
 }
 
 /// Resolves when the store's change counter moves; never without one.
-async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
+pub(super) async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
     if let Some(rx) = changes
         && rx.changed().await.is_ok()
     {
@@ -601,102 +87,17 @@ async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
-/// Which kind of store request failed: reads and writes are told apart so
-/// that a read that works between two writes that fail does not count as
-/// the end of the writes' trouble.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RequestKind {
-    Read,
-    Write,
-}
-
-impl RequestKind {
-    fn of(op: &str) -> RequestKind {
-        if op == "read" {
-            RequestKind::Read
-        } else {
-            RequestKind::Write
-        }
-    }
-
-    fn plural(self) -> &'static str {
-        match self {
-            RequestKind::Read => "reads",
-            RequestKind::Write => "writes",
-        }
-    }
-}
-
-/// An error that keeps coming back: logged when it starts, when it turns
-/// into another error, and when it ends, with how often it came in between;
-/// never once per attempt.
-#[derive(Debug, Default)]
-struct ErrorLog {
-    reads: Option<Streak>,
-    writes: Option<Streak>,
-}
-
-#[derive(Debug)]
-struct Streak {
-    /// The error's text: the same text is the same error.
-    error: String,
-    /// Failures in a row with this text.
-    count: u64,
-    /// When the streak (of any error) began.
-    since: Instant,
-}
-
-impl ErrorLog {
-    fn streak(&mut self, kind: RequestKind) -> &mut Option<Streak> {
-        match kind {
-            RequestKind::Read => &mut self.reads,
-            RequestKind::Write => &mut self.writes,
-        }
-    }
-
-    /// Counts a failure; `Some(previous)` when it is worth a log line: a new
-    /// error (`previous` is how often the one before it came, 0 if none).
-    fn failed(&mut self, kind: RequestKind, error: String, now: Instant) -> Option<u64> {
-        let streak = self.streak(kind);
-        match streak {
-            Some(s) if s.error == error => {
-                s.count += 1;
-                None
-            }
-            Some(s) => {
-                let previous = s.count;
-                s.error = error;
-                s.count = 1;
-                Some(previous)
-            }
-            None => {
-                *streak = Some(Streak {
-                    error,
-                    count: 1,
-                    since: now,
-                });
-                Some(0)
-            }
-        }
-    }
-
-    /// A request of this kind succeeded: the streak that ended, if any.
-    fn succeeded(&mut self, kind: RequestKind) -> Option<Streak> {
-        self.streak(kind).take()
-    }
-}
-
 /// The follower's pause after a failed round: the retry interval P at
 /// first, doubling up to 4·P, each pause drawn from `[d, 2d)` so that
 /// instances that failed together do not retry together.
 #[derive(Debug)]
-struct Retry {
-    retry_interval: Duration,
-    pauses: backon::ExponentialBackoff,
+pub(super) struct Retry {
+    pub(super) retry_interval: Duration,
+    pub(super) pauses: backon::ExponentialBackoff,
 }
 
 impl Retry {
-    fn new(retry_interval: Duration) -> Retry {
+    pub(super) fn new(retry_interval: Duration) -> Retry {
         use backon::BackoffBuilder;
         Retry {
             retry_interval,
@@ -709,17 +110,17 @@ impl Retry {
         }
     }
 
-    fn next_pause(&mut self) -> Duration {
+    pub(super) fn next_pause(&mut self) -> Duration {
         self.pauses.next().unwrap_or(self.retry_interval * 4)
     }
 
-    fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         *self = Retry::new(self.retry_interval);
     }
 }
 
 impl Engine {
-    async fn run(mut self, delay: Duration) {
+    pub(super) async fn run(mut self, delay: Duration) {
         let mut step = Step::Follow;
         if !delay.is_zero()
             && let Some(decided) = self.wait_follower(self.clock.now() + delay).await
@@ -742,30 +143,30 @@ impl Engine {
         });
     }
 
-    fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.cfg.name
     }
 
-    fn beat(&self) {
+    pub(super) fn beat(&self) {
         let now = self.clock.now();
         self.state_tx.send_modify(|s| s.heartbeat = now);
     }
 
-    fn remember_own(&mut self, rvn: &str) {
+    pub(super) fn remember_own(&mut self, rvn: &str) {
         self.own_rvns.push(rvn.to_owned());
         if self.own_rvns.len() > 4 {
             self.own_rvns.remove(0);
         }
     }
 
-    fn note_token(&mut self, token: u64) {
+    pub(super) fn note_token(&mut self, token: u64) {
         self.last_token = Some(self.last_token.map_or(token, |t| t.max(token)));
     }
 
     /// The token for a new tenure: above every token seen, and when there is no
     /// previous item, at least the unix ms so it also exceeds tokens of items
     /// deleted before this process started.
-    fn next_token(&self, previous: Option<u64>) -> u64 {
+    pub(super) fn next_token(&self, previous: Option<u64>) -> u64 {
         let floor = self.last_token.map_or(0, |t| t + 1);
         match previous {
             Some(p) => (p + 1).max(floor),
@@ -773,7 +174,7 @@ impl Engine {
         }
     }
 
-    fn store_error(&mut self, op: &'static str, e: &StoreError) {
+    pub(super) fn store_error(&mut self, op: &'static str, e: &StoreError) {
         let kind = RequestKind::of(op);
         let now = self.clock.now();
         match self.errors.failed(kind, e.to_string(), now) {
@@ -793,7 +194,7 @@ impl Engine {
 
     /// A store request of `op`'s kind was answered (a failed condition is an
     /// answer too).
-    fn store_answered(&mut self, op: &'static str) {
+    pub(super) fn store_answered(&mut self, op: &'static str) {
         let kind = RequestKind::of(op);
         if let Some(streak) = self.errors.succeeded(kind) {
             let failing = self.clock.now() - streak.since;
@@ -801,7 +202,7 @@ impl Engine {
         }
     }
 
-    fn observed_ok(
+    pub(super) fn observed_ok(
         &self,
         at: Instant,
         leader: Option<String>,
@@ -820,7 +221,7 @@ impl Engine {
         });
     }
 
-    async fn timed_read(&mut self) -> (Instant, Result<Record, StoreError>) {
+    pub(super) async fn timed_read(&mut self) -> (Instant, Result<Record, StoreError>) {
         let start = self.clock.now();
         let res = self
             .store
@@ -839,7 +240,7 @@ impl Engine {
         (end, res)
     }
 
-    async fn timed_write(
+    pub(super) async fn timed_write(
         &mut self,
         op: &'static str,
         lease: &Lease,
@@ -861,7 +262,7 @@ impl Engine {
         res
     }
 
-    fn new_lease(&self, token: u64, acquired_at_ms: u64) -> Lease {
+    pub(super) fn new_lease(&self, token: u64, acquired_at_ms: u64) -> Lease {
         let now_ms = clock::unix_ms();
         let lease_ms = self.cfg.lease_duration.as_millis() as u64;
         Lease {
@@ -879,7 +280,7 @@ impl Engine {
 
     /// Wait until `until` or a command; handles the command. Returns
     /// `Some(step)` if a command decided the next step.
-    async fn wait_follower(&mut self, until: Instant) -> Option<Step> {
+    pub(super) async fn wait_follower(&mut self, until: Instant) -> Option<Step> {
         loop {
             tokio::select! {
                 _ = self.clock.sleep_until(until) => return None,
@@ -899,14 +300,14 @@ impl Engine {
         }
     }
 
-    fn after_release(then: AfterRelease) -> Step {
+    pub(super) fn after_release(then: AfterRelease) -> Step {
         match then {
             AfterRelease::Exit => Step::Exit,
             AfterRelease::SitOut(d) => Step::SitOut(d),
         }
     }
 
-    async fn sit_out(&mut self, d: Duration) -> Step {
+    pub(super) async fn sit_out(&mut self, d: Duration) -> Step {
         self.observed = None;
         let until = self.clock.now() + d;
         tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %text::duration(d), "sitting out before campaigning again");
@@ -922,7 +323,7 @@ impl Engine {
         }
     }
 
-    async fn follow(&mut self) -> Step {
+    pub(super) async fn follow(&mut self) -> Step {
         loop {
             self.beat();
             let (at, res) = self.timed_read().await;
@@ -956,7 +357,7 @@ impl Engine {
 
     /// One follower round after a successful read (answered at `at`): take
     /// the lease if it is free, or say when to look again.
-    async fn consider(&mut self, record: Record, at: Instant) -> Round {
+    pub(super) async fn consider(&mut self, record: Record, at: Instant) -> Round {
         let poll = at + self.cfg.retry_interval;
         match record {
             Record::Absent => {
@@ -996,7 +397,7 @@ impl Engine {
         }
     }
 
-    async fn consider_malformed(&mut self, m: Malformed, at: Instant) -> Round {
+    pub(super) async fn consider_malformed(&mut self, m: Malformed, at: Instant) -> Round {
         if self.warned_malformed.as_deref() != Some(m.fingerprint.as_str()) {
             tracing::warn!(election = %self.name(), problem = %m.problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
             self.observer.malformed_record(self.name());
@@ -1027,7 +428,7 @@ impl Engine {
     /// Track `key` (an rvn); true once it has stayed unchanged for the wait
     /// its holder's `lease_ms` calls for. Time starts when the response that
     /// first showed it arrived.
-    fn expired(&mut self, key: &str, lease_ms: u64, at: Instant) -> bool {
+    pub(super) fn expired(&mut self, key: &str, lease_ms: u64, at: Instant) -> bool {
         match &self.observed {
             Some(obs) if obs.key == key => {
                 at - obs.first_seen >= self.cfg.takeover_wait(obs.lease_ms)
@@ -1044,7 +445,12 @@ impl Engine {
     }
 
     /// Try to start a tenure with `lease` under `cond`.
-    async fn acquire(&mut self, op: &'static str, lease: Lease, cond: Condition) -> Attempt {
+    pub(super) async fn acquire(
+        &mut self,
+        op: &'static str,
+        lease: Lease,
+        cond: Condition,
+    ) -> Attempt {
         let send = self.clock.now();
         self.remember_own(&lease.rvn);
         let res = self
@@ -1087,7 +493,7 @@ impl Engine {
 
     /// The published view of `term`, ending at `valid_until` and due to stop
     /// the child at `stop_at`.
-    fn tenure_of(term: &Term, valid_until: Instant, stop_at: Instant) -> Tenure {
+    pub(super) fn tenure_of(term: &Term, valid_until: Instant, stop_at: Instant) -> Tenure {
         Tenure {
             fencing_token: term.lease.fencing_token,
             since_unix_ms: term.lease.acquired_at_ms,
@@ -1099,7 +505,7 @@ impl Engine {
         }
     }
 
-    fn publish_term(&self, term: &Term, role: Role) {
+    pub(super) fn publish_term(&self, term: &Term, role: Role) {
         let valid_until = term.last_send + self.cfg.validity();
         let tenure = Self::tenure_of(
             term,
@@ -1123,7 +529,7 @@ impl Engine {
         });
     }
 
-    async fn lead(&mut self, mut term: Term) -> Step {
+    pub(super) async fn lead(&mut self, mut term: Term) -> Step {
         let mut role = if self.clock.now() < term.leads_from {
             Role::Confirming
         } else {
@@ -1253,11 +659,11 @@ impl Engine {
     /// renewals on a tick; the earlier R/100 grid with starts within one
     /// second cost about 25 % more CPU and twice the connections, and R/10
     /// saved nothing more (docs/benchmarks.md).
-    fn renew_due(&self, send: Instant) -> Instant {
+    pub(super) fn renew_due(&self, send: Instant) -> Instant {
         (send + self.cfg.renew_interval).floor_to(self.cfg.renew_interval / 20)
     }
 
-    fn announce_gain(&self, term: &Term) {
+    pub(super) fn announce_gain(&self, term: &Term) {
         self.observer.transition(self.name(), Transition::Gained);
         tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "became leader");
     }
@@ -1267,7 +673,7 @@ impl Engine {
     /// fails too). With it, the rvn to continue from when the record is
     /// still this tenure's: a renew whose answer was lost applied after all
     /// (our identity, this tenure's token, an rvn we wrote).
-    async fn record_after_conflict(
+    pub(super) async fn record_after_conflict(
         &self,
         current: Option<Record>,
         term: &Term,
@@ -1290,7 +696,7 @@ impl Engine {
         (current, ours)
     }
 
-    async fn release(&mut self, term: &Term, role: Role) {
+    pub(super) async fn release(&mut self, term: &Term, role: Role) {
         let mut released = term.lease.clone();
         released.holder = None;
         released.holder_meta = None;
@@ -1341,7 +747,7 @@ impl Engine {
         self.observed = None;
     }
 
-    async fn stopping(&mut self, term: Term, kill_at: Instant) -> Step {
+    pub(super) async fn stopping(&mut self, term: Term, kill_at: Instant) -> Step {
         // Stop now; the child must be dead by `kill_at`, never after validity.
         let valid_until = kill_at.min(term.last_send + self.cfg.validity());
         let tenure_state = Self::tenure_of(&term, valid_until, self.clock.now().min(valid_until));
@@ -1381,6 +787,3 @@ impl Engine {
         Step::Follow
     }
 }
-
-#[cfg(test)]
-mod tests;

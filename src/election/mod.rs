@@ -1,0 +1,531 @@
+//! The election engine: one task per election.
+//!
+//! The task reads and writes the lease through a [`LeaseStore`] and publishes
+//! its state on a `watch` channel, so the HTTP server, the metrics and the
+//! child supervisor observe it without ever locking or slowing the engine.
+//! Elections are independent tasks: a slow request in one never delays
+//! another's renewal.
+//!
+//! Timing, all on the boot-time [`Clock`]:
+//! - follower: takes over an `rvn` only after it stayed unchanged for
+//!   `lease_ms·(1+D)` since the response that first showed it arrived;
+//! - leader: valid until `send time of last successful write + L·(1−D) − M`;
+//!   renews every R, retries every P, and at `validity − G` without a renew it
+//!   enters [`Role::Stopping`] (the child must stop), at validity it is a
+//!   follower again.
+//!
+//! - this file: the election's settings, timing rules and published state,
+//!   and the handle to its task;
+//! - `engine`: the task itself (campaign, renew, stop, release);
+//! - `error_log`: how store errors are logged, once per change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::clock::{self, Clock, Instant};
+use crate::lease::{
+    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome, new_rvn,
+};
+use crate::text;
+
+/// Timing and identity of one election.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionConfig {
+    /// The election's name (the lease record's key).
+    pub name: String,
+    /// Our identity, written as `holder`.
+    pub identity: String,
+    /// L: the lease we promise to honour.
+    pub lease_duration: Duration,
+    /// R: how often the leader renews.
+    pub renew_interval: Duration,
+    /// P: follower poll and renew retry interval.
+    pub retry_interval: Duration,
+    /// G: time between the stop signal and the kill, before validity ends.
+    pub kill_grace: Duration,
+    /// D: the clock-rate drift we tolerate, as a fraction (0.01 = 1%).
+    pub max_clock_drift: f64,
+    /// M: margin subtracted from the leader's validity.
+    pub safety_margin: Duration,
+    /// After creating a missing item, wait L·(1+D) (renewing) before leading.
+    pub strict_new_lease: bool,
+    /// Advertised in the lease record.
+    pub holder_meta: Option<HolderMeta>,
+}
+
+/// The built-in timing: the defaults of the configuration's timing keys.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// L, `lease.duration`; R defaults to L/2.
+    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+    /// P, `lease.retry_interval`.
+    pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+    /// D, `lease.max_clock_drift`.
+    pub const MAX_CLOCK_DRIFT: f64 = 0.01;
+    /// M, `lease.safety_margin`.
+    pub const SAFETY_MARGIN: Duration = Duration::from_millis(200);
+    /// G, `child.kill_grace`.
+    pub const KILL_GRACE: Duration = Duration::from_secs(2);
+}
+
+impl ElectionConfig {
+    /// A config with the built-in defaults for everything but name and
+    /// identity (tests).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn with_defaults(name: impl Into<String>, identity: impl Into<String>) -> Self {
+        ElectionConfig {
+            name: name.into(),
+            identity: identity.into(),
+            lease_duration: defaults::LEASE_DURATION,
+            renew_interval: defaults::LEASE_DURATION / 2,
+            retry_interval: defaults::RETRY_INTERVAL,
+            kill_grace: defaults::KILL_GRACE,
+            max_clock_drift: defaults::MAX_CLOCK_DRIFT,
+            safety_margin: defaults::SAFETY_MARGIN,
+            strict_new_lease: false,
+            holder_meta: None,
+        }
+    }
+
+    /// Check the timing rules, the one place they are written: every
+    /// interval above zero, D in [0, 0.5), R < L, and the invariant
+    /// R + G + M + L·D < L, without which a leader could still be running its
+    /// job when a follower's wait ends.
+    pub fn validate(&self) -> Result<(), TimingError> {
+        let l = self.lease_duration;
+        if l.is_zero() || self.renew_interval.is_zero() || self.retry_interval.is_zero() {
+            return Err(TimingError::Zero);
+        }
+        if !(0.0..0.5).contains(&self.max_clock_drift) {
+            return Err(TimingError::Drift(self.max_clock_drift));
+        }
+        if self.renew_interval >= l {
+            return Err(TimingError::RenewNotShorter {
+                renew: self.renew_interval,
+                lease: l,
+            });
+        }
+        let drift = l.mul_f64(self.max_clock_drift);
+        let sum = self.renew_interval + self.kill_grace + self.safety_margin + drift;
+        if sum >= l {
+            return Err(TimingError::Invariant {
+                renew: self.renew_interval,
+                kill_grace: self.kill_grace,
+                safety_margin: self.safety_margin,
+                drift,
+                lease: l,
+            });
+        }
+        Ok(())
+    }
+
+    /// How many renew retries fit between a missed renew and the stop signal.
+    /// Fewer than two is worth a warning: one slow answer then costs the lease.
+    pub fn retries_that_fit(&self) -> u32 {
+        let window = self
+            .validity()
+            .saturating_sub(self.kill_grace + self.renew_interval);
+        (window.as_secs_f64() / self.retry_interval.as_secs_f64()).floor() as u32
+    }
+
+    /// L·(1−D) − M: how long a successful write keeps the leader valid.
+    pub fn validity(&self) -> Duration {
+        self.lease_duration
+            .mul_f64(1.0 - self.max_clock_drift)
+            .saturating_sub(self.safety_margin)
+    }
+
+    /// How long a follower waits on an unchanged rvn whose holder promised `lease_ms`.
+    pub fn takeover_wait(&self, lease_ms: u64) -> Duration {
+        Duration::from_millis(lease_ms).mul_f64(1.0 + self.max_clock_drift)
+    }
+
+    fn request_budget(&self) -> Duration {
+        self.renew_interval
+    }
+}
+
+/// A timing rule an election's settings break (see
+/// [`ElectionConfig::validate`]); the message names the values.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TimingError {
+    /// The lease, renew or retry interval is zero.
+    #[error("lease duration, renew_interval and retry_interval must be above zero")]
+    Zero,
+    /// D is outside [0, 0.5).
+    #[error("max_clock_drift = {0} must be at least 0 and below 0.5")]
+    Drift(f64),
+    /// R ≥ L.
+    #[error("renew_interval ({}) must be shorter than lease duration ({})", text::duration(*renew), text::duration(*lease))]
+    RenewNotShorter {
+        /// R.
+        renew: Duration,
+        /// L.
+        lease: Duration,
+    },
+    /// R + G + M + L·D ≥ L.
+    #[error(
+        "timing invariant R + G + M + L·D < L violated: renew_interval {} + kill_grace {} + safety_margin {} + lease_duration·max_clock_drift {} = {} is not below lease_duration {}",
+        text::duration(*renew),
+        text::duration(*kill_grace),
+        text::duration(*safety_margin),
+        text::duration(*drift),
+        text::duration(*renew + *kill_grace + *safety_margin + *drift),
+        text::duration(*lease)
+    )]
+    Invariant {
+        /// R.
+        renew: Duration,
+        /// G.
+        kill_grace: Duration,
+        /// M.
+        safety_margin: Duration,
+        /// L·D.
+        drift: Duration,
+        /// L.
+        lease: Duration,
+    },
+}
+
+/// Where this instance stands in one election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Not leading; polling the record.
+    Follower,
+    /// Created the item under `strict_new_lease`; renewing but not leading yet.
+    Confirming,
+    /// Leading, inside validity.
+    Leader,
+    /// Lost the lease or could not renew in time: the child must stop now and be
+    /// killed by `Tenure::valid_until`. Not leading.
+    Stopping,
+}
+
+/// One term of leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// The fencing token of this tenure.
+    pub fencing_token: u64,
+    /// Unix ms when it began (for humans).
+    pub since_unix_ms: u64,
+    /// Boot-clock instant it began.
+    pub since: Instant,
+    /// The end of validity: the child must be dead by then.
+    pub valid_until: Instant,
+    /// `valid_until − G`: the stop signal is due then unless renewed.
+    pub stop_at: Instant,
+    /// Counts tenures in this process: a new number is a new tenure.
+    pub seq: u64,
+    /// Lease duration promised in the record, ms.
+    pub lease_ms: u64,
+}
+
+/// The engine's published state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionState {
+    /// Election name.
+    pub election: String,
+    /// Our identity.
+    pub identity: String,
+    /// Our role.
+    pub role: Role,
+    /// Present while `Leader`, `Confirming` or `Stopping`.
+    pub tenure: Option<Tenure>,
+    /// The holder as last observed (ourselves while leading).
+    pub leader: Option<String>,
+    /// The fencing token as last observed.
+    pub fencing_token: Option<u64>,
+    /// Boot instant of the last successful store answer.
+    pub observed_at: Option<Instant>,
+    /// Unix ms of the same, for humans.
+    pub observed_at_unix_ms: Option<u64>,
+    /// The class of the last store error, cleared by the next success.
+    pub last_error: Option<String>,
+    /// What is wrong with the stored record, if it is malformed.
+    pub malformed: Option<String>,
+    /// Boot instant at which the campaign loop last made progress.
+    pub heartbeat: Instant,
+    /// True once the first read of the record has been answered.
+    pub first_observation_done: bool,
+    /// True once the task has ended (after a final release).
+    pub finished: bool,
+    /// Campaign rounds completed as a follower (read, and the acquisition
+    /// attempt it allowed, if any). `--acquire-timeout 0` gives up after one.
+    pub rounds: u64,
+}
+
+impl ElectionState {
+    /// Whether we lead at `now`: role `Leader` and before the stop time. Callers
+    /// pass the current clock reading so a stalled engine cannot make a stale
+    /// state look valid.
+    pub fn is_leader_at(&self, now: Instant) -> bool {
+        self.role == Role::Leader && self.tenure.as_ref().is_some_and(|t| now < t.stop_at)
+    }
+
+    /// Validity left at `now` while leading, else zero.
+    pub fn lease_remaining(&self, now: Instant) -> Duration {
+        match &self.tenure {
+            Some(t) if self.is_leader_at(now) => t.valid_until - now,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// Made-up states for tests of what watches the engines (HTTP, metrics):
+/// one place that builds them, so a new field is added once.
+#[cfg(any(test, feature = "testing"))]
+impl ElectionState {
+    /// A follower of `election` as `identity` that last heard from the store
+    /// at `now` (unix ms 1,700,000,000,000) and knows of no leader.
+    pub fn example(election: &str, identity: &str, now: Instant) -> ElectionState {
+        ElectionState {
+            election: election.into(),
+            identity: identity.into(),
+            role: Role::Follower,
+            tenure: None,
+            leader: None,
+            fencing_token: None,
+            observed_at: Some(now),
+            observed_at_unix_ms: Some(1_700_000_000_000),
+            last_error: None,
+            malformed: None,
+            heartbeat: now,
+            first_observation_done: true,
+            finished: false,
+            rounds: 1,
+        }
+    }
+
+    /// The same, seeing `leader` hold the lease under `token`.
+    #[must_use]
+    pub fn seeing(self, leader: &str, token: u64) -> ElectionState {
+        ElectionState {
+            leader: Some(leader.into()),
+            fencing_token: Some(token),
+            ..self
+        }
+    }
+
+    /// The same, in `role` of a tenure begun at `since` under `token` with
+    /// the default timing: a 10 s lease, valid for 9.7 s, stop at 7.7 s.
+    #[must_use]
+    pub fn in_tenure(self, role: Role, token: u64, since: Instant) -> ElectionState {
+        let identity = self.identity.clone();
+        ElectionState {
+            role,
+            tenure: Some(Tenure {
+                fencing_token: token,
+                since_unix_ms: 1_700_000_000_000,
+                since,
+                valid_until: since + Duration::from_millis(9_700),
+                stop_at: since + Duration::from_millis(7_700),
+                seq: 1,
+                lease_ms: 10_000,
+            }),
+            ..self.seeing(&identity, token)
+        }
+    }
+}
+
+/// What a renew, acquire or store call came to, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    /// Done.
+    Ok,
+    /// Someone else wrote (condition failed).
+    Lost,
+    /// A store error.
+    Failed(&'a StoreError),
+}
+
+impl Outcome<'_> {
+    /// Label of `leaderd_renew_total{result}`: ok, lost, throttled, timeout, error.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Lost => "lost",
+            Outcome::Failed(e) => e.renew_label(),
+        }
+    }
+}
+
+/// Leadership changes, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Became leader.
+    Gained,
+    /// Stopped leading (lost, expired, released or resigned).
+    Lost,
+}
+
+/// Receives the engine's events; `crate::metrics` implements it. Methods are
+/// called from the election task and must not block.
+pub trait Observer: Send + Sync + 'static {
+    /// A store request finished after `took`.
+    fn store_request(
+        &self,
+        _election: &str,
+        _op: &'static str,
+        _took: Duration,
+        _outcome: Outcome<'_>,
+    ) {
+    }
+    /// An acquisition attempt (create, take over) ended.
+    fn acquire_attempt(&self, _election: &str, _outcome: Outcome<'_>) {}
+    /// A renew ended.
+    fn renew(&self, _election: &str, _outcome: Outcome<'_>) {}
+    /// Leadership changed.
+    fn transition(&self, _election: &str, _t: Transition) {}
+    /// A malformed record was seen.
+    fn malformed_record(&self, _election: &str) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// What to do after a voluntary release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRelease {
+    /// End the election task.
+    Exit,
+    /// Sit out this long, then campaign again.
+    SitOut(Duration),
+}
+
+/// Requests to the election task.
+#[derive(Debug)]
+pub enum Command {
+    /// Give the lease up (the caller stopped the child first), then act as said.
+    /// `done` is answered once the release was attempted.
+    Release {
+        /// What to do afterwards.
+        then: AfterRelease,
+        /// Answered with whether a lease was released.
+        done: oneshot::Sender<bool>,
+    },
+}
+
+/// Handle to a running election task.
+#[derive(Debug)]
+pub struct ElectionHandle {
+    /// The published state.
+    pub state: watch::Receiver<ElectionState>,
+    /// The configured lease duration (also how long a resign sits out).
+    pub lease_duration: Duration,
+    commands: mpsc::Sender<Command>,
+    task: JoinHandle<()>,
+}
+
+impl ElectionHandle {
+    /// Release the lease if held, then act as said. Returns whether a lease
+    /// was released; `false` also when the task is gone.
+    pub async fn release(&self, then: AfterRelease) -> bool {
+        let (done, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Release { then, done })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Whether the task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Wait for the task to end.
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+
+    /// Abort the task (no release).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Start the election task; it campaigns at once.
+pub fn spawn(
+    store: Arc<dyn LeaseStore>,
+    config: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+) -> ElectionHandle {
+    spawn_after(store, config, clock, observer, Duration::ZERO)
+}
+
+/// Start the election task; its first store request waits `delay` (it
+/// reports follower meanwhile and obeys release/exit at once). A daemon with
+/// many elections spaces their starts so they do not all hit the store in
+/// the same instant.
+pub fn spawn_after(
+    store: Arc<dyn LeaseStore>,
+    config: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+    delay: Duration,
+) -> ElectionHandle {
+    let now = clock.now();
+    let lease_duration = config.lease_duration;
+    let (state_tx, state) = watch::channel(ElectionState {
+        election: config.name.clone(),
+        identity: config.identity.clone(),
+        role: Role::Follower,
+        tenure: None,
+        leader: None,
+        fencing_token: None,
+        observed_at: None,
+        observed_at_unix_ms: None,
+        last_error: None,
+        malformed: None,
+        heartbeat: now,
+        first_observation_done: false,
+        finished: false,
+        rounds: 0,
+    });
+    let (commands, cmd_rx) = mpsc::channel(8);
+    let retry = Retry::new(config.retry_interval);
+    let store_changes = store.changes();
+    let engine = Engine {
+        store,
+        cfg: config,
+        clock,
+        observer,
+        state_tx,
+        commands: cmd_rx,
+        observed: None,
+        own_rvns: Vec::new(),
+        last_token: None,
+        tenure_seq: 0,
+        warned_malformed: None,
+        errors: ErrorLog::default(),
+        retry,
+        store_changes,
+    };
+    let task = tokio::spawn(engine.run(delay));
+    ElectionHandle {
+        state,
+        lease_duration,
+        commands,
+        task,
+    }
+}
+
+mod engine;
+mod error_log;
+#[cfg(test)]
+mod tests;
+
+use engine::*;
+use error_log::*;
