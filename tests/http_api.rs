@@ -2,8 +2,6 @@
 //! fake engine states on watch channels and paused tokio time; plus one
 //! test of `serve` on a real loopback socket for the bounded shutdown.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -548,35 +546,6 @@ async fn resign_when_the_daemon_is_gone_is_503() {
     .assert_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
 }
 
-/// Run `promtool check metrics` on `text`; fails with its output on problems.
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run promtool ({e}); install it with `apt-get install prometheus` (Debian's package provides promtool)"
-            )
-        });
-    child
-        .stdin
-        .take()
-        .expect("stdin was piped")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    let out = child.wait_with_output().expect("wait for promtool");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.trim().is_empty() && stderr.trim().is_empty(),
-        "promtool check metrics found problems ({}):\n{stdout}{stderr}\n--- input ---\n{text}",
-        out.status
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn metrics_endpoint_serves_promtool_clean_text_computed_now() {
     let f = fixture(leader, follower, |s| s);
@@ -598,7 +567,7 @@ async fn metrics_endpoint_serves_promtool_clean_text_computed_now() {
         "{}",
         a.text
     );
-    promtool_check(&a.text);
+    leaderd::metrics::promtool_check(&a.text);
 
     tokio::time::advance(Duration::from_millis(7_700)).await;
     let a = call(&f.app, get("/metrics")).await;

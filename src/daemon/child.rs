@@ -341,6 +341,16 @@ mod tests {
         after
     }
 
+    /// [`run_once`] under tenure 1, still leading under it when it ends.
+    async fn crash(
+        job: &mut Job<()>,
+        clock: &Clock,
+        status: ChildExit,
+        ran: Duration,
+    ) -> AfterExit {
+        run_once(job, clock, Some(1), ran, status, Some(1)).await
+    }
+
     fn backoff_left(job: &Job<()>, now: Instant) -> Duration {
         match job.slot {
             Slot::Backoff { until } => until - now,
@@ -355,15 +365,7 @@ mod tests {
         let short = Duration::from_millis(100);
         let mut delays = Vec::new();
         for _ in 0..7 {
-            let after = run_once(
-                &mut j,
-                &clock,
-                Some(1),
-                short,
-                ChildExit::Exited(1),
-                Some(1),
-            )
-            .await;
+            let after = crash(&mut j, &clock, ChildExit::Exited(1), short).await;
             assert_eq!(after, AfterExit::Nothing);
             let left = backoff_left(&j, clock.now());
             assert!(!j.backoff_over(clock.now()));
@@ -373,7 +375,7 @@ mod tests {
         }
         assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
         let long = RESTART_CAP + Duration::from_secs(1);
-        run_once(&mut j, &clock, Some(1), long, ChildExit::Exited(1), Some(1)).await;
+        crash(&mut j, &clock, ChildExit::Exited(1), long).await;
         assert_eq!(backoff_left(&j, clock.now()), RESTART_FIRST);
     }
 
@@ -511,55 +513,23 @@ mod tests {
         let mut j = job(Mode::WhileLeader, OnChildExit::Restart);
         let short = Duration::from_millis(200);
         for _ in 1..CRASH_LOOP {
-            run_once(
-                &mut j,
-                &clock,
-                Some(1),
-                short,
-                ChildExit::Exited(3),
-                Some(1),
-            )
-            .await;
+            crash(&mut j, &clock, ChildExit::Exited(3), short).await;
             assert_eq!(j.problem(), None, "a crash or two is not a loop yet");
         }
-        run_once(
-            &mut j,
-            &clock,
-            Some(1),
-            short,
-            ChildExit::Exited(3),
-            Some(1),
-        )
-        .await;
+        crash(&mut j, &clock, ChildExit::Exited(3), short).await;
         let p = j.problem().expect("a crash loop");
         assert!(
             p.contains("exited with code 3") && p.contains("3 runs"),
             "{p}"
         );
-        run_once(
-            &mut j,
-            &clock,
-            Some(1),
-            short,
-            ChildExit::Exited(0),
-            Some(1),
-        )
-        .await;
+        crash(&mut j, &clock, ChildExit::Exited(0), short).await;
         assert_eq!(j.problem(), None, "a success ends it");
         for _ in 0..CRASH_LOOP {
-            run_once(
-                &mut j,
-                &clock,
-                Some(1),
-                short,
-                ChildExit::Signaled(11),
-                Some(1),
-            )
-            .await;
+            crash(&mut j, &clock, ChildExit::Signaled(11), short).await;
         }
         assert!(j.problem().is_some());
         let long = RESTART_CAP + Duration::from_secs(1);
-        run_once(&mut j, &clock, Some(1), long, ChildExit::Exited(1), Some(1)).await;
+        crash(&mut j, &clock, ChildExit::Exited(1), long).await;
         assert_eq!(j.problem(), None, "a long run ends it");
     }
 }

@@ -80,6 +80,19 @@ fn stored(store: &MemoryStore) -> Lease {
     }
 }
 
+/// Start election "a" on `store` with a recorder, and wait until it leads.
+async fn lead(store: &MemoryStore) -> (Arc<Recorder>, ElectionHandle) {
+    let rec = Arc::new(Recorder::default());
+    let mut h = spawn(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        rec.clone(),
+    );
+    until(&mut h, S, |s| s.role == Role::Leader).await;
+    (rec, h)
+}
+
 #[tokio::test(start_paused = true)]
 async fn first_acquisition_on_empty_store() {
     let store = MemoryStore::new();
@@ -172,14 +185,7 @@ async fn delayed_start_obeys_release_at_once() {
 #[tokio::test(start_paused = true)]
 async fn leader_renews_every_renew_interval() {
     let store = MemoryStore::new();
-    let rec = Arc::new(Recorder::default());
-    let mut h = spawn(
-        Arc::new(store.clone()),
-        cfg("a"),
-        Clock::tokio(),
-        rec.clone(),
-    );
-    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let (rec, h) = lead(&store).await;
     let t0 = tokio::time::Instant::now();
     let first_rvn = stored(&store).rvn;
     tokio::time::sleep(Duration::from_millis(20_500)).await;
@@ -292,14 +298,7 @@ async fn stop_at_validity_minus_grace_and_not_leader_at_validity_when_store_is_s
 #[tokio::test(start_paused = true)]
 async fn leader_keeps_its_tenure_through_a_short_outage() {
     let store = MemoryStore::new();
-    let rec = Arc::new(Recorder::default());
-    let mut h = spawn(
-        Arc::new(store.clone()),
-        cfg("a"),
-        Clock::tokio(),
-        rec.clone(),
-    );
-    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let (rec, h) = lead(&store).await;
     let before = h.state.borrow().tenure.clone().unwrap();
     store.set_fault(Fault::Unreachable);
     // The renew due at 5 s fails, the retry at 6 s fails too, the one at 7 s
@@ -339,14 +338,7 @@ async fn lost_lease_stops_at_once_when_someone_else_wrote() {
 #[tokio::test(start_paused = true)]
 async fn ambiguous_renew_is_kept_by_read_back() {
     let store = MemoryStore::new();
-    let rec = Arc::new(Recorder::default());
-    let mut h = spawn(
-        Arc::new(store.clone()),
-        cfg("a"),
-        Clock::tokio(),
-        rec.clone(),
-    );
-    until(&mut h, S, |s| s.role == Role::Leader).await;
+    let (rec, h) = lead(&store).await;
     let seq = h.state.borrow().tenure.as_ref().unwrap().seq;
     store.set_fault(Fault::LoseWriteAnswers);
     tokio::time::sleep(Duration::from_secs(21)).await;

@@ -31,6 +31,9 @@ pub enum TtlStatus {
     Unsupported(String),
 }
 
+/// What DescribeTimeToLive reported: its status and attribute, if any.
+type TtlState = Option<(Option<TimeToLiveStatus>, Option<String>)>;
+
 impl DynamoStore {
     /// Create the table on demand (`PAY_PER_REQUEST`, key `election` (S)) if it
     /// does not exist, wait up to `wait` until it is ACTIVE, and with `ttl`
@@ -145,46 +148,10 @@ impl DynamoStore {
         }
     }
 
-    /// DescribeTimeToLive, mapped to our three states.
-    pub(super) async fn ttl_status(&self) -> Result<TtlStatus, StoreError> {
+    /// DescribeTimeToLive: the status and attribute it reports (`None` for
+    /// no description), or why the server has no TTL API.
+    async fn describe_ttl(&self) -> Result<Result<TtlState, String>, StoreError> {
         retry_throttled(CONTROL_TIMEOUT, |left| {
-            let req = self
-                .client
-                .describe_time_to_live()
-                .table_name(&self.table)
-                .send();
-            async move {
-                match bounded(left, req).await? {
-                    Ok(out) => {
-                        let desc = out.time_to_live_description();
-                        let status = desc.and_then(|d| d.time_to_live_status());
-                        let attribute = desc.and_then(|d| d.attribute_name());
-                        let on = matches!(
-                            status,
-                            Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
-                        );
-                        Ok(if on && attribute == Some(TTL_ATTRIBUTE) {
-                            TtlStatus::Enabled
-                        } else {
-                            TtlStatus::Disabled
-                        })
-                    }
-                    Err(e) => match ttl_unsupported(&e) {
-                        Some(reason) => Ok(TtlStatus::Unsupported(reason)),
-                        None => Err(classify(&e, &self.table, left)),
-                    },
-                }
-            }
-        })
-        .await
-    }
-
-    /// Turn TTL on for `expires_at` unless it is on already.
-    pub(super) async fn enable_ttl(&self) -> Result<TtlStatus, StoreError> {
-        // Enabling twice is an error in DynamoDB, so look first. The describe
-        // call alone cannot prove support (dynalite answers it with DISABLED
-        // but lacks UpdateTimeToLive).
-        let current = retry_throttled(CONTROL_TIMEOUT, |left| {
             let req = self
                 .client
                 .describe_time_to_live()
@@ -205,7 +172,27 @@ impl DynamoStore {
                 }
             }
         })
-        .await?;
+        .await
+    }
+
+    /// DescribeTimeToLive, mapped to our three states.
+    pub(super) async fn ttl_status(&self) -> Result<TtlStatus, StoreError> {
+        Ok(match self.describe_ttl().await? {
+            Err(reason) => TtlStatus::Unsupported(reason),
+            Ok(Some((
+                Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling),
+                Some(attribute),
+            ))) if attribute == TTL_ATTRIBUTE => TtlStatus::Enabled,
+            Ok(_) => TtlStatus::Disabled,
+        })
+    }
+
+    /// Turn TTL on for `expires_at` unless it is on already.
+    pub(super) async fn enable_ttl(&self) -> Result<TtlStatus, StoreError> {
+        // Enabling twice is an error in DynamoDB, so look first. The describe
+        // call alone cannot prove support (dynalite answers it with DISABLED
+        // but lacks UpdateTimeToLive).
+        let current = self.describe_ttl().await?;
         let (status, attribute) = match current {
             Ok(Some(found)) => found,
             Ok(None) => (None, None),

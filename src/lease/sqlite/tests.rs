@@ -138,16 +138,22 @@ fn sample(election: &str) -> Lease {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_locked_file_is_a_timeout_within_the_budget() {
+/// A store on a new file, and a second connection (as another process
+/// would) holding the file's write lock.
+fn store_and_locker() -> (tempfile::TempDir, SqliteStore, Connection) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("l.db");
     let store = SqliteStore::open(&path).expect("open");
-    // Another process holds the write lock.
     let other = Connection::open(&path).expect("second connection");
     other
         .execute_batch("BEGIN IMMEDIATE")
         .expect("take the write lock");
+    (dir, store, other)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_file_is_a_timeout_within_the_budget() {
+    let (_dir, store, other) = store_and_locker();
 
     let budget = Duration::from_millis(300);
     let started = std::time::Instant::now();
@@ -178,13 +184,7 @@ async fn a_locked_file_is_a_timeout_within_the_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_waits_for_another_process_lock_then_applies() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let path = dir.path().join("l.db");
-    let store = SqliteStore::open(&path).expect("open");
-    let other = Connection::open(&path).expect("second connection");
-    other
-        .execute_batch("BEGIN IMMEDIATE")
-        .expect("take the write lock");
+    let (_dir, store, other) = store_and_locker();
     let writer = {
         let store = store.clone();
         tokio::spawn(async move {
