@@ -1,6 +1,5 @@
-//! The child is gone before anyone else can lead, under faults (DESIGN §2,
-//! issue "child supervision"): the leader's store traffic blackholed, the
-//! leader killed with SIGKILL, the leader process alone stopped with SIGSTOP.
+//! The child is gone before anyone else can lead, under faults: the
+//! leader's store traffic blackholed, the leader killed with SIGKILL, the leader process alone stopped with SIGSTOP.
 //! Every child records its life in a shared history; the checker proves no two
 //! tenures overlap and fencing tokens only grow.
 

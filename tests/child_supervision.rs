@@ -1,5 +1,5 @@
 //! `leaderd run -- COMMAND` with real processes on the SQLite store: the
-//! child's start, environment, signals, exits and exit codes (DESIGN §3).
+//! child's start, environment, signals, exits and exit codes.
 
 mod common;
 

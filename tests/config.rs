@@ -1,4 +1,4 @@
-//! Configuration loading (DESIGN §6): layers, defaults, and every way a
+//! Configuration loading: layers, defaults, and every way a
 //! configuration can be invalid. The environment is passed explicitly
 //! (`load_with_env`), so no test mutates the process environment.
 

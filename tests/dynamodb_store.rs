@@ -593,7 +593,7 @@ async fn answer_losing_proxy(upstream: &str) -> (String, Arc<AtomicBool>) {
     (endpoint, armed)
 }
 
-/// DESIGN §1: an ambiguous write is resolved by a consistent read-back. The
+/// An ambiguous write is resolved by a consistent read-back. The
 /// store must classify the lost answer so that `write` reads back, and the
 /// read-back must find our rvn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

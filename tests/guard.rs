@@ -1,4 +1,4 @@
-//! The guard owns the kill deadline (DESIGN §2), with real processes: the
+//! The guard owns the kill deadline, with real processes: the
 //! stop signal at `stop_at` and SIGKILL to the whole group (including a
 //! grandchild that ignores SIGTERM) at `kill_at`; re-arming keeps the child
 //! alive; leaderd kills the group when the guard dies. The same with the real

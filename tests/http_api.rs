@@ -1,4 +1,4 @@
-//! The HTTP API (DESIGN §4) through `router(..).oneshot(..)`, no socket, with
+//! The HTTP API through `router(..).oneshot(..)`, no socket, with
 //! fake engine states on watch channels and paused tokio time; plus one
 //! test of `serve` on a real loopback socket for the bounded shutdown.
 

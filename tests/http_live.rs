@@ -1,4 +1,4 @@
-//! The HTTP API of a running daemon (DESIGN §4, §5): errors as JSON, resign
+//! The HTTP API of a running daemon: errors as JSON, resign
 //! behind the admin token, `/metrics` accepted by promtool, and `leaderd
 //! status --json` on DynamoDB Local.
 

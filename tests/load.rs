@@ -4,7 +4,7 @@
 //! Every instance campaigns for every election (so each election has one
 //! leader and two followers; whoever starts first wins most of them, so one
 //! instance carries nearly all renewals: the harder case for the store), with
-//! DESIGN's default timing (L = 10 s, R = 5 s, P = 1 s): about 2,000 follower
+//! The default timing (L = 10 s, R = 5 s, P = 1 s): about 2,000 follower
 //! reads and 200 renewals a second in all.
 //!
 //! The store is SQLite (one file shared by the three processes): this test

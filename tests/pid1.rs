@@ -1,6 +1,6 @@
 //! leaderd as PID 1 of a new PID namespace (a container's init): orphans of
 //! the child are reaped, no zombie remains, and SIGTERM to PID 1 reaches the
-//! child through leaderd (DESIGN §3).
+//! child through leaderd.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

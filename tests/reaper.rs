@@ -1,6 +1,5 @@
-//! leaderd as PID 1 (DESIGN §3: "leaderd reaps zombies when it runs as PID
-//! 1"), with a real PID namespace (`unshare --pid --fork --mount-proc`, root
-//! only): orphans reparented to PID 1 are reaped, a signal sent to PID 1
+//! leaderd as PID 1 (it reaps zombies when it runs as PID 1), with a real
+//! PID namespace (`unshare --pid --fork --mount-proc`, root only): orphans reparented to PID 1 are reaped, a signal sent to PID 1
 //! reaches the real leaderd, and PID 1 exits with its exit code.
 //!
 //! [`leaderd::reaper::init_if_pid1`] must run before any thread exists, and a

@@ -1,5 +1,4 @@
-//! Never two leaders (DESIGN §2, issue 5): three real leaderd instances on
-//! DynamoDB Local, each behind its own fault proxy and each running `job.py`,
+//! Never two leaders: three real leaderd instances on DynamoDB Local, each behind its own fault proxy and each running `job.py`,
 //! which records its life in one shared history. Every scenario injects one
 //! fault at a random moment (timings drawn from a seed: printed, and replayed
 //! with `LEADERD_SAFETY_SEED=N`), lets the cluster recover, stops everything
@@ -190,7 +189,7 @@ fn sigstop_of_leaderd_and_its_child_a_frozen_machine() {
     let log = c.finish();
     let summary = c.check_measuring_overlap(&log);
     c.report(&summary);
-    // DESIGN §2: after a whole-machine freeze the old child may run for a
+    // After a whole-machine freeze the old child may run for a
     // moment after it thaws (fencing tokens cover that). Measured, reported,
     // bounded.
     let seen = summary.max_seen_running();
@@ -488,7 +487,7 @@ fn emulator_restart(strict: bool) {
         let summary = c.check(&log);
         c.report(&summary);
     } else {
-        // DESIGN §2: without strict_new_lease, deleting a live item voids the
+        // Without strict_new_lease, deleting a live item voids the
         // guarantee for up to R. That much is allowed, and reported.
         let summary = c.check_measuring_overlap(&log);
         c.report(&summary);
@@ -551,7 +550,7 @@ fn live_item_deleted(strict: bool) {
         let summary = c.check_measuring_overlap(&log);
         c.report(&summary);
         eprintln!(
-            "[{}] without strict_new_lease: {} overlap(s), max {} (DESIGN allows up to R = {}); old leader was {}",
+            "[{}] without strict_new_lease: {} overlap(s), max {} (the documented bound is R = {}); old leader was {}",
             c.name,
             summary.overlaps.len(),
             ms(summary.max_overlap()),

@@ -11,7 +11,7 @@
 //!
 //! Every instance runs with `strict_new_lease = true`, so an emulator restart
 //! (data lost) is inside the guarantee. The only overlap allowed is the one
-//! DESIGN §2 admits: a whole frozen machine's child running for a moment
+//! The one overlap the design admits: a whole frozen machine's child running for a moment
 //! after it thaws; it is measured and must stay under a second.
 
 mod cluster;

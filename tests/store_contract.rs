@@ -1,4 +1,4 @@
-//! The store contract (DESIGN §1): one suite, written once against
+//! The store contract: one suite, written once against
 //! `Arc<dyn LeaseStore>`, run unchanged against every backend.
 //!
 //! A backend supplies only what the store interface cannot: fresh store
@@ -504,7 +504,7 @@ mod contract {
     }
 
     /// A malformed item whose rvn and holder still match is not renewed or
-    /// taken over: only `Unchanged` may overwrite it (DESIGN §1).
+    /// taken over: only `Unchanged` may overwrite it.
     pub async fn renew_refuses_a_malformed_item(b: &dyn Backend) {
         let store = b.store().await;
         let election = common::unique_name("corrupt");

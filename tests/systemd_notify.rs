@@ -1,4 +1,4 @@
-//! `Type=notify` (DESIGN §7): leaderd sends READY=1 once HTTP is up and every
+//! `Type=notify`: leaderd sends READY=1 once HTTP is up and every
 //! election was observed once, STATUS= on leadership changes, WATCHDOG=1 when
 //! systemd asks for it, STOPPING=1 on shutdown; the child never sees
 //! NOTIFY_SOCKET.

