@@ -4,14 +4,13 @@
 //! tenures overlap and fencing tokens only grow.
 
 mod common;
-mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
 use common::daemon::{Leaderd, Spec, wait_until};
+use common::proxy::{Fault, FaultProxy};
 use nix::sys::signal::Signal;
-use support::proxy::{Fault, FaultProxy};
 
 /// L = 2 s, R = 1 s, P = 250 ms, G = 500 ms, M = 200 ms, D = 1 %:
 /// validity = L·(1−D) − M = 1.78 s after the last successful renew was sent;
@@ -35,7 +34,7 @@ fn monotonic_ns() -> u64 {
 fn job(history: &Path, extra: &[&str]) -> Vec<String> {
     let mut cmd = vec![
         "python3".to_string(),
-        support::job_script().display().to_string(),
+        common::job_script().display().to_string(),
         history.display().to_string(),
     ];
     cmd.extend(extra.iter().map(|s| s.to_string()));
@@ -75,16 +74,6 @@ fn lines_of(history: &str, identity: &str) -> Vec<(u64, String, u32)> {
 
 fn leader_of(nodes: &[Leaderd]) -> Option<usize> {
     nodes.iter().position(|n| n.is_leader())
-}
-
-/// Gone, or a zombie waiting to be reaped (it runs no more code).
-fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 #[test]
@@ -139,7 +128,7 @@ fn store_unreachable_for_the_leader_only_stops_its_child_before_anyone_else_lead
     std::thread::sleep(Duration::from_secs(1));
 
     let log = std::fs::read_to_string(&history).expect("history");
-    let summary = support::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"));
+    let summary = common::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"));
     let old_lines = lines_of(&log, &old_id);
     let end = old_lines
         .iter()
@@ -161,7 +150,10 @@ fn store_unreachable_for_the_leader_only_stops_its_child_before_anyone_else_lead
         (kill_bound - cut) / 1_000_000
     );
     for (_, _, pid) in &old_lines {
-        assert!(process_gone(*pid), "old child process {pid} still alive");
+        assert!(
+            common::procfs::gone(*pid as i32),
+            "old child process {pid} still alive"
+        );
     }
     assert!(summary.tenures.len() >= 2, "{summary:?}");
     assert!(!nodes[old].is_leader());
@@ -198,7 +190,7 @@ fn kill_9_of_leaderd_takes_its_child_and_grandchildren_within_a_second() {
     assert_eq!(pids.len(), 2, "child and grandchild: {pids:?}");
     node.kill9();
     let took = wait_until(Duration::from_secs(5), || {
-        pids.iter().all(|p| process_gone(*p))
+        pids.iter().all(|p| common::procfs::gone(*p as i32))
     })
     .expect("child and grandchild die with leaderd");
     assert!(took <= Duration::from_secs(1), "took {took:?}");
@@ -261,7 +253,7 @@ fn sigstop_of_leaderd_alone_still_kills_its_child_by_the_end_of_validity() {
         nodes[old].log()
     );
     let log = std::fs::read_to_string(&history).expect("history");
-    let summary = support::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"));
+    let summary = common::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"));
     assert!(summary.tenures.len() >= 2, "{summary}");
     for n in &mut nodes {
         n.kill9();

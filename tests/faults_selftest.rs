@@ -2,7 +2,7 @@
 //! script, and the fault proxy (raw HTTP against a hyper server, and the AWS
 //! SDK against DynamoDB Local).
 
-mod support;
+mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -11,8 +11,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use support::history::{self, Violation};
-use support::proxy::{Fault, FaultProxy};
+use common::history::{self, Violation};
+use common::proxy::{Fault, FaultProxy};
 
 const MS: u64 = 1_000_000;
 
@@ -335,7 +335,7 @@ impl Job {
     fn spawn(log: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Job {
         use std::os::unix::process::CommandExt;
         let mut command = Command::new("python3");
-        command.arg(support::job_script());
+        command.arg(common::job_script());
         if let Some(log) = log {
             command.arg(log);
         }

@@ -8,6 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod common;
+
+use common::procfs;
 use leaderd::clock::{Instant, boot_now};
 use leaderd::supervisor::{self, ChildExit, ChildSpec};
 use nix::sys::signal::{Signal, kill};
@@ -43,28 +46,6 @@ while :; do sleep 0.05; done
     }
 }
 
-/// True while `pid` exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_ascii_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
-fn ppid(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
-    let after = &stat[stat.rfind(')').expect("stat has a name") + 1..];
-    after
-        .split_ascii_whitespace()
-        .nth(1)
-        .and_then(|f| f.parse().ok())
-        .expect("ppid field")
-}
-
-/// Waits for a file the child wrote with one `echo`.
 fn read_when_present(path: &Path, within: Duration) -> String {
     let start = boot_now();
     loop {
@@ -92,7 +73,7 @@ fn ready(dir: &Path) -> (i32, i32) {
         pids.next().expect("child pid"),
         pids.next().expect("grandchild pid"),
     );
-    assert!(alive(pair.0) && alive(pair.1));
+    assert!(procfs::alive(pair.0) && procfs::alive(pair.1));
     pair
 }
 
@@ -107,7 +88,7 @@ fn stopped_at(dir: &Path, within: Duration) -> Instant {
 fn gone(pids: (i32, i32), within: Duration) -> Instant {
     let start = boot_now();
     loop {
-        if !alive(pids.0) && !alive(pids.1) {
+        if !procfs::alive(pids.0) && !procfs::alive(pids.1) {
             return boot_now();
         }
         assert!(
@@ -175,7 +156,10 @@ async fn rearming_keeps_the_child_alive() {
         let now = boot_now();
         last_kill_at = now + kill_in;
         child.arm(now + stop_in, last_kill_at).await.expect("arm");
-        assert!(alive(pids.0) && alive(pids.1), "killed although re-armed");
+        assert!(
+            procfs::alive(pids.0) && procfs::alive(pids.1),
+            "killed although re-armed"
+        );
         assert!(
             !dir.path().join("stopped").exists(),
             "stop signal although re-armed"
@@ -207,11 +191,14 @@ async fn disarm_removes_the_deadline() {
     child.disarm().await.expect("disarm");
     let pids = ready(dir.path());
     tokio::time::sleep(kill_at - boot_now() + Duration::from_secs(1)).await;
-    assert!(alive(pids.0) && alive(pids.1), "killed after disarm");
+    assert!(
+        procfs::alive(pids.0) && procfs::alive(pids.1),
+        "killed after disarm"
+    );
     assert!(!dir.path().join("stopped").exists(), "stopped after disarm");
     child.kill().await.expect("kill");
     assert_eq!(child.wait().await, ChildExit::Killed);
-    assert!(!alive(pids.0) && !alive(pids.1));
+    assert!(!procfs::alive(pids.0) && !procfs::alive(pids.1));
 }
 
 #[tokio::test]
@@ -243,7 +230,7 @@ async fn guard_death_makes_leaderd_kill_the_group() {
         .await
         .expect("child starts");
     let pids = ready(dir.path());
-    let guard = ppid(pids.0);
+    let guard = procfs::stat(pids.0).expect("process exists").ppid;
     assert_ne!(guard, std::process::id() as i32, "the guard is the parent");
     kill(Pid::from_raw(guard), Signal::SIGKILL).expect("kill the guard");
     let exit = tokio::time::timeout(PATIENCE, child.wait())

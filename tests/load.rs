@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use common::daemon::{Leaderd, Spec, wait_until};
+use common::procfs;
 
 /// Allowed end-of-run excess over the post-warm-up sample.
 const FD_TOLERANCE: usize = 16;
@@ -47,25 +48,15 @@ fn env_u64(var: &str, default: u64) -> u64 {
 }
 
 fn open_fds(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or_else(|e| panic!("cannot list /proc/{pid}/fd: {e}"))
+    procfs::open_fds(pid).unwrap_or_else(|| panic!("cannot list /proc/{pid}/fd"))
 }
 
 fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
+    procfs::status_field(pid, "VmRSS").unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
 fn threads(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    procfs::status_field(pid, "Threads").map_or(0, |n| n as usize)
 }
 
 /// Election name -> holder, from one instance's `/status` (only the

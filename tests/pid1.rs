@@ -2,43 +2,15 @@
 //! the child are reaped, no zombie remains, and SIGTERM to PID 1 reaches the
 //! child through leaderd.
 
+mod common;
+
+use common::procfs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn stat(pid: u32) -> Option<(char, u32)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = text.rsplit_once(')')?;
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-/// Every process whose ancestry reaches `root` (excluding `root`).
-fn descendants(root: u32) -> Vec<(u32, char)> {
-    let all: Vec<(u32, char, u32)> = std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(|pid| stat(pid).map(|(s, pp)| (pid, s, pp)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (pid, state, ppid) in &all {
-            if *ppid == p {
-                out.push((*pid, *state));
-                frontier.push(*pid);
-            }
-        }
-    }
-    out
-}
 
 fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let t0 = Instant::now();
@@ -77,14 +49,14 @@ fn as_pid1_no_zombie_remains_and_sigterm_reaches_the_child() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("unshare (util-linux) is needed: apt-get install util-linux");
-    let unshare_pid = ns.id();
+    let unshare_pid = ns.id() as i32;
     assert!(
         wait_for(Duration::from_secs(20), || marker.exists()),
         "the child never started under PID-1 leaderd"
     );
     // Orphans exit after 0.2 s; give the reapers time.
     std::thread::sleep(Duration::from_millis(1_500));
-    let procs = descendants(unshare_pid);
+    let procs = procfs::descendants(unshare_pid);
     let zombies: Vec<_> = procs.iter().filter(|(_, s)| *s == 'Z').collect();
     assert!(zombies.is_empty(), "zombies left: {zombies:?} of {procs:?}");
     assert!(
@@ -96,9 +68,9 @@ fn as_pid1_no_zombie_remains_and_sigterm_reaches_the_child() {
     let init = procs
         .iter()
         .map(|(p, _)| *p)
-        .find(|p| stat(*p).is_some_and(|(_, pp)| pp == unshare_pid))
+        .find(|p| procfs::stat(*p).is_some_and(|s| s.ppid == unshare_pid))
         .expect("namespace init");
-    kill(Pid::from_raw(init as i32), Signal::SIGTERM).expect("signal PID 1");
+    kill(Pid::from_raw(init), Signal::SIGTERM).expect("signal PID 1");
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = ns.try_wait().expect("wait unshare") {
@@ -118,6 +90,7 @@ fn as_pid1_no_zombie_remains_and_sigterm_reaches_the_child() {
     // The child (sleep) died of the forwarded SIGTERM: 128 + 15.
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(
-        !Path::new(&format!("/proc/{init}")).exists() || stat(init).is_none_or(|(s, _)| s == 'Z')
+        !Path::new(&format!("/proc/{init}")).exists()
+            || procfs::stat(init).is_none_or(|s| s.state == 'Z')
     );
 }

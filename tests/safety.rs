@@ -13,7 +13,6 @@
 
 mod cluster;
 mod common;
-mod support;
 
 use std::thread::sleep;
 use std::time::Duration;
@@ -22,11 +21,11 @@ use cluster::{
     ClockShift, Cluster, ClusterSpec, L, R, RECOVERY, SLACK, VALIDITY, between,
     last_line_of_tenure, monotonic_ns, ms,
 };
+use common::history::Summary;
+use common::proxy::Fault;
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::rngs::StdRng;
-use support::history::Summary;
-use support::proxy::Fault;
 
 fn begin(spec: ClusterSpec) -> (Cluster, StdRng) {
     let seed = cluster::seed("LEADERD_SAFETY_SEED", &spec.name);

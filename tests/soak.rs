@@ -16,17 +16,16 @@
 
 mod cluster;
 mod common;
-mod support;
 
 use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use cluster::{ClockShift, Cluster, ClusterSpec, L, RECOVERY, between, monotonic_ns, ms};
+use common::proxy::Fault;
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::rngs::StdRng;
-use support::proxy::Fault;
 
 /// Default soak length: a short seeded run that fits CI.
 const DEFAULT_SECS: u64 = 75;

@@ -4,7 +4,6 @@
 //! user, and a `leases` table that belongs to another tool.
 
 mod common;
-mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -87,7 +86,7 @@ fn the_file_deleted_under_a_leader_never_makes_two_leaders() {
     let job = |h: &Path| {
         vec![
             "python3".to_string(),
-            support::job_script().display().to_string(),
+            common::job_script().display().to_string(),
             h.display().to_string(),
         ]
     };
@@ -124,7 +123,7 @@ fn the_file_deleted_under_a_leader_never_makes_two_leaders() {
     drop(a);
     drop(b);
     let log = std::fs::read_to_string(&history).expect("history");
-    if let Err(v) = support::history::check(&log) {
+    if let Err(v) = common::history::check(&log) {
         panic!("{v}\n{log}");
     }
 }

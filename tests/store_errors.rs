@@ -4,7 +4,6 @@
 //! final.
 
 mod common;
-mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,7 +12,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, short_lease_args, wait_until};
-use support::proxy::{Fault, FaultProxy};
+use common::proxy::{Fault, FaultProxy};
 
 /// How long the failing writes are watched, and the most that may happen in
 /// that time for one election.

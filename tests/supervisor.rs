@@ -3,10 +3,12 @@
 //! and drop. Deadlines and the loss of leaderd or the guard are in
 //! `tests/guard.rs`.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod common;
+
+use common::procfs;
 use leaderd::clock::boot_now;
 use leaderd::supervisor::{self, ChildExit, ChildSpec, SupervisorError};
 use nix::sys::signal::Signal;
@@ -26,27 +28,6 @@ fn spec(script: &str) -> ChildSpec {
         stop_signal: Signal::SIGTERM,
         guard_exe: PathBuf::from(env!("CARGO_BIN_EXE_leaderd")),
     }
-}
-
-/// True while `pid` exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat_field(&stat, 0).is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
-/// Field `n` after the command name of a /proc/PID/stat line (0 = state).
-fn stat_field(stat: &str, n: usize) -> Option<String> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_ascii_whitespace().nth(n).map(str::to_owned)
-}
-
-fn stat_of(pid: i32, n: usize) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process exists");
-    stat_field(&stat, n)
-        .and_then(|f| f.parse().ok())
-        .expect("numeric stat field")
 }
 
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
@@ -74,15 +55,6 @@ async fn read_when_present(path: &Path) -> String {
     }
 }
 
-fn socket_inodes(pid: i32) -> HashSet<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("fd list readable (tests run as the same user)")
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .map(|l| l.to_string_lossy().into_owned())
-        .filter(|l| l.starts_with("socket:"))
-        .collect()
-}
-
 #[tokio::test]
 async fn child_runs_in_its_own_group_with_the_leaderd_environment() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -100,19 +72,19 @@ async fn child_runs_in_its_own_group_with_the_leaderd_environment() {
     let pid = child.pid();
     // stat fields after the name: 0 state, 1 ppid, 2 pgrp, 3 session.
     assert_eq!(
-        stat_of(pid, 2),
+        procfs::stat(pid).expect("process exists").pgrp,
         pid,
         "the child leads its own process group"
     );
-    let guard = stat_of(pid, 1);
+    let guard = procfs::stat(pid).expect("process exists").ppid;
     let own_group = nix::unistd::getpgrp().as_raw();
     assert_ne!(
-        stat_of(guard, 2),
+        procfs::stat(guard).expect("process exists").pgrp,
         own_group,
         "the guard is outside leaderd's group"
     );
     assert_ne!(
-        stat_of(guard, 2),
+        procfs::stat(guard).expect("process exists").pgrp,
         pid,
         "the guard is outside the child's group"
     );
@@ -131,14 +103,15 @@ async fn child_runs_in_its_own_group_with_the_leaderd_environment() {
         .expect("guard holds its control socket");
     let control = control.to_string_lossy().into_owned();
     assert!(control.starts_with("socket:"), "{control}");
+    procfs::open_fds(pid).expect("the child's descriptors are readable");
     assert!(
-        !socket_inodes(pid).contains(&control),
+        !procfs::socket_inodes(pid).contains(&control),
         "the child inherited the guard's control socket {control}"
     );
 
     child.kill().await.expect("kill");
     assert_eq!(child.wait().await, ChildExit::Killed);
-    assert!(!alive(pid));
+    assert!(!procfs::alive(pid));
 }
 
 #[tokio::test]
@@ -178,7 +151,7 @@ async fn forwarded_signals_reach_the_child() {
         })
         .await;
     }
-    assert!(alive(child.pid()), "every signal was trapped");
+    assert!(procfs::alive(child.pid()), "every signal was trapped");
     child.kill().await.expect("kill");
     assert_eq!(child.wait().await, ChildExit::Killed);
 }
@@ -237,8 +210,7 @@ async fn stop_wakes_a_paused_child_so_it_can_exit_gracefully() {
     let pid = child.pid();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP).expect("pause");
     eventually("the child is stopped", || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| stat_field(&s, 0).as_deref() == Some("T"))
+        procfs::stat(pid).is_some_and(|s| s.state == 'T')
     })
     .await;
     // A grace far beyond the wait below: only a graceful exit passes.
@@ -287,12 +259,12 @@ async fn kill_ends_the_whole_group() {
         .await
         .expect("child starts");
     let grandchild: i32 = read_when_present(&ready).await.trim().parse().expect("pid");
-    assert!(alive(grandchild));
+    assert!(procfs::alive(grandchild));
     child.kill().await.expect("kill");
     assert_eq!(child.wait().await, ChildExit::Killed);
     // wait() resolves only once the group is gone.
-    assert!(!alive(child.pid()));
-    assert!(!alive(grandchild));
+    assert!(!procfs::alive(child.pid()));
+    assert!(!procfs::alive(grandchild));
 }
 
 #[tokio::test]
@@ -310,7 +282,7 @@ async fn dropping_the_child_kills_the_group() {
     let pid = child.pid();
     drop(child);
     eventually("the group is gone after drop", || {
-        !alive(pid) && !alive(grandchild)
+        !procfs::alive(pid) && !procfs::alive(grandchild)
     })
     .await;
 }

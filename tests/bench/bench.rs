@@ -9,15 +9,17 @@
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
 //! CARGO_TARGET_DIR) against a DynamoDB Local it starts itself, each instance
-//! behind its own counting proxy (tests/support/proxy.rs), with
-//! tests/support/job.py as the child: the child writes a CLOCK_MONOTONIC
+//! behind its own counting proxy (tests/common/proxy.rs), with
+//! tests/common/job.py as the child: the child writes a CLOCK_MONOTONIC
 //! timestamp when it starts, the same clock the benchmark reads when it sends
 //! a signal. The report (Markdown) goes to stdout, progress to stderr.
 
 mod dynamo_local;
 mod harness;
+#[path = "../common/procfs.rs"]
+mod procfs;
 #[allow(dead_code)] // the benchmark uses the proxy's request counts only
-#[path = "../support/proxy.rs"]
+#[path = "../common/proxy.rs"]
 mod proxy;
 mod request_cost;
 mod scenarios;
@@ -166,7 +168,7 @@ fn run(args: &Args) -> Result<bool, String> {
         None => default_binary(),
     };
     check_binary(&bin)?;
-    let job_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/job.py");
+    let job_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/job.py");
     if !job_py.is_file() {
         return Err(format!("{} is missing", job_py.display()));
     }
@@ -401,7 +403,7 @@ fn header(out: &mut String, args: &Args, bin: &Path) {
     );
     let _ = writeln!(
         out,
-        "- store: DynamoDB Local (in memory) on loopback; every leaderd talks to it through its own counting proxy; child: tests/support/job.py (`sleep` for the footprint)\n"
+        "- store: DynamoDB Local (in memory) on loopback; every leaderd talks to it through its own counting proxy; child: tests/common/job.py (`sleep` for the footprint)\n"
     );
 }
 

@@ -2,7 +2,7 @@
 //! their HTTP API, the child's history log, store requests seen by the
 //! proxies with the time they were seen, and /proc readings.
 //!
-//! All times are CLOCK_MONOTONIC nanoseconds, the clock tests/support/job.py
+//! All times are CLOCK_MONOTONIC nanoseconds, the clock tests/common/job.py
 //! writes into its log, so a child's `start` line compares directly with the
 //! moment the benchmark sent a signal.
 
@@ -23,6 +23,7 @@ use nix::time::{ClockId, clock_gettime};
 use nix::unistd::Pid;
 
 use crate::dynamo_local::{die_with_parent, free_port};
+use crate::procfs;
 use crate::proxy::FaultProxy;
 
 /// CLOCK_MONOTONIC now, in nanoseconds.
@@ -72,7 +73,7 @@ pub struct Env {
     pub dir: PathBuf,
     /// The DynamoDB table (already created).
     pub table: String,
-    /// tests/support/job.py.
+    /// tests/common/job.py.
     pub job_py: PathBuf,
     /// The Python interpreter itself (not a wrapper such as a pyenv shim,
     /// whose start-up would count as the child's).
@@ -148,7 +149,7 @@ pub fn python() -> Result<PathBuf, String> {
     let out = Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
-        .map_err(|e| format!("cannot run python3 (needed for tests/support/job.py): {e}"))?;
+        .map_err(|e| format!("cannot run python3 (needed for tests/common/job.py): {e}"))?;
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if out.status.success() && path.is_file() {
         Ok(path)
@@ -537,75 +538,20 @@ impl Drop for Watcher {
 
 /// A process's CPU time so far (user + system), in seconds.
 pub fn cpu_seconds(pid: i32, clock_ticks: f64) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold
-    // spaces: state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / clock_ticks)
+    Some(procfs::stat(pid)?.cpu_ticks as f64 / clock_ticks)
 }
 
-/// The number in a `/proc/PID/status` field: KiB for `VmHWM`, `VmRSS`,
-/// `RssAnon`, `RssFile`; a count for `Threads`.
-pub fn status_kib(pid: i32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|line| {
-        let value = line.strip_prefix(field)?.strip_prefix(':')?;
-        value.split_whitespace().next()?.parse().ok()
-    })
-}
-
-/// A field of `/proc/PID/smaps_rollup` in KiB (`Pss`: resident pages, each
-/// shared page divided among the processes that map it).
-pub fn smaps_kib(pid: i32, field: &str) -> Option<u64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    rollup.lines().find_map(|line| {
-        let value = line.strip_prefix(field)?.strip_prefix(':')?;
-        value.split_whitespace().next()?.parse().ok()
-    })
-}
+pub use crate::procfs::{smaps_kib, status_field as status_kib};
 
 /// Processes whose parent is `pid`: (pid, command name).
 pub fn children_of(pid: i32) -> Vec<(i32, String)> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(child) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let ppid = stat[close + 2..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse::<i32>().ok());
-        if ppid == Some(pid) {
-            found.push((child, stat[open + 1..close].to_owned()));
-        }
-    }
-    found
+    procfs::children_of(pid)
+        .into_iter()
+        .filter_map(|c| Some((c, procfs::comm(c)?)))
+        .collect()
 }
 
-/// Clock ticks per second (`getconf CLK_TCK`), the unit of /proc/PID/stat.
+/// Clock ticks per second, the unit of /proc/PID/stat.
 pub fn clock_ticks() -> Result<f64, String> {
-    let out = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .map_err(|e| format!("cannot run `getconf CLK_TCK`: {e}"))?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .map_err(|e| format!("`getconf CLK_TCK` printed no number: {e}"))
+    Ok(procfs::clock_ticks())
 }

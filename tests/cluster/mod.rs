@@ -3,7 +3,7 @@
 //!
 //! Every instance talks to the emulator through its own [`FaultProxy`], runs
 //! `job.py` as its child, and every child appends to one shared history that
-//! the checker (`support::history`) reads at the end. Instances can be started
+//! the checker (`common::history`) reads at the end. Instances can be started
 //! under `faketime` (a shifted wall clock), frozen with their whole process
 //! tree, stalled through the daemon's test hook, killed and restarted.
 //!
@@ -12,7 +12,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,11 +25,12 @@ use nix::unistd::Pid;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::common::daemon::{http, leaderd_bin, wait_until};
+use crate::common;
+use crate::common::daemon::{http, leaderd_bin, listen_port, wait_until};
 use crate::common::emulators::{self, Emulator};
-use crate::support;
-use crate::support::history::{self, Summary, Violation};
-use crate::support::proxy::{Fault, FaultProxy};
+use crate::common::history::{self, Summary, Violation};
+use crate::common::procfs;
+use crate::common::proxy::{Fault, FaultProxy};
 
 /// L: lease duration.
 pub const L: Duration = Duration::from_secs(2);
@@ -170,61 +171,12 @@ fn scrub_env(cmd: &mut Command) {
     }
 }
 
-/// The port in leaderd's `leaderd running listen=127.0.0.1:PORT` log line.
-fn listen_port(log: &str) -> Option<u16> {
-    let line = log.lines().find(|l| l.contains("leaderd running"))?;
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("listen="))?;
-    addr.rsplit_once(':')?.1.trim_matches('"').parse().ok()
-}
-
-/// Whether a process is gone or a zombie (it runs no more code).
-pub fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
-/// (ppid, pgid) of a process from /proc/PID/stat.
-fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: split after the last ')'.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // state ppid pgrp ...
-    Some((fields.get(1)?.parse().ok()?, fields.get(2)?.parse().ok()?))
-}
-
-/// Every live process below `root` (children, grandchildren...).
+/// Every process below `root` (children, grandchildren...).
 pub fn descendants(root: i32) -> Vec<i32> {
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if let Some((ppid, _)) = parent_and_group(pid) {
-                children.entry(ppid).or_default().push(pid);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut todo = vec![root];
-    while let Some(p) = todo.pop() {
-        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
-            out.push(c);
-            todo.push(c);
-        }
-    }
-    out
+    procfs::descendants(root)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// One `leaderd run` process, maybe below a `faketime` wrapper.
@@ -500,7 +452,7 @@ impl Cluster {
         }
         cmd.args([
             "python3".to_owned(),
-            support::job_script().display().to_string(),
+            common::job_script().display().to_string(),
             self.history.display().to_string(),
             "--max-seconds".to_owned(),
             "3600".to_owned(),
@@ -813,7 +765,7 @@ impl Cluster {
         let ours = nix::unistd::getpgrp().as_raw();
         let groups: std::collections::BTreeSet<i32> = pids
             .iter()
-            .filter_map(|&p| parent_and_group(p).map(|(_, g)| g))
+            .filter_map(|&p| procfs::stat(p).map(|s| s.pgrp))
             .filter(|&g| g > 1 && g != ours)
             .collect();
         for &p in &pids {
@@ -840,10 +792,10 @@ impl Cluster {
             .into_iter()
             .collect();
         let gone = wait_until(Duration::from_secs(10), || {
-            writers.iter().all(|&p| process_gone(p))
+            writers.iter().all(|&p| procfs::gone(p))
         });
         if gone.is_none() {
-            let alive: Vec<i32> = writers.into_iter().filter(|&p| !process_gone(p)).collect();
+            let alive: Vec<i32> = writers.into_iter().filter(|&p| !procfs::gone(p)).collect();
             self.fail(&format!(
                 "children still alive after every leaderd was killed: {alive:?}"
             ));

@@ -183,7 +183,7 @@ impl Drop for Leaderd {
 }
 
 /// The port in leaderd's "leaderd running listen=127.0.0.1:PORT" log line.
-fn listen_port(log: &str) -> Option<u16> {
+pub fn listen_port(log: &str) -> Option<u16> {
     let line = log.lines().find(|l| l.contains("leaderd running"))?;
     let addr = line
         .split_whitespace()

@@ -1,12 +1,25 @@
-//! Helpers shared by the integration tests: emulators, names, leases.
+//! The integration tests' one toolbox. Each file in `tests/` is its own
+//! crate and includes it with `mod common;`.
+//!
+//! - [`daemon`]: start a real leaderd (`Leaderd`), talk HTTP to it, wait.
+//! - [`emulators`]: DynamoDB Local and dynalite on loopback.
+//! - [`proxy`]: a TCP proxy between a leaderd and its store that injects
+//!   faults (blackhole, latency, resets, refused writes) and counts requests.
+//! - [`history`]: the checker of the history `job.py` children record: no
+//!   two leaders' jobs overlap, fencing tokens only rise.
+//! - [`procfs`]: what `/proc` says of a process and its tree.
+//! - `job.py`: the child job ([`job_script`]).
 
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
 pub mod daemon;
 pub mod emulators;
+pub mod history;
 pub mod procfs;
+pub mod proxy;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A name no other test (in this run or a concurrent one) uses: for tables,
@@ -19,4 +32,9 @@ pub fn unique_name(prefix: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed),
         rand::random::<u32>()
     )
+}
+
+/// The child job (`python3 job.py [LOG] [--ignore-term] [--grandchild]`).
+pub fn job_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/common/job.py")
 }

@@ -9,7 +9,7 @@ LEADERD_TEST_HISTORY environment variable):
 one `start` line, a `beat` line every ~20 ms, and an `end` line when it gets
 SIGTERM (then it exits 0). Every line is one write(2) on an O_APPEND file
 descriptor, so concurrent writers never interleave within a line. The checker
-is tests/support/history.rs.
+is tests/common/history.rs.
 
 Options:
   --ignore-term   ignore SIGTERM (only SIGKILL stops it; no `end` line)
