@@ -258,6 +258,17 @@ impl Node {
         let tmp = self.stall_file.with_extension("tmp");
         std::fs::write(&tmp, d.as_millis().to_string()).expect("write the stall request");
         std::fs::rename(&tmp, &self.stall_file).expect("publish the stall request");
+        // The hook takes the file (within 50 ms) before it stalls. A build
+        // without the `testing` feature has no hook: say so, rather than let
+        // the scenario fail for a reason it cannot name.
+        let taken = wait_until(Duration::from_secs(5), || !self.stall_file.exists());
+        assert!(
+            taken.is_some(),
+            "leaderd `{}` did not take the stall request {}: its binary lacks the test hook \
+             (test builds enable the `testing` feature through the dev-dependency on itself)",
+            self.identity,
+            self.stall_file.display()
+        );
     }
 
     fn wait_http(&self, limit: Duration) -> bool {
