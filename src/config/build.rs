@@ -149,12 +149,18 @@ pub(super) fn pick<T: Copy>(
     }
 }
 
-pub(super) fn election_config(
-    i: usize,
-    raw: &RawConfig,
-    identity: &str,
-    kill_grace: Duration,
-) -> Result<ElectionConfig, ConfigError> {
+/// One election's timing settings, each with where it was set.
+struct Timing {
+    duration: Setting<Duration>,
+    renew: Setting<Duration>,
+    retry: Setting<Duration>,
+    drift: Setting<f64>,
+    margin: Setting<Duration>,
+}
+
+/// Election `i`'s timing: its own override, else the `[lease]` section,
+/// else the default (R: half of this election's own L).
+fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
     let e = &raw.elections[i];
     let lease = &raw.lease;
     let over = |field: &str| format!("elections[{i}].{field}");
@@ -167,7 +173,6 @@ pub(super) fn election_config(
         defaults::LEASE_DURATION,
         raw,
     );
-    // Default R = L/2 of this election's own L.
     let renew = pick(
         d(e.renew_interval),
         over("renew_interval"),
@@ -200,20 +205,27 @@ pub(super) fn election_config(
         defaults::SAFETY_MARGIN,
         raw,
     );
-    let strict = e
-        .strict_new_lease
-        .or(lease.strict_new_lease)
-        .unwrap_or(false);
+    Timing {
+        duration,
+        renew,
+        retry,
+        drift,
+        margin,
+    }
+}
 
-    let name = &e.name;
+/// Every duration within its bounds, so that no arithmetic on them can
+/// overflow.
+fn check_timing_ranges(t: &Timing) -> Result<(), ConfigError> {
+    let d = &t.duration;
     check_range(
-        &duration.key,
-        &duration.label,
-        duration.value,
+        &d.key,
+        &d.label,
+        d.value,
         Duration::from_nanos(1),
         limits::MAX_LEASE,
     )?;
-    for s in [&renew, &retry] {
+    for s in [&t.renew, &t.retry] {
         check_range(
             &s.key,
             &s.label,
@@ -222,53 +234,70 @@ pub(super) fn election_config(
             limits::MAX_LEASE,
         )?;
     }
-    check_range(
-        &margin.key,
-        &margin.label,
-        margin.value,
-        Duration::ZERO,
-        limits::MAX_LEASE,
-    )?;
-    let config = ElectionConfig {
-        name: name.clone(),
-        identity: identity.to_string(),
-        lease_duration: duration.value,
-        renew_interval: renew.value,
-        retry_interval: retry.value,
-        kill_grace,
-        max_clock_drift: drift.value,
-        safety_margin: margin.value,
-        strict_new_lease: strict,
-        holder_meta: None,
-    };
-    // The election engine owns the rules; this names the keys that break them.
-    config.validate().map_err(|e| match e {
+    let m = &t.margin;
+    check_range(&m.key, &m.label, m.value, Duration::ZERO, limits::MAX_LEASE)
+}
+
+/// A broken timing rule (the election engine owns them), named by the key
+/// that breaks it.
+fn timing_error(e: TimingError, t: &Timing, name: &str) -> ConfigError {
+    match e {
         TimingError::Drift(value) => ConfigError::invalid(
-            &drift.key,
+            &t.drift.key,
             format!(
                 "{} = {value} must be at least 0 and below 0.5 (election {name})",
-                drift.label
+                t.drift.label
             ),
         ),
-        TimingError::RenewNotShorter { renew: r, lease: l } => ConfigError::invalid(
-            &renew.key,
+        TimingError::RenewNotShorter { renew, lease } => ConfigError::invalid(
+            &t.renew.key,
             format!(
                 "{} = {} must be shorter than {} = {} (election {name})",
-                renew.label,
-                text::duration(r),
-                duration.label,
-                text::duration(l)
+                t.renew.label,
+                text::duration(renew),
+                t.duration.label,
+                text::duration(lease)
             ),
         ),
         e @ (TimingError::Zero | TimingError::Invariant { .. }) => ConfigError::invalid(
-            &duration.key,
+            &t.duration.key,
             format!(
                 "{} = {} is too short for the other settings: {e}",
-                duration.label,
-                text::duration(duration.value)
+                t.duration.label,
+                text::duration(t.duration.value)
             ),
         ),
-    })?;
+    }
+}
+
+/// Election `i` of the file (after the flags), checked.
+pub(super) fn election_config(
+    i: usize,
+    raw: &RawConfig,
+    identity: &str,
+    kill_grace: Duration,
+) -> Result<ElectionConfig, ConfigError> {
+    let e = &raw.elections[i];
+    let timing = pick_timing(i, raw);
+    check_timing_ranges(&timing)?;
+    let config = ElectionConfig {
+        name: e.name.clone(),
+        identity: identity.to_string(),
+        lease_duration: timing.duration.value,
+        renew_interval: timing.renew.value,
+        retry_interval: timing.retry.value,
+        kill_grace,
+        max_clock_drift: timing.drift.value,
+        safety_margin: timing.margin.value,
+        strict_new_lease: e
+            .strict_new_lease
+            .or(raw.lease.strict_new_lease)
+            .unwrap_or(false),
+        holder_meta: None,
+    };
+    config
+        .validate()
+        .map_err(|err| timing_error(err, &timing, &e.name))?;
     Ok(config)
 }
 

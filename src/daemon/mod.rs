@@ -67,64 +67,18 @@ pub async fn run(
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
-    let store = match lease::open(&cfg.store.spec()).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot open the lease store");
-            return exit::UNAVAILABLE;
-        }
-    };
-    // With fail_fast the store must answer before anything else happens;
-    // without, it is checked in the background while HTTP answers and the
-    // elections campaign, and only a store that can never work ends leaderd.
-    let store_check = if cfg.store.fail_fast {
-        if let Err(e) = store.check(FAIL_FAST_BUDGET).await {
-            tracing::error!(error = %e, store = store.kind(), "lease store unreachable at start (fail_fast)");
-            return exit::UNAVAILABLE;
-        }
-        None
-    } else {
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(check_store(store.clone(), tx));
-        Some(rx)
+    let (store, store_check) = match open_and_check_store(&cfg).await {
+        Ok(opened) => opened,
+        Err(code) => return code,
     };
 
     let metrics = Arc::new(Metrics::new());
-    let mut handles: BTreeMap<String, ElectionHandle> = BTreeMap::new();
-    // Spread the elections' first store requests: a thousand elections reach
-    // the store over a second instead of in one burst that would open a
-    // connection per election (and keep them all pooled), and their renewals
-    // stay that far apart afterwards. One election starts at once.
-    let n = cfg.elections.len();
-    for (i, e) in cfg.elections.iter().enumerate() {
-        let delay = campaign_delay(i, n);
-        let handle = election::spawn_after(
-            store.clone(),
-            e.clone(),
-            clock.clone(),
-            metrics.clone(),
-            delay,
-        );
-        handles.insert(e.name.clone(), handle);
-    }
+    let handles = start_elections(&cfg, &store, &clock, &metrics);
 
     let http_addr = listener.local_addr().ok();
     let (resign_tx, resign_rx) = mpsc::channel(8);
-    let mut app = AppState::new(
-        cfg.primary.clone(),
-        clock.clone(),
-        metrics.clone(),
-        resign_tx,
-    )
-    .with_admin_token(cfg.http.admin_token.clone())
-    .with_store_timeout(cfg.health.store_timeout);
-    for e in &cfg.elections {
-        if let Some(h) = handles.get(&e.name) {
-            app = app.with_election(h.state.clone(), http::wedge_threshold(e));
-        }
-    }
     let (job_health, job_health_rx) = watch::channel(None);
-    app = app.with_job_health(job_health_rx);
+    let app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(http::serve(
         listener,
@@ -181,6 +135,79 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
     tracing::info!(exit_code = code, "leaderd stopped");
     code
+}
+
+/// Open the store. With `fail_fast` it must answer before anything else
+/// happens; without, it is checked in the background while HTTP answers and
+/// the elections campaign (the receiver hears of a store that can never
+/// work). An error is the exit code.
+async fn open_and_check_store(
+    cfg: &Config,
+) -> Result<(Arc<dyn LeaseStore>, Option<oneshot::Receiver<StoreError>>), i32> {
+    let store = lease::open(&cfg.store.spec()).await.map_err(|e| {
+        tracing::error!(error = %e, "cannot open the lease store");
+        exit::UNAVAILABLE
+    })?;
+    if cfg.store.fail_fast {
+        if let Err(e) = store.check(FAIL_FAST_BUDGET).await {
+            tracing::error!(error = %e, store = store.kind(), "lease store unreachable at start (fail_fast)");
+            return Err(exit::UNAVAILABLE);
+        }
+        return Ok((store, None));
+    }
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(check_store(store.clone(), tx));
+    Ok((store, Some(rx)))
+}
+
+/// One engine per election. Their first store requests are spread: a
+/// thousand elections reach the store over a second instead of in one burst
+/// that would open a connection per election (and keep them all pooled), and
+/// their renewals stay that far apart afterwards. One election starts at
+/// once.
+fn start_elections(
+    cfg: &Config,
+    store: &Arc<dyn LeaseStore>,
+    clock: &Clock,
+    metrics: &Arc<Metrics>,
+) -> BTreeMap<String, ElectionHandle> {
+    let n = cfg.elections.len();
+    cfg.elections
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let handle = election::spawn_after(
+                store.clone(),
+                e.clone(),
+                clock.clone(),
+                metrics.clone(),
+                campaign_delay(i, n),
+            );
+            (e.name.clone(), handle)
+        })
+        .collect()
+}
+
+/// What the HTTP handlers read: every election's state, the job's health,
+/// the way to ask for a resign.
+fn http_state(
+    cfg: &Config,
+    handles: &BTreeMap<String, ElectionHandle>,
+    clock: &Clock,
+    metrics: &Arc<Metrics>,
+    resign: mpsc::Sender<ResignRequest>,
+    job_health: watch::Receiver<Option<String>>,
+) -> AppState {
+    let mut app = AppState::new(cfg.primary.clone(), clock.clone(), metrics.clone(), resign)
+        .with_admin_token(cfg.http.admin_token.clone())
+        .with_store_timeout(cfg.health.store_timeout)
+        .with_job_health(job_health);
+    for e in &cfg.elections {
+        if let Some(h) = handles.get(&e.name) {
+            app = app.with_election(h.state.clone(), http::wedge_threshold(e));
+        }
+    }
+    app
 }
 
 /// Check the store until it answers. A wrong schema is final and goes to
