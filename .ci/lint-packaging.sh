@@ -14,7 +14,7 @@ readonly OUT=target/ci-packaging
 readonly REQUIREMENTS=.ci/packaging/requirements.txt
 # Debian 12 versions. apt keeps only the current ones: bump these when a
 # point release replaces them.
-readonly APT_PINS=(shellcheck=0.9.0-1 systemd=252.39-1~deb12u2)
+readonly APT_PINS=(shellcheck=0.9.0-1 systemd=252.39-1~deb12u2 prometheus=2.42.0+ds-5+deb12u1)
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -52,7 +52,7 @@ install_python_tools() {
 }
 
 check_chart() {
-    local py=$VENV/bin/python values name dir sm
+    local py=$VENV/bin/python values name dir sm rule
     local -a value_sets=(- "$CHART"/ci/*-values.yaml)
 
     step "helm lint (Helm $("$py" -c 'import helm_python as h; print(h.helm_sdk_version())') Go SDK)"
@@ -73,13 +73,22 @@ check_chart() {
         done
 
         # kubernetes-validate only knows Kubernetes' own kinds: it would merely
-        # warn about a ServiceMonitor. Check those against the operator's CRD
-        # models instead.
+        # warn about a ServiceMonitor or a PrometheusRule. Check those against
+        # the operator's CRD models instead.
         mapfile -t sm < <(find "$dir/crd" -name '*.yaml' | sort)
         if ((${#sm[@]})); then
-            step "ServiceMonitor schema ($name)"
+            step "prometheus-operator schemas ($name)"
             "$py" .ci/packaging/chart.py crd-validate "${sm[@]}"
         fi
+
+        # The rules as the chart ships them (with its `for` and labels), not
+        # only the source file the test suite unit-tests.
+        for rule in "$dir"/crd/prometheusrule-*.yaml; do
+            [[ -e $rule ]] || continue
+            step "promtool check rules $rule"
+            "$py" .ci/packaging/chart.py rule-file "$rule" "$dir/rules.yaml"
+            promtool check rules "$dir/rules.yaml"
+        done
     done
 
     step "chart README lists every value"
@@ -90,7 +99,7 @@ check_chart() {
 
     step "yamllint (chart's static YAML)"
     "$VENV/bin/yamllint" --strict -c .ci/yamllint.yaml \
-        "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART"/ci/*.yaml
+        "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART"/ci/*.yaml "$CHART"/files/*.yaml
 }
 
 check_dockerfile() {

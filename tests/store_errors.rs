@@ -115,28 +115,7 @@ fn refused_writes_on_sqlite_back_off_and_log_once() {
     let db = dir.path().join("leases.db");
     let db_arg = db.to_str().expect("utf-8 temp path").to_owned();
     // Let leaderd create its table first, then refuse every insert.
-    let (out, _) = output_within(
-        Command::new(leaderd_bin()).args([
-            "run",
-            "--store-path",
-            &db_arg,
-            "--listen",
-            "127.0.0.1:0",
-            "--acquire-timeout",
-            "0",
-            "--election",
-            "setup",
-            "--",
-            "true",
-        ]),
-        Duration::from_secs(30),
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::daemon::create_sqlite_store(&db);
     rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.execute_batch(

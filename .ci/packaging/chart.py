@@ -8,8 +8,11 @@ schema validation and linter as `helm template` / `helm lint`.
     chart.py render CHART VALUES OUTDIR    one file per manifest, split by API
                                            (VALUES "-": the chart's defaults)
     chart.py reject CHART VALUES           succeed only if the schema refuses
-    chart.py crd-validate FILE...          ServiceMonitors, strictly, against
-                                           the prometheus-operator CRD models
+    chart.py crd-validate FILE...          ServiceMonitors and PrometheusRules,
+                                           strictly, against the
+                                           prometheus-operator CRD models
+    chart.py rule-file RULE OUT            a rendered PrometheusRule's spec as
+                                           a Prometheus rule file (for promtool)
     chart.py readme CHART                  README.md lists every value
 """
 
@@ -108,7 +111,10 @@ def crd_validate(files):
     import jsonschema
     from cloudcoil.models.prometheus_operator import v1
 
-    models = {("monitoring.coreos.com/v1", "ServiceMonitor"): v1.ServiceMonitor}
+    models = {
+        ("monitoring.coreos.com/v1", "ServiceMonitor"): v1.ServiceMonitor,
+        ("monitoring.coreos.com/v1", "PrometheusRule"): v1.PrometheusRule,
+    }
     failed = False
     for path in files:
         doc = load_values(path)
@@ -126,6 +132,17 @@ def crd_validate(files):
         if not errors:
             print(f"  {path}: valid {doc['kind']} (prometheus-operator CRD models)")
     return 1 if failed else 0
+
+
+def rule_file(rule_path, out_path):
+    """The spec of a PrometheusRule is a rule file's content: `groups`."""
+    doc = load_values(rule_path)
+    if doc.get("kind") != "PrometheusRule":
+        print(f"  {rule_path}: not a PrometheusRule")
+        return 1
+    with open(out_path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(doc["spec"], f, sort_keys=False)
+    return 0
 
 
 def leaf_paths(node, prefix=""):
@@ -162,6 +179,8 @@ def main(argv):
         return reject(argv[1], argv[2])
     if len(argv) == 2 and argv[0] == "readme":
         return readme(argv[1])
+    if len(argv) == 3 and argv[0] == "rule-file":
+        return rule_file(argv[1], argv[2])
     if len(argv) >= 2 and argv[0] == "crd-validate":
         return crd_validate(argv[1:])
     print(__doc__, file=sys.stderr)

@@ -274,6 +274,34 @@ pub fn sqlite_short_args(db: &Path, election: &str) -> Vec<String> {
     args
 }
 
+/// Let leaderd create its SQLite store in `db` (a one-shot run that leads
+/// election `setup` and exits), so a test can alter the table (add a
+/// trigger, say) before the daemon under test opens it.
+pub fn create_sqlite_store(db: &Path) {
+    let (out, _) = output_within(
+        Command::new(leaderd_bin()).args([
+            "run",
+            "--store-path",
+            db.to_str().expect("utf-8 temp path"),
+            "--listen",
+            "127.0.0.1:0",
+            "--acquire-timeout",
+            "0",
+            "--election",
+            "setup",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Run `cmd` to its end, or kill it once `limit` has passed: its output, and
 /// whether it ended on its own.
 pub fn output_within(cmd: &mut Command, limit: Duration) -> (std::process::Output, bool) {

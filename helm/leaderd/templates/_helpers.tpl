@@ -129,3 +129,36 @@ livenessProbe:
   mountPath: {{ include "leaderd.sqliteDir" . }}
 {{- end }}
 {{- end }}
+
+{{/*
+A duration as leaderd reads it ("10s", "1m 30s", "1500ms") in whole
+milliseconds; units below a millisecond count as 0.
+*/}}
+{{- define "leaderd.durationMs" -}}
+{{- $units := dict "ms" 1 "s" 1000 "sec" 1000 "m" 60000 "min" 60000 "h" 3600000 "hr" 3600000 "d" 86400000 "w" 604800000 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+ ?[a-z]+" . -1 }}
+{{- $n := regexFind "^[0-9]+" . | atoi }}
+{{- $unit := regexFind "[a-z]+$" . }}
+{{- $total = add $total (mul $n (get $units $unit | default 0)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+`for` of the LeaderdNoLeader alert: prometheusRule.noLeaderFor, or twice the
+longest lease of the configured elections, in whole seconds.
+*/}}
+{{- define "leaderd.noLeaderFor" -}}
+{{- if .Values.prometheusRule.noLeaderFor }}
+{{- .Values.prometheusRule.noLeaderFor }}
+{{- else }}
+{{- $longest := include "leaderd.durationMs" .Values.config.lease.duration | atoi }}
+{{- range .Values.config.elections }}
+{{- with .duration }}
+{{- $longest = max $longest (include "leaderd.durationMs" . | atoi) }}
+{{- end }}
+{{- end }}
+{{- printf "%ds" (div (add (mul $longest 2) 999) 1000) }}
+{{- end }}
+{{- end }}
