@@ -45,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_io_timeout::TimeoutStream;
 
+use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, Role};
 use crate::metrics::{self, Metrics};
@@ -130,6 +131,9 @@ pub struct AppState {
     /// The job's trouble, if any (it cannot start, it keeps crashing):
     /// `/healthz` fails while there is one. `None`: no job to watch.
     pub job_health: Option<watch::Receiver<Option<String>>>,
+    /// The app check's verdict, shown by `/leader` and `/status`. `None`: no
+    /// app check.
+    pub app_check: Option<watch::Receiver<Verdict>>,
 }
 
 impl AppState {
@@ -152,7 +156,21 @@ impl AppState {
             store_timeout: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             job_health: None,
+            app_check: None,
         }
+    }
+
+    /// Show the app check's verdict in `/leader` and `/status`.
+    pub fn with_app_check(mut self, verdict: watch::Receiver<Verdict>) -> Self {
+        self.app_check = Some(verdict);
+        self
+    }
+
+    /// The view of `state` at `now`, with the app check's verdict.
+    fn view(&self, state: &ElectionState, now: Instant) -> LeaderView {
+        let mut view = LeaderView::of(state, now);
+        view.app_check = self.app_check.as_ref().map(|rx| rx.borrow().as_str());
+        view
     }
 
     /// Watch the job's health: `/healthz` fails while it names a problem.
@@ -254,6 +272,9 @@ struct LeaderView {
     observed_at: Option<u64>,
     last_error: Option<String>,
     malformed: Option<String>,
+    /// The app check's verdict; absent without an app check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app_check: Option<&'static str>,
 }
 
 impl LeaderView {
@@ -280,6 +301,7 @@ impl LeaderView {
             observed_at: state.observed_at_unix_ms,
             last_error: state.last_error.clone(),
             malformed: state.malformed.clone(),
+            app_check: None,
         }
     }
 }
@@ -518,7 +540,7 @@ fn leader_answer(app: &AppState, name: &str) -> Response {
     };
     // Clone out at once: a held borrow would block the engine's next publish.
     let state = entry.state.borrow().clone();
-    let view = LeaderView::of(&state, app.clock.now());
+    let view = app.view(&state, app.clock.now());
     let status = if view.is_leader {
         StatusCode::OK
     } else {
@@ -621,6 +643,9 @@ async fn healthz(State(app): State<Shared>) -> Response {
 struct StatusBody {
     primary: String,
     health: Health,
+    /// The app check's verdict; absent without an app check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app_check: Option<&'static str>,
     elections: BTreeMap<String, LeaderView>,
 }
 
@@ -631,12 +656,13 @@ async fn status(State(app): State<Shared>) -> Response {
         .iter()
         .map(|(name, entry)| {
             let state = entry.state.borrow().clone();
-            (name.clone(), LeaderView::of(&state, now))
+            (name.clone(), app.view(&state, now))
         })
         .collect();
     let body = StatusBody {
         primary: app.primary.clone(),
         health: Health::of(health_problems(&app, now)),
+        app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
         elections,
     };
     Json(body).into_response()

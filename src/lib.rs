@@ -6,6 +6,8 @@
 //! - [`clock`]: the boot-time clock every decision is timed with.
 //! - [`lease`]: the lease record, the store interface and its backends.
 //! - [`election`]: one task per election: campaign, renew, stop, release.
+//! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
+//!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
 //! - [`cli`]: the command line (clap), `status` and `table`, exit codes.
 //! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`, resign).
@@ -19,6 +21,7 @@
 //! - [`exit`]: the process exit codes.
 //! - [`text`]: how values are written into messages (durations, user input, hex).
 
+pub mod app_check;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -20,6 +20,7 @@ use prometheus::{
 };
 use tokio::sync::watch;
 
+use crate::app_check::{self, Verdict};
 use crate::clock::Clock;
 use crate::election::{ElectionState, Observer, Outcome, Transition};
 
@@ -54,6 +55,8 @@ pub struct Metrics {
     child_exits_total: IntCounterVec,
     child_kills_total: IntCounterVec,
     child_start_failures_total: IntCounterVec,
+    app_check_up: IntGaugeVec,
+    app_check_failures_total: IntCounterVec,
     /// Serialises renders: each one sets the leadership gauges, then gathers;
     /// two interleaved renders could otherwise mix their readings.
     render_lock: Mutex<()>,
@@ -190,6 +193,16 @@ impl Metrics {
             "Times the child command could not be started (not found, not executable, no resources).",
             &["election"],
         );
+        let app_check_up = r.int_gauge(
+            "leaderd_app_check_up",
+            "1 while the app check passes, 0 while it fails or has no verdict yet; absent without an app check.",
+            &[],
+        );
+        let app_check_failures_total = r.counter(
+            "leaderd_app_check_failures_total",
+            "App check probes that failed (error, non-2xx answer, non-zero exit or timeout); absent without an app check.",
+            &[],
+        );
         let build_info = IntGauge::with_opts(
             Opts::new(
                 "leaderd_build_info",
@@ -216,6 +229,8 @@ impl Metrics {
             child_exits_total,
             child_kills_total,
             child_start_failures_total,
+            app_check_up,
+            app_check_failures_total,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
         }
@@ -337,6 +352,23 @@ impl std::fmt::Debug for Metrics {
         f.debug_struct("Metrics")
             .field("families", &self.families.len())
             .finish_non_exhaustive()
+    }
+}
+
+impl app_check::Report for Metrics {
+    fn probed(&self, up: bool) {
+        let failures = self
+            .app_check_failures_total
+            .with_label_values(&[] as &[&str]);
+        if !up {
+            failures.inc();
+        }
+    }
+
+    fn verdict(&self, verdict: Verdict) {
+        self.app_check_up
+            .with_label_values(&[] as &[&str])
+            .set(i64::from(verdict == Verdict::Pass));
     }
 }
 

@@ -77,6 +77,9 @@ pub struct RunArgs {
     /// Log format [config: log.format].
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Campaign only while GET URL answers 2xx [config: app_check.http].
+    #[arg(long, value_name = "URL")]
+    pub app_check: Option<String>,
     /// The child command, run without a shell [config: child.command].
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -129,6 +132,7 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
         (args.identity.is_some(), "identity", "--identity"),
         (args.listen.is_some(), "http.listen", "--listen"),
         (args.primary.is_some(), "http.primary", "--primary"),
+        (args.app_check.is_some(), "app_check.http", "--app-check"),
         (
             args.lease_duration.is_some(),
             "lease.duration",
@@ -198,6 +202,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     }
     if let Some(primary) = &args.primary {
         raw.http.primary = Some(primary.clone());
+    }
+    if let Some(url) = &args.app_check {
+        raw.app_check.http = Some(url.clone());
     }
     if let Some(format) = args.log_format {
         raw.log.format = Some(format);

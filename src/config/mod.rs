@@ -43,6 +43,7 @@ use nix::sys::signal::Signal;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
+use crate::app_check::{self, AppCheckConfig, Probe};
 use crate::election::{ElectionConfig, TimingError};
 use crate::exit::CONFIG as EX_CONFIG;
 use crate::lease::StoreSpec;
@@ -73,7 +74,7 @@ pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
 /// The top-level configuration keys. An environment variable is read as
 /// configuration when its first segment names one of them, or when it has
 /// the `SECTION__KEY` shape (so a misspelt section is still an error).
-const TOP_LEVEL_KEYS: [&str; 8] = [
+const TOP_LEVEL_KEYS: [&str; 9] = [
     "identity",
     "store",
     "lease",
@@ -82,6 +83,7 @@ const TOP_LEVEL_KEYS: [&str; 8] = [
     "child",
     "log",
     "health",
+    "app_check",
 ];
 
 /// The election run when none is configured.
@@ -237,6 +239,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `/healthz` settings.
     pub health: HealthConfig,
+    /// `[app_check]`; `None` when no probe is set.
+    pub app_check: Option<AppCheckConfig>,
     /// `--acquire-timeout`: `Some(0)` = try once, `None` = wait forever.
     pub acquire_timeout: Option<Duration>,
     /// Valid but risky settings, one line each, for the caller to log.
@@ -404,6 +408,8 @@ pub mod limits {
     /// The longest wait: shutdown grace, acquire timeout, store timeout of
     /// `/healthz`, table creation.
     pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+    /// The most consecutive results an app check threshold may ask for.
+    pub const MAX_THRESHOLD: u32 = 1000;
     /// The longest identity or election name, in bytes.
     pub const MAX_NAME_BYTES: usize = 255;
 }

@@ -20,6 +20,7 @@ pub(super) struct RawConfig {
     pub(super) child: RawChild,
     pub(super) log: RawLog,
     pub(super) health: RawHealth,
+    pub(super) app_check: RawAppCheck,
     /// Keys set by a command-line flag, and the flag: messages name both.
     #[serde(skip)]
     pub(super) flags: BTreeMap<&'static str, &'static str>,
@@ -114,6 +115,18 @@ pub(super) struct RawLog {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawHealth {
     pub(super) store_timeout: Option<DurationValue>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawAppCheck {
+    pub(super) http: Option<String>,
+    pub(super) tcp: Option<String>,
+    pub(super) command: Option<Vec<String>>,
+    pub(super) interval: Option<DurationValue>,
+    pub(super) timeout: Option<DurationValue>,
+    pub(super) failure_threshold: Option<u32>,
+    pub(super) success_threshold: Option<u32>,
 }
 
 /// A humantime duration string (`10s`, `1m30s`, `200ms`). Bare numbers are

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::app_check::{self, Verdict};
 use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
@@ -73,12 +74,19 @@ pub async fn run(
     };
 
     let metrics = Arc::new(Metrics::new());
-    let handles = start_elections(&cfg, &store, &clock, &metrics);
+    let app_check = cfg
+        .app_check
+        .clone()
+        .map(|c| app_check::spawn(c, metrics.clone()));
+    let handles = start_elections(&cfg, &store, &clock, &metrics, app_check.as_ref());
 
     let http_addr = listener.local_addr().ok();
     let (resign_tx, resign_rx) = mpsc::channel(8);
     let (job_health, job_health_rx) = watch::channel(None);
-    let app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
+    let mut app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
+    if let Some(rx) = &app_check {
+        app = app.with_app_check(rx.clone());
+    }
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(http::serve(
         listener,
@@ -121,7 +129,8 @@ pub async fn run(
         job_health,
         job,
         shutdown: None,
-        pending_resign: None,
+        app_check,
+        pending_step_down: None,
         seen_seq: None,
         always_started: false,
         acquired_once: false,
@@ -170,22 +179,42 @@ fn start_elections(
     store: &Arc<dyn LeaseStore>,
     clock: &Clock,
     metrics: &Arc<Metrics>,
+    app_check: Option<&watch::Receiver<Verdict>>,
 ) -> BTreeMap<String, ElectionHandle> {
+    let gate = app_check.map(|rx| campaign_gate(rx.clone()));
     let n = cfg.elections.len();
     cfg.elections
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let handle = election::spawn_after(
+            let handle = election::spawn_gated(
                 store.clone(),
                 e.clone(),
                 clock.clone(),
                 metrics.clone(),
                 campaign_delay(i, n),
+                gate.clone(),
             );
             (e.name.clone(), handle)
         })
         .collect()
+}
+
+/// The elections' gate: open while the app check passes. A task forwards
+/// the verdict while anyone listens.
+fn campaign_gate(mut verdict: watch::Receiver<Verdict>) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(*verdict.borrow() == Verdict::Pass);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                changed = verdict.changed() => if changed.is_err() { return },
+                _ = tx.closed() => return,
+            }
+            let open = *verdict.borrow_and_update() == Verdict::Pass;
+            tx.send_if_modified(|current| std::mem::replace(current, open) != open);
+        }
+    });
+    rx
 }
 
 /// What the HTTP handlers read: every election's state, the job's health,
@@ -292,7 +321,11 @@ struct Daemon {
     /// mean.
     job: Job<Box<Child>>,
     shutdown: Option<Shutdown>,
-    pending_resign: Option<ResignRequest>,
+    /// The app check's verdict; `None` when there is no app check.
+    app_check: Option<watch::Receiver<Verdict>>,
+    /// Stepping down from the primary election: the child is being stopped,
+    /// the release follows its exit.
+    pending_step_down: Option<StepDown>,
     /// Tenure seq seen by mode "always", to signal gains and losses once.
     seen_seq: Option<u64>,
     /// Mode "always": the child was started once (restarts go via Backoff).
@@ -301,7 +334,17 @@ struct Daemon {
     acquired_once: bool,
 }
 
+/// Why the primary election is being given up once the child is gone.
+enum StepDown {
+    /// `POST /leader/{election}/resign`: answer the caller, sit out one lease.
+    Resign(ResignRequest),
+    /// The app check failed: release and campaign again once it passes.
+    AppFailing,
+}
+
 enum Event {
+    /// The app check's verdict changed.
+    AppCheck,
     State,
     StateGone,
     ChildExited(ChildExit),
@@ -343,8 +386,19 @@ impl Daemon {
                     resign_rx,
                     store_check,
                     clock,
+                    app_check,
                     ..
                 } = self;
+                let verdict_changed = async {
+                    match app_check {
+                        Some(rx) => {
+                            if rx.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 let store_verdict = async {
                     match store_check {
                         Some(rx) => rx.await.ok(),
@@ -363,11 +417,13 @@ impl Daemon {
                     sig = signals.recv() => Event::Signal(sig),
                     req = resign_rx.recv() => Event::Resign(req),
                     verdict = store_verdict => Event::StoreCheck(verdict),
+                    _ = verdict_changed => Event::AppCheck,
                     _ = clock.sleep_until(timer) => Event::Timer,
                 }
             };
             match event {
                 Event::State => tracing::debug!("event: state"),
+                Event::AppCheck => self.on_app_check().await,
                 Event::Timer => tracing::debug!("event: timer"),
                 Event::StateGone => {
                     tracing::error!(election = %self.primary_name(), "election task ended unexpectedly");
@@ -561,7 +617,7 @@ impl Daemon {
                 }
             }
             Slot::Idle => {
-                if leading && may_start && self.pending_resign.is_none() {
+                if leading && may_start && self.pending_step_down.is_none() && self.app_ok() {
                     let t = state.tenure.clone().expect("leading implies a tenure");
                     return self.start_child(Some(&t)).await;
                 }
@@ -683,7 +739,7 @@ impl Daemon {
                 .filter(|_| state.is_leader_at(now))
                 .map(|t| t.seq)
         };
-        let winding_down = self.shutdown.is_some() || self.pending_resign.is_some();
+        let winding_down = self.shutdown.is_some() || self.pending_step_down.is_some();
         let (_, after) = self.job.exited(status, now, leading_seq, winding_down)?;
         self.metrics
             .child_exited(&self.cfg.primary, status.reason());
@@ -694,9 +750,16 @@ impl Daemon {
         if self.shutdown.is_some() {
             return None;
         }
-        if let Some(req) = self.pending_resign.take() {
-            self.finish_resign(req).await;
-            return None;
+        match self.pending_step_down.take() {
+            Some(StepDown::Resign(req)) => {
+                self.finish_resign(req).await;
+                return None;
+            }
+            Some(StepDown::AppFailing) => {
+                self.release_for_app(&self.cfg.primary.clone()).await;
+                return None;
+            }
+            None => {}
         }
         match after {
             AfterExit::Nothing => None,
@@ -777,10 +840,67 @@ impl Daemon {
                 tracing::error!(error = %e, "cannot stop the child; killing its process group");
                 let _ = child.kill().await;
             }
-            self.pending_resign = Some(req);
+            self.pending_step_down = Some(StepDown::Resign(req));
             return;
         }
         self.finish_resign(req).await;
+    }
+
+    /// Whether the app check (if any) passes.
+    fn app_ok(&self) -> bool {
+        self.app_check
+            .as_ref()
+            .is_none_or(|rx| *rx.borrow() == Verdict::Pass)
+    }
+
+    /// The app check's verdict changed. A failing app gives up every lease
+    /// this instance holds, the primary's child stopped first; the gate keeps
+    /// the elections from campaigning until it passes again.
+    async fn on_app_check(&mut self) {
+        if self.app_ok() {
+            return;
+        }
+        let now = self.clock.now();
+        let leading: Vec<String> = self
+            .handles
+            .iter()
+            .filter(|(_, h)| h.state.borrow().is_leader_at(now))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in leading {
+            let primary = name == self.cfg.primary;
+            if primary && self.pending_step_down.is_some() {
+                // A resign is stopping the child; it releases after.
+                continue;
+            }
+            if primary
+                && self.cfg.child.mode == Mode::WhileLeader
+                && let Slot::Running {
+                    child, stopping, ..
+                } = &mut self.job.slot
+            {
+                tracing::warn!(election = %name, "app check failing: stopping the child, then releasing the lease");
+                if !*stopping {
+                    *stopping = true;
+                    if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
+                        tracing::error!(error = %e, "cannot stop the child; killing its process group");
+                        let _ = child.kill().await;
+                    }
+                }
+                self.pending_step_down = Some(StepDown::AppFailing);
+                continue;
+            }
+            self.release_for_app(&name).await;
+        }
+    }
+
+    /// Release `election` because the app fails; campaigning resumes when
+    /// the app check passes (no sit-out).
+    async fn release_for_app(&self, election: &str) {
+        if let Some(h) = self.handles.get(election) {
+            tracing::warn!(election = %election, "app check failing: releasing the lease");
+            h.release(AfterRelease::SitOut(Duration::ZERO)).await;
+        }
     }
 
     async fn finish_resign(&mut self, req: ResignRequest) {

@@ -74,6 +74,22 @@ pub(super) struct Engine {
     pub(super) retry: Retry,
     /// Moves when the store notices its data was replaced under it.
     pub(super) store_changes: Option<watch::Receiver<u64>>,
+    /// Whether this instance may campaign now (the app check's verdict);
+    /// `None`: always.
+    pub(super) gate: Option<watch::Receiver<bool>>,
+}
+
+/// Resolves once a closed gate opens; never for an open gate or none, so
+/// that it wakes a waiting follower exactly when it may campaign again.
+pub(super) async fn gate_opened(gate: &mut Option<watch::Receiver<bool>>) {
+    match gate {
+        Some(g) if !*g.borrow() => {
+            if g.wait_for(|open| *open).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
 }
 
 /// Resolves when the store's change counter moves; never without one.
@@ -284,6 +300,8 @@ impl Engine {
         loop {
             tokio::select! {
                 _ = self.clock.sleep_until(until) => return None,
+                // May campaign again: look at the record now.
+                _ = gate_opened(&mut self.gate) => return None,
                 cmd = self.commands.recv() => match cmd {
                     // Not leading: nothing to release, and a step-down
                     // (resign) changes nothing either; only an exit ends
@@ -357,12 +375,20 @@ impl Engine {
 
     /// One follower round after a successful read (answered at `at`): take
     /// the lease if it is free, or say when to look again.
+    /// Whether the app check lets this instance campaign now.
+    pub(super) fn may_campaign(&self) -> bool {
+        self.gate.as_ref().is_none_or(|g| *g.borrow())
+    }
+
     pub(super) async fn consider(&mut self, record: Record, at: Instant) -> Round {
         let poll = at + self.cfg.retry_interval;
         match record {
             Record::Absent => {
                 self.observed_ok(at, None, None, None);
                 self.observed = None;
+                if !self.may_campaign() {
+                    return Round::Wait(poll);
+                }
                 let token = self.next_token(None);
                 let lease = self.new_lease(token, clock::unix_ms());
                 Round::Attempted(self.acquire("create", lease, Condition::NotExists).await)
@@ -378,7 +404,11 @@ impl Engine {
                 let ours = current.holder.as_deref() == Some(self.cfg.identity.as_str())
                     && self.own_rvns.contains(&current.rvn);
                 let expired = self.expired(&current.rvn, current.lease_ms, at);
-                if current.holder.is_none() || ours || expired {
+                let free = current.holder.is_none() || ours || expired;
+                if free && !self.may_campaign() {
+                    return Round::Wait(poll);
+                }
+                if free {
                     let token = self.next_token(Some(current.fencing_token));
                     let lease = self.new_lease(token, clock::unix_ms());
                     let cond = Condition::RvnIs(current.rvn.clone());
@@ -409,7 +439,7 @@ impl Engine {
         self.observed_ok(at, None, m.fencing_token, Some(m.problem.clone()));
         let key = format!("malformed:{}", m.fingerprint);
         let lease_ms = self.cfg.lease_duration.as_millis() as u64;
-        if !self.expired(&key, lease_ms, at) {
+        if !self.expired(&key, lease_ms, at) || !self.may_campaign() {
             return Round::Wait(at + self.cfg.retry_interval);
         }
         // Treat an unreadable token as absent: unix ms keeps the new token

@@ -476,6 +476,20 @@ pub fn spawn_after(
     observer: Arc<dyn Observer>,
     delay: Duration,
 ) -> ElectionHandle {
+    spawn_gated(store, config, clock, observer, delay, None)
+}
+
+/// [`spawn_after`], campaigning only while `gate` holds `true` (the app
+/// check's verdict). A closed gate never ends a tenure: the caller stops the
+/// child and releases the lease through the handle.
+pub fn spawn_gated(
+    store: Arc<dyn LeaseStore>,
+    config: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+    delay: Duration,
+    gate: Option<watch::Receiver<bool>>,
+) -> ElectionHandle {
     let now = clock.now();
     let lease_duration = config.lease_duration;
     let (state_tx, state) = watch::channel(ElectionState {
@@ -512,6 +526,7 @@ pub fn spawn_after(
         errors: ErrorLog::default(),
         retry,
         store_changes,
+        gate,
     };
     let task = tokio::spawn(engine.run(delay));
     ElectionHandle {

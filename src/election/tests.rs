@@ -602,3 +602,40 @@ async fn resign_of_a_follower_changes_nothing() {
     let took = until(&mut b, 5 * S, |s| s.role == Role::Leader).await;
     assert!(took <= S, "b sat out after all: led after {took:?}");
 }
+
+/// A closed gate (the app check failing) keeps a follower from taking a
+/// free lease, an absent one or an expired one; opening it makes the
+/// follower look at once rather than at its next poll.
+#[tokio::test(start_paused = true)]
+async fn a_closed_gate_never_campaigns_and_opening_it_acquires_at_once() {
+    let store = MemoryStore::new();
+    let (gate_tx, gate) = watch::channel(false);
+    let mut c = cfg("b");
+    c.retry_interval = 10 * S;
+    let mut h = spawn_gated(
+        Arc::new(store.clone()),
+        c,
+        Clock::tokio(),
+        Arc::new(NoObserver),
+        Duration::ZERO,
+        Some(gate),
+    );
+    // No record at all, then one whose holder stopped renewing: neither is
+    // taken while the gate is closed, however long it stays so.
+    tokio::time::sleep(25 * S).await;
+    assert!(
+        matches!(store.get("report"), Record::Absent),
+        "created with the gate closed"
+    );
+    held_by(&store, "a", 7);
+    tokio::time::sleep(60 * S).await;
+    assert_eq!(stored(&store).holder.as_deref(), Some("a"));
+    assert!(!h.state.borrow().is_leader_at(Clock::tokio().now()));
+
+    // Opening the gate: taken well before the next 10 s poll.
+    gate_tx.send_replace(true);
+    let took = until(&mut h, 5 * S, |s| s.tenure.is_some()).await;
+    assert!(took < S, "took {took:?}");
+    assert_eq!(stored(&store).holder.as_deref(), Some("b"));
+    assert_eq!(stored(&store).fencing_token, 8);
+}
