@@ -17,6 +17,9 @@ pub const UNAVAILABLE: i32 = 69;
 pub const SOFTWARE: i32 = 70;
 /// The lease was not acquired within `--acquire-timeout`.
 pub const TEMPFAIL: i32 = 75;
+/// `leaderd lock renew|release`: the lock is not the token's any more (it
+/// was released, taken over, or never existed); nothing was changed.
+pub const NOT_OURS: i32 = 77;
 /// The job's command is there but cannot be executed (as shells exit).
 pub const NOT_EXECUTABLE: i32 = 126;
 /// The job's command does not exist (as shells exit).

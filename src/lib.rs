@@ -9,7 +9,7 @@
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
 //!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
-//! - [`cli`]: the command line (clap), `status` and `table`, exit codes.
+//! - [`cli`]: the command line (clap), `status`, `table` and `lock`.
 //! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`, resign).
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.

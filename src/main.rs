@@ -48,6 +48,16 @@ fn main() {
         },
         Command::Status(args) => tool(|rt| rt.block_on(cli::status::run(args))),
         Command::Table(args) => tool(|rt| rt.block_on(cli::table::run(args))),
+        Command::Lock(cli::LockArgs { action }) => tool(|rt| {
+            rt.block_on(async {
+                match action {
+                    cli::LockAction::Acquire(a) => cli::lock::acquire(a).await,
+                    cli::LockAction::Renew(a) => cli::lock::renew(a).await,
+                    cli::LockAction::Release(a) => cli::lock::release(a).await,
+                    cli::LockAction::Status(a) => cli::lock::status(a).await,
+                }
+            })
+        }),
     };
     std::process::exit(code);
 }

@@ -51,6 +51,17 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The bytes [`hex`] wrote; `None` for anything else.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,8 @@
 //! The command line: clap definitions, and the one-shot subcommands.
 //!
 //! `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`, `leaderd status`, `leaderd
-//! table create|describe`, `leaderd --version`. Flags are the top layer of the
+//! table create|describe`, `leaderd lock acquire|renew|release|status`,
+//! `leaderd --version`. Flags are the top layer of the
 //! configuration; [`crate::config`] merges them over the file and the
 //! environment. A usage error exits [`exit::USAGE`] with clap's message;
 //! `--help` and `--version` print to stdout and exit 0.
@@ -9,6 +10,7 @@
 //! The hidden `__guard` helper is dispatched by `main` before clap sees the
 //! arguments, so it is deliberately not defined here.
 
+pub mod lock;
 pub mod status;
 pub mod table;
 mod tool;
@@ -48,6 +50,116 @@ pub enum Command {
     Status(StatusArgs),
     /// Manage the DynamoDB table.
     Table(TableArgs),
+    /// A lock that outlives one command (pipeline steps): acquire, renew,
+    /// release, status.
+    Lock(LockArgs),
+}
+
+/// `leaderd lock acquire|renew|release|status`.
+#[derive(Debug, Clone, Args)]
+pub struct LockArgs {
+    /// What to do with the lock.
+    #[command(subcommand)]
+    pub action: LockAction,
+}
+
+/// The `lock` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LockAction {
+    /// Take the lock and print its token on stdout; exit 75 when not
+    /// acquired (--no-wait, or --wait ran out).
+    Acquire(LockAcquireArgs),
+    /// Extend the lock and print its new token; exit 77 when it is not the
+    /// token's any more.
+    Renew(LockRenewArgs),
+    /// Give the lock up; exit 77 (changing nothing) when it is not the
+    /// token's any more.
+    Release(LockReleaseArgs),
+    /// Print the lock's holder, fencing token and age.
+    Status(LockStatusArgs),
+}
+
+/// The longest lock lease.
+const MAX_LOCK_LEASE: Duration = crate::config::limits::MAX_WAIT;
+
+/// A lock's lease: above zero, at most a day.
+fn parse_lock_lease(s: &str) -> Result<Duration, String> {
+    let d = crate::config::flags::parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be above zero".into());
+    }
+    if d > MAX_LOCK_LEASE {
+        return Err(format!(
+            "longer than the limit of {}",
+            crate::text::duration(MAX_LOCK_LEASE)
+        ));
+    }
+    Ok(d)
+}
+
+/// `leaderd lock acquire NAME`.
+#[derive(Debug, Clone, Args)]
+pub struct LockAcquireArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The lock's name (an election name: `leaderd run` for it waits too).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// How long the lock holds without a renew (like 15m, 15 minutes, 900s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lock_lease, default_value = "15m")]
+    pub lease_duration: Duration,
+    /// Give up (exit 75) after waiting this long; default: wait without limit.
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Try once; exit 75 if the lock is held.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// `leaderd lock renew NAME TOKEN`.
+#[derive(Debug, Clone, Args)]
+pub struct LockRenewArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The lock's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The token `acquire` (or the last `renew`) printed.
+    #[arg(value_name = "TOKEN")]
+    pub token: String,
+    /// The new lease, from now (like 15m, 15 minutes, 900s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lock_lease, default_value = "15m")]
+    pub lease_duration: Duration,
+}
+
+/// `leaderd lock release NAME TOKEN`.
+#[derive(Debug, Clone, Args)]
+pub struct LockReleaseArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The lock's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The token `acquire` (or the last `renew`) printed.
+    #[arg(value_name = "TOKEN")]
+    pub token: String,
+}
+
+/// `leaderd lock status NAME`.
+#[derive(Debug, Clone, Args)]
+pub struct LockStatusArgs {
+    /// Config file and store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The lock's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `leaderd status [ELECTION…] [--json]`.

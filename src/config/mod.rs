@@ -340,6 +340,59 @@ impl Config {
     }
 }
 
+/// What `leaderd lock` needs: the store, who holds a lock it takes, and the
+/// timing of waiting for one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockConfig {
+    /// The lease store.
+    pub store: StoreConfig,
+    /// The holder written into a lock it takes (`identity`).
+    pub identity: String,
+    /// D (`lease.max_clock_drift`): a waiter takes a lock over once its
+    /// record stayed unchanged for its lease · (1 + D).
+    pub max_clock_drift: f64,
+    /// P (`lease.retry_interval`): how often a waiter reads the record.
+    pub retry_interval: Duration,
+    /// Valid but questionable input, one line each, for the caller to print.
+    pub warnings: Vec<String>,
+}
+
+/// Check a lock's name as election names are checked (it is one).
+pub fn check_lock_name(name: &str) -> Result<(), ConfigError> {
+    check_election_name("NAME", name)
+}
+
+impl LockConfig {
+    /// Load from `args`, the file it names and the process environment.
+    pub fn load(args: &StoreArgs) -> Result<LockConfig, ConfigError> {
+        let tool = ToolConfig::load(args)?;
+        let raw = extract(args.config.as_deref(), process_env()?)?;
+        let identity = build_identity(&raw)?;
+        let max_clock_drift = raw
+            .lease
+            .max_clock_drift
+            .map_or(crate::election::defaults::MAX_CLOCK_DRIFT, |f| f.0);
+        let retry_interval = raw
+            .lease
+            .retry_interval
+            .map_or(crate::election::defaults::RETRY_INTERVAL, |d| d.0);
+        check_range(
+            "lease.retry_interval",
+            &raw.label("lease.retry_interval"),
+            retry_interval,
+            limits::MIN_INTERVAL,
+            limits::MAX_LEASE,
+        )?;
+        Ok(LockConfig {
+            store: tool.store,
+            identity,
+            max_clock_drift,
+            retry_interval,
+            warnings: tool.warnings,
+        })
+    }
+}
+
 impl ToolConfig {
     /// Load what `status` and `table` need from `args`, the file it names and
     /// the process environment. The whole file is still checked for unknown

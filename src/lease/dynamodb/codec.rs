@@ -253,15 +253,7 @@ pub(super) fn from_json(v: &serde_json::Value) -> Option<AttributeValue> {
     })
 }
 
-pub(super) fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
+pub(super) use crate::text::unhex;
 
 // ---------------------------------------------------------------------------
 // Conditions: the rules of `Condition::holds` as condition expressions.

@@ -1,0 +1,450 @@
+//! `leaderd lock acquire|renew|release|status`: a lock that outlives one
+//! command, for the steps of a pipeline or a person running a deployment by
+//! hand.
+//!
+//! A lock is an election's record like any other, so a lock taken here keeps
+//! `leaderd run` from leading the same name and the reverse. Waiting follows
+//! the daemon's rule: a held record is taken over only once its `rvn` stayed
+//! unchanged for its lease · (1 + D) on this process's own clock, with a write
+//! conditional on that `rvn`. No wall clock is compared.
+//!
+//! The token printed by `acquire` and `renew` names the write it came from
+//! (fencing token, `rvn`, holder). `renew` and `release` write only under the
+//! condition that the record is still that write of that holder, so a stale
+//! token can never renew or release someone else's lock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    LockAcquireArgs, LockReleaseArgs, LockRenewArgs, LockStatusArgs, StatusArgs, ToolError,
+};
+use crate::clock::{self, Clock, Instant};
+use crate::config::LockConfig;
+use crate::exit;
+use crate::lease::{self, Condition, Lease, LeaseStore, Record, WriteOutcome, new_rvn};
+use crate::text;
+
+/// Longest one store request may take.
+const BUDGET: Duration = Duration::from_secs(10);
+
+/// What `acquire` prints and `renew` and `release` take: opaque to users,
+/// `<fencing token>.<rvn>.<holder in hex>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockToken {
+    /// The lock's fencing token (rises with every new holder).
+    pub fencing_token: u64,
+    /// The `rvn` of the write that produced this token.
+    pub rvn: String,
+    /// Who holds the lock.
+    pub holder: String,
+}
+
+impl fmt::Display for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}.{}",
+            self.fencing_token,
+            self.rvn,
+            text::hex(self.holder.as_bytes())
+        )
+    }
+}
+
+impl std::str::FromStr for LockToken {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "{} is not a lock token (what `leaderd lock acquire` printed)",
+                text::echo(s)
+            )
+        };
+        let mut parts = s.trim().split('.');
+        let (Some(token), Some(rvn), Some(holder), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let fencing_token = token.parse().map_err(|_| bad())?;
+        if rvn.is_empty() || !rvn.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(bad());
+        }
+        let holder = text::unhex(holder)
+            .and_then(|b| String::from_utf8(b).ok())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(bad)?;
+        Ok(LockToken {
+            fencing_token,
+            rvn: rvn.to_owned(),
+            holder,
+        })
+    }
+}
+
+fn token_of(lease: &Lease) -> LockToken {
+    LockToken {
+        fencing_token: lease.fencing_token,
+        rvn: lease.rvn.clone(),
+        holder: lease.holder.clone().unwrap_or_default(),
+    }
+}
+
+fn unavailable(e: impl fmt::Display) -> ToolError {
+    ToolError::new(exit::UNAVAILABLE, e.to_string())
+}
+
+fn not_ours(name: &str, why: impl fmt::Display) -> ToolError {
+    ToolError::new(
+        exit::NOT_OURS,
+        format!(
+            "lock {}: {why}; nothing was changed",
+            text::echo_plain(name)
+        ),
+    )
+}
+
+async fn open(store: &super::StoreArgs) -> Result<(LockConfig, Arc<dyn LeaseStore>), ToolError> {
+    let cfg = LockConfig::load(store).map_err(|e| ToolError::new(e.exit_code(), e.to_string()))?;
+    for w in &cfg.warnings {
+        eprintln!("leaderd: warning: {w}");
+    }
+    let store = lease::open(&cfg.store.spec()).await.map_err(unavailable)?;
+    Ok((cfg, store))
+}
+
+/// A new record for `holder`, `token`, `lease`, stamped now.
+fn fresh(name: &str, holder: &str, token: u64, lease: Duration, acquired_at_ms: u64) -> Lease {
+    let now = clock::unix_ms();
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    Lease {
+        election: name.to_owned(),
+        holder: Some(holder.to_owned()),
+        rvn: new_rvn(),
+        fencing_token: token,
+        lease_ms,
+        acquired_at_ms,
+        renewed_at_ms: now,
+        expires_at_s: now.saturating_add(lease_ms) / 1000,
+        holder_meta: None,
+    }
+}
+
+/// Who holds what a waiter sees, for the line it prints on each change.
+fn holder_line(name: &str, record: &Record) -> Option<String> {
+    match record {
+        Record::Valid(l) => l.holder.as_ref().map(|h| {
+            format!(
+                "lock {} is held by {} (fencing token {}, lease {}); waiting",
+                text::echo_plain(name),
+                text::echo_plain(h),
+                l.fencing_token,
+                text::duration(Duration::from_millis(l.lease_ms))
+            )
+        }),
+        Record::Malformed(m) => Some(format!(
+            "lock {}: the record is malformed ({}); waiting for it to stay unchanged for a lease before overwriting it",
+            text::echo_plain(name),
+            m.problem
+        )),
+        Record::Absent => None,
+    }
+}
+
+/// The write that would take the lock now, if any: `None` while it is held
+/// and has not stayed unchanged long enough.
+struct Waiter {
+    name: String,
+    identity: String,
+    lease: Duration,
+    drift: f64,
+    /// The key (`rvn`) of the held record and when this process first saw it.
+    seen: Option<(String, Instant)>,
+}
+
+impl Waiter {
+    /// The wait for a record written with `lease_ms`.
+    fn takeover_wait(&self, lease_ms: u64) -> Duration {
+        Duration::from_millis(lease_ms).mul_f64(1.0 + self.drift)
+    }
+
+    /// What to write for `record`, read at `at` (the answer's arrival): the
+    /// new lease and its condition, or when to look again.
+    fn plan(&mut self, record: &Record, at: Instant) -> Result<(Lease, Condition), Instant> {
+        let (key, lease_ms, previous_token, cond) = match record {
+            Record::Absent => {
+                let token = clock::unix_ms();
+                let lease = fresh(
+                    &self.name,
+                    &self.identity,
+                    token,
+                    self.lease,
+                    clock::unix_ms(),
+                );
+                return Ok((lease, Condition::NotExists));
+            }
+            Record::Valid(l) if l.holder.is_none() => {
+                let lease = fresh(
+                    &self.name,
+                    &self.identity,
+                    l.fencing_token + 1,
+                    self.lease,
+                    clock::unix_ms(),
+                );
+                return Ok((lease, Condition::RvnIs(l.rvn.clone())));
+            }
+            Record::Valid(l) => (
+                l.rvn.clone(),
+                l.lease_ms,
+                Some(l.fencing_token),
+                Condition::RvnIs(l.rvn.clone()),
+            ),
+            Record::Malformed(m) => (
+                format!("malformed:{}", m.fingerprint),
+                u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+                m.fencing_token,
+                Condition::Unchanged(m.guard.clone()),
+            ),
+        };
+        let first = match &self.seen {
+            Some((k, first)) if *k == key => *first,
+            _ => {
+                self.seen = Some((key, at));
+                at
+            }
+        };
+        let due = first + self.takeover_wait(lease_ms);
+        if at < due {
+            return Err(due);
+        }
+        let token = previous_token.map_or_else(clock::unix_ms, |t| t + 1);
+        Ok((
+            fresh(
+                &self.name,
+                &self.identity,
+                token,
+                self.lease,
+                clock::unix_ms(),
+            ),
+            cond,
+        ))
+    }
+}
+
+/// `leaderd lock acquire NAME`.
+pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
+    check_name(&args.name)?;
+    let (cfg, store) = open(&args.store).await?;
+    let clock = Clock::boot();
+    let started = clock.now();
+    let deadline = if args.no_wait {
+        Some(started)
+    } else {
+        args.wait.map(|w| started + w)
+    };
+    let mut waiter = Waiter {
+        name: args.name.clone(),
+        identity: cfg.identity.clone(),
+        lease: args.lease_duration,
+        drift: cfg.max_clock_drift,
+        seen: None,
+    };
+    let mut said: Option<String> = None;
+    let mut say = |line: Option<String>| {
+        if line.is_some() && line != said {
+            eprintln!("leaderd: {}", line.as_deref().unwrap_or_default());
+        }
+        if line.is_some() {
+            said = line;
+        }
+    };
+    loop {
+        let res = store.read(&args.name, BUDGET).await;
+        let at = clock.now();
+        let next = match res {
+            Err(e) => {
+                say(Some(format!(
+                    "cannot read lock {}: {e}; retrying",
+                    text::echo_plain(&args.name)
+                )));
+                at + cfg.retry_interval
+            }
+            Ok(record) => match waiter.plan(&record, at) {
+                Ok((lease, cond)) => match store.write(&lease, &cond, BUDGET).await {
+                    Ok(WriteOutcome::Applied) => {
+                        println!("{}", token_of(&lease));
+                        return Ok(());
+                    }
+                    // Someone else wrote first: look again at once.
+                    Ok(WriteOutcome::ConditionFailed { .. }) => clock.now(),
+                    Err(e) => {
+                        say(Some(format!(
+                            "cannot take lock {}: {e}; retrying",
+                            text::echo_plain(&args.name)
+                        )));
+                        clock.now() + cfg.retry_interval
+                    }
+                },
+                Err(due) => {
+                    say(holder_line(&args.name, &record));
+                    due.min(at + cfg.retry_interval)
+                }
+            },
+        };
+        if let Some(d) = deadline
+            && next > d
+        {
+            let waited = if args.no_wait {
+                String::new()
+            } else {
+                format!(" within {}", text::duration(d.saturating_since(started)))
+            };
+            return Err(ToolError::new(
+                exit::TEMPFAIL,
+                format!("lock {} not acquired{waited}", text::echo_plain(&args.name)),
+            ));
+        }
+        clock.sleep_until(next).await;
+    }
+}
+
+/// The record, if it is still the write `token` names.
+async fn ours(store: &dyn LeaseStore, name: &str, token: &LockToken) -> Result<Lease, ToolError> {
+    match store.read(name, BUDGET).await.map_err(unavailable)? {
+        Record::Valid(l)
+            if l.holder.as_deref() == Some(token.holder.as_str())
+                && l.rvn == token.rvn
+                && l.fencing_token == token.fencing_token =>
+        {
+            Ok(l)
+        }
+        Record::Absent => Err(not_ours(name, "there is no such lock")),
+        Record::Valid(l) => Err(not_ours(
+            name,
+            match l.holder {
+                Some(h) if l.fencing_token != token.fencing_token || h != token.holder => format!(
+                    "it is held by {} now (fencing token {})",
+                    text::echo_plain(&h),
+                    l.fencing_token
+                ),
+                Some(_) => {
+                    "it was written since this token (a newer token of the same holder exists)"
+                        .into()
+                }
+                None => "it was released".into(),
+            },
+        )),
+        Record::Malformed(m) => Err(not_ours(
+            name,
+            format!("the record is malformed ({})", m.problem),
+        )),
+    }
+}
+
+/// Write `next` under "still the write `token` names".
+async fn write_ours(
+    store: &dyn LeaseStore,
+    name: &str,
+    next: &Lease,
+    token: &LockToken,
+) -> Result<(), ToolError> {
+    let cond = Condition::HeldBy {
+        rvn: token.rvn.clone(),
+        holder: token.holder.clone(),
+    };
+    match store
+        .write(next, &cond, BUDGET)
+        .await
+        .map_err(unavailable)?
+    {
+        WriteOutcome::Applied => Ok(()),
+        WriteOutcome::ConditionFailed { .. } => {
+            Err(not_ours(name, "it changed hands while being written"))
+        }
+    }
+}
+
+/// `leaderd lock renew NAME TOKEN`.
+pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
+    check_name(&args.name)?;
+    let token = parse_token(&args.token)?;
+    let (_, store) = open(&args.store).await?;
+    let current = ours(store.as_ref(), &args.name, &token).await?;
+    let next = fresh(
+        &args.name,
+        &token.holder,
+        token.fencing_token,
+        args.lease_duration,
+        current.acquired_at_ms,
+    );
+    write_ours(store.as_ref(), &args.name, &next, &token).await?;
+    println!("{}", token_of(&next));
+    Ok(())
+}
+
+/// `leaderd lock release NAME TOKEN`.
+pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
+    check_name(&args.name)?;
+    let token = parse_token(&args.token)?;
+    let (_, store) = open(&args.store).await?;
+    let current = ours(store.as_ref(), &args.name, &token).await?;
+    let now = clock::unix_ms();
+    let released = Lease {
+        holder: None,
+        holder_meta: None,
+        rvn: new_rvn(),
+        renewed_at_ms: now,
+        expires_at_s: now / 1000,
+        ..current
+    };
+    write_ours(store.as_ref(), &args.name, &released, &token).await
+}
+
+/// `leaderd lock status NAME`: `leaderd status NAME`.
+pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
+    check_name(&args.name)?;
+    super::status::run(StatusArgs {
+        store: args.store,
+        elections: vec![args.name],
+        json: args.json,
+    })
+    .await
+}
+
+fn parse_token(s: &str) -> Result<LockToken, ToolError> {
+    s.parse().map_err(|e| ToolError::new(exit::USAGE, e))
+}
+
+fn check_name(name: &str) -> Result<(), ToolError> {
+    crate::config::check_lock_name(name).map_err(|e| ToolError::new(e.exit_code(), e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_round_trips_and_rejects_what_it_did_not_print() {
+        let t = LockToken {
+            fencing_token: 42,
+            rvn: new_rvn(),
+            holder: "ci-runner 7".into(),
+        };
+        assert_eq!(t.to_string().parse::<LockToken>(), Ok(t.clone()));
+        for bad in [
+            "",
+            "42",
+            "x.abc.6869",
+            "42..6869",
+            "42.abc.686",
+            "42.abc.zz",
+            "42.abc.6869.1",
+            "42.a-b.6869",
+        ] {
+            assert!(bad.parse::<LockToken>().is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! `leaderd lock` with real processes, on SQLite and on DynamoDB Local:
+//! acquire, renew and release; `--no-wait` on a held lock; a waiter that
+//! takes a lock nobody renews only after its lease · (1 + D); a stale token
+//! that neither renews nor releases the new holder's lock; a CLI lock and
+//! `leaderd run` keeping each other out; bad input as clear errors.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
+use nix::sys::signal::Signal;
+
+/// How a test reaches its store.
+#[derive(Clone)]
+struct Store {
+    args: Vec<String>,
+}
+
+impl Store {
+    fn sqlite(dir: &Path) -> Store {
+        Store {
+            args: vec![
+                "--store-path".into(),
+                dir.join("locks.db").display().to_string(),
+            ],
+        }
+    }
+
+    /// A fresh table on the shared DynamoDB Local.
+    fn dynamodb() -> Store {
+        let emulator = common::emulators::shared_dynamodb_local();
+        let store = Store {
+            args: vec![
+                "--store".into(),
+                "dynamodb".into(),
+                "--endpoint-url".into(),
+                emulator.endpoint.clone(),
+                "--table".into(),
+                common::unique_name("locks"),
+                "--region".into(),
+                "us-east-1".into(),
+            ],
+        };
+        let out = store.leaderd(&["table", "create"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        store
+    }
+
+    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, run to its end (60 s at most).
+    fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
+        let mut cmd = Command::new(leaderd_bin());
+        cmd.args(subcommand)
+            .args(&self.args)
+            .args(extra)
+            .env("AWS_ACCESS_KEY_ID", "leaderdtest")
+            .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        let (out, ended) = output_within(&mut cmd, Duration::from_secs(60));
+        assert!(ended, "leaderd {subcommand:?} did not end");
+        out
+    }
+
+    fn lock(&self, action: &str, args: &[&str]) -> Output {
+        self.leaderd(&["lock", action], args)
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_owned()
+}
+
+/// `lock acquire`, expected to succeed: the token.
+fn acquire(store: &Store, name: &str, extra: &[&str]) -> String {
+    let mut args = vec![name];
+    args.extend(extra);
+    let out = store.lock("acquire", &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "acquire {name}: {}",
+        stderr(&out)
+    );
+    let token = stdout(&out);
+    assert!(
+        !token.is_empty() && !token.contains(char::is_whitespace),
+        "{token:?}"
+    );
+    token
+}
+
+fn status_json(store: &Store, name: &str) -> serde_json::Value {
+    let out = store.lock("status", &[name, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    rows[0].clone()
+}
+
+fn holder(store: &Store, name: &str) -> Option<String> {
+    status_json(store, name)["holder"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn cycle(store: &Store) {
+    let token = acquire(store, "deploy", &["--lease-duration", "15 minutes"]);
+    let row = status_json(store, "deploy");
+    assert!(row["holder"].is_string(), "{row}");
+    // The fencing token is in the token, and in status.
+    let fencing = row["fencing_token"].as_u64().expect("fencing token");
+    assert!(
+        token.starts_with(&format!("{fencing}.")),
+        "{token} vs {row}"
+    );
+
+    let out = store.lock("acquire", &["deploy", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("held by"), "{}", stderr(&out));
+
+    let out = store.lock("renew", &["deploy", &token, "--lease-duration", "900s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let renewed = stdout(&out);
+    assert_ne!(renewed, token, "a renew gives a new token");
+    assert_eq!(
+        status_json(store, "deploy")["fencing_token"].as_u64(),
+        Some(fencing),
+        "same tenure"
+    );
+
+    let out = store.lock("release", &["deploy", &renewed]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(holder(store, "deploy"), None);
+    // Released: free at once, with a higher fencing token.
+    let again = acquire(store, "deploy", &["--no-wait"]);
+    let next = status_json(store, "deploy")["fencing_token"]
+        .as_u64()
+        .expect("token");
+    assert!(next > fencing, "{next} after {fencing}");
+    let out = store.lock("release", &["deploy", &again]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn acquire_renew_release_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    cycle(&Store::sqlite(dir.path()));
+}
+
+#[test]
+fn acquire_renew_release_on_dynamodb_local() {
+    cycle(&Store::dynamodb());
+}
+
+/// A 3 s lock nobody renews: the waiter takes it after 3 s · (1 + 1 %) and
+/// not before, and said who held it while it waited.
+fn waiter_takes_an_expired_lock_only_after_its_lease(store: &Store) {
+    let first = acquire(store, "nightly", &["--lease-duration", "3s"]);
+    let started = Instant::now();
+    let out = store.lock(
+        "acquire",
+        &["nightly", "--lease-duration", "3s", "--wait", "20s"],
+    );
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    eprintln!("the waiter took the 3 s lock after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(3030),
+        "taken after {waited:?}: too early"
+    );
+    assert!(
+        waited <= Duration::from_secs(5),
+        "taken after {waited:?}: too late"
+    );
+    let said = stderr(&out);
+    assert_eq!(said.matches("held by").count(), 1, "said once: {said}");
+    let second = stdout(&out);
+
+    // The first holder's token is stale: it neither renews nor releases.
+    for action in ["renew", "release"] {
+        let out = store.lock(action, &["nightly", &first]);
+        assert_eq!(out.status.code(), Some(77), "{action}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("nothing was changed"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let row = status_json(store, "nightly");
+    assert!(row["holder"].is_string(), "still held: {row}");
+    assert!(
+        second.starts_with(&format!("{}.", row["fencing_token"])),
+        "{second} vs {row}"
+    );
+    let out = store.lock("renew", &["nightly", &second]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_waiter_takes_an_expired_lock_only_after_its_lease_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    waiter_takes_an_expired_lock_only_after_its_lease(&Store::sqlite(dir.path()));
+}
+
+#[test]
+fn a_waiter_takes_an_expired_lock_only_after_its_lease_on_dynamodb_local() {
+    waiter_takes_an_expired_lock_only_after_its_lease(&Store::dynamodb());
+}
+
+/// A CLI lock keeps `leaderd run` out, and the reverse.
+fn lock_and_daemon_exclude_each_other(store: &Store, dir: &Path) {
+    let token = acquire(store, "report", &["--lease-duration", "1m"]);
+    let mut args = store.args.clone();
+    args.extend(
+        [
+            "--lease-duration",
+            "2s",
+            "--retry-interval",
+            "250ms",
+            "--kill-grace",
+            "500ms",
+            "--election",
+            "report",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let mut node = Leaderd::start(Spec {
+        identity: "daemon",
+        args,
+        env: vec![],
+        command: vec![],
+        dir,
+    });
+    node.wait_http(Duration::from_secs(20));
+    let from = Instant::now();
+    while from.elapsed() < Duration::from_secs(3) {
+        assert!(!node.is_leader(), "the daemon leads a locked name");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = store.lock("release", &["report", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_until(Duration::from_secs(5), || node.is_leader()).unwrap_or_else(|| {
+        panic!(
+            "the daemon does not lead once released; log:\n{}",
+            node.log()
+        )
+    });
+
+    // The daemon holds it: the CLI cannot take it.
+    let out = store.lock("acquire", &["report", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("daemon"),
+        "names the holder: {}",
+        stderr(&out)
+    );
+    let out = store.lock("acquire", &["report", "--wait", "3s"]);
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "renewed all along: {}",
+        stderr(&out)
+    );
+    // SIGTERM releases it: the CLI takes it at once.
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(20))
+        .expect("the daemon exits");
+    let token = acquire(store, "report", &["--no-wait"]);
+    let out = store.lock("release", &["report", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_cli_lock_and_the_daemon_exclude_each_other_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    lock_and_daemon_exclude_each_other(&Store::sqlite(dir.path()), dir.path());
+}
+
+#[test]
+fn a_cli_lock_and_the_daemon_exclude_each_other_on_dynamodb_local() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    lock_and_daemon_exclude_each_other(&Store::dynamodb(), dir.path());
+}
+
+fn bad_input(store: &Store) {
+    let token = acquire(store, "tidy", &[]);
+    let cases: [(&str, Vec<&str>, i32, &str); 7] = [
+        (
+            "renew",
+            vec!["tidy", "not-a-token"],
+            64,
+            "is not a lock token",
+        ),
+        ("release", vec!["tidy", "1.2"], 64, "is not a lock token"),
+        (
+            "release",
+            vec!["no-such-lock", &token],
+            77,
+            "there is no such lock",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--lease-duration=-5s"],
+            64,
+            "--lease-duration",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--lease-duration", "0s"],
+            64,
+            "must be above zero",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--no-wait", "--wait", "1s"],
+            64,
+            "cannot be used with",
+        ),
+        ("acquire", vec!["a/b", "--no-wait"], 64, "NAME"),
+    ];
+    for (action, args, code, says) in cases {
+        let out = store.lock(action, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{action} {args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(says),
+            "{action} {args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // None of that touched the lock.
+    let out = store.lock("release", &["tidy", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_input_is_a_clear_error_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    bad_input(&Store::sqlite(dir.path()));
+}
+
+#[test]
+fn bad_input_is_a_clear_error_on_dynamodb_local() {
+    bad_input(&Store::dynamodb());
+}
