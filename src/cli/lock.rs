@@ -264,12 +264,18 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
     loop {
         let res = store.read(&args.name, BUDGET).await;
         let at = clock.now();
+        // The store's error, when this round ended on one.
+        let mut failed: Option<String> = None;
         let next = match res {
             Err(e) => {
-                say(Some(format!(
-                    "cannot read lock {}: {e}; retrying",
-                    text::echo_plain(&args.name)
-                )));
+                // With --no-wait the final error says it.
+                if !args.no_wait {
+                    say(Some(format!(
+                        "cannot read lock {}: {e}; retrying",
+                        text::echo_plain(&args.name)
+                    )));
+                }
+                failed = Some(e.to_string());
                 at + cfg.retry_interval
             }
             Ok(record) => match waiter.plan(&record, at) {
@@ -281,10 +287,14 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
                     // Someone else wrote first: look again at once.
                     Ok(WriteOutcome::ConditionFailed { .. }) => clock.now(),
                     Err(e) => {
-                        say(Some(format!(
-                            "cannot take lock {}: {e}; retrying",
-                            text::echo_plain(&args.name)
-                        )));
+                        // With --no-wait the final error says it.
+                        if !args.no_wait {
+                            say(Some(format!(
+                                "cannot take lock {}: {e}; retrying",
+                                text::echo_plain(&args.name)
+                            )));
+                        }
+                        failed = Some(e.to_string());
                         clock.now() + cfg.retry_interval
                     }
                 },
@@ -297,6 +307,13 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         if let Some(d) = deadline
             && next > d
         {
+            // Not "held by someone": the store could not be used.
+            if let Some(e) = failed {
+                return Err(unavailable(format!(
+                    "lock {}: the store failed: {e}",
+                    text::echo_plain(&args.name)
+                )));
+            }
             let waited = if args.no_wait {
                 String::new()
             } else {
