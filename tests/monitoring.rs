@@ -484,11 +484,25 @@ fn the_query_checker_finds_unknown_series_labels_and_values() {
 fn every_series_the_alerts_and_dashboard_use_is_exported_by_a_live_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("leases.db");
+    // The "app": answers every request with 200.
+    let app = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the app");
+    let app_addr = app.local_addr().expect("address");
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in app.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
     // Create the table first, so the refusing trigger can be added to it.
     common::daemon::create_sqlite_store(&db);
 
     let mut args = sqlite_short_args(&db, "web");
     args.extend(["--on-child-exit".into(), "restart".into()]);
+    // An app check that passes, so its series exist too.
+    args.extend(["--app-check".into(), format!("http://{app_addr}/")]);
     let node = Leaderd::start(Spec {
         identity: "a",
         args,
