@@ -516,9 +516,14 @@ pub(super) fn build(
             ),
         )
     })?;
+    let advertise = match non_empty(raw.http.advertise.clone()) {
+        Some(a) => Some(check_advertise(&a, &raw.label("http.advertise"))?),
+        None => None,
+    };
     let http = HttpConfig {
         listen,
         admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
+        advertise,
     };
 
     let level = raw
@@ -690,6 +695,41 @@ fn http_probe(url: &str, label: &str) -> Result<Probe, ConfigError> {
         return Err(bad("has no host (like http://127.0.0.1:8080/healthz)"));
     }
     Ok(Probe::Http(uri))
+}
+
+/// `http.advertise`: `HOST:PORT` with a port above 0 and a host that
+/// resolves (other instances will connect to it).
+fn check_advertise(addr: &str, label: &str) -> Result<String, ConfigError> {
+    use std::net::ToSocketAddrs;
+    let bad = |why: String| {
+        ConfigError::invalid("http.advertise", format!("{label} = {} {why}", echo(addr)))
+    };
+    match split_host_port(addr) {
+        Some((_, 0)) => Err(bad(
+            "has port 0: other instances cannot connect to that".into()
+        )),
+        Some((host, port)) => {
+            // An IPv6 address written without brackets (`$(POD_IP):9777` in
+            // an IPv6 cluster) gets them.
+            let addr = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                addr.trim().to_owned()
+            };
+            match addr
+                .as_str()
+                .to_socket_addrs()
+                .map(|mut found| found.next())
+            {
+                Ok(Some(_)) => Ok(addr),
+                Ok(None) => Err(bad("resolves to no address".into())),
+                Err(e) => Err(bad(format!("does not resolve: {e}"))),
+            }
+        }
+        None => Err(bad(
+            "is not HOST:PORT (like 10.0.3.7:9777 or leaderd-0.leaderd:9777)".into(),
+        )),
+    }
 }
 
 /// A `HOST:PORT` to connect to.

@@ -77,6 +77,12 @@ pub struct RunArgs {
     /// Log format [config: log.format].
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// HOST:PORT other instances reach this one's HTTP API at, written into
+    /// the lease record while leading; default the listen address, or the
+    /// first non-loopback address when listening on a wildcard
+    /// [config: http.advertise].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
     /// Campaign only while GET URL answers 2xx [config: app_check.http].
     #[arg(long, value_name = "URL")]
     pub app_check: Option<String>,
@@ -133,6 +139,7 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
         (args.listen.is_some(), "http.listen", "--listen"),
         (args.primary.is_some(), "http.primary", "--primary"),
         (args.app_check.is_some(), "app_check.http", "--app-check"),
+        (args.advertise.is_some(), "http.advertise", "--advertise"),
         (
             args.lease_duration.is_some(),
             "lease.duration",
@@ -202,6 +209,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     }
     if let Some(primary) = &args.primary {
         raw.http.primary = Some(primary.clone());
+    }
+    if let Some(addr) = &args.advertise {
+        raw.http.advertise = Some(addr.clone());
     }
     if let Some(url) = &args.app_check {
         raw.app_check.http = Some(url.clone());

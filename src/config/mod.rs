@@ -179,6 +179,10 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// `http.admin_token`: enables `POST /leader/{e}/resign`; `None` when empty.
     pub admin_token: Option<String>,
+    /// `http.advertise`: the `HOST:PORT` written into the record while
+    /// leading. `None`: derived from the bound address (see
+    /// `daemon::advertised_address`).
+    pub advertise: Option<String>,
 }
 
 /// `[child]`: the supervised process.

@@ -87,6 +87,7 @@ pub(super) struct RawElection {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawHttp {
     pub(super) listen: Option<ListenAddr>,
+    pub(super) advertise: Option<String>,
     pub(super) primary: Option<String>,
     pub(super) admin_token: Option<String>,
 }

@@ -8,6 +8,7 @@
 //! SIGTERM -> forward, keep renewing while the child winds down, release, exit.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use crate::config::{ChildConfig, Config, Mode};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
 use crate::exit;
 use crate::http::{self, AppState, ResignError, ResignRequest};
-use crate::lease::{self, LeaseStore, StoreError};
+use crate::lease::{self, HolderMeta, LeaseStore, StoreError};
 use crate::metrics::Metrics;
 use crate::notify::{self, Notifier};
 use crate::shutdown::{self, Signals};
@@ -59,7 +60,7 @@ fn campaign_delay(i: usize, n: usize) -> Duration {
 /// it bound (see [`http::bind`]), so a test can drive a whole daemon in
 /// process on a paused clock and a port of its choosing.
 pub async fn run(
-    cfg: Config,
+    mut cfg: Config,
     notifier: Notifier,
     signals: Signals,
     clock: Clock,
@@ -73,6 +74,17 @@ pub async fn run(
         Err(code) => return code,
     };
 
+    let http_addr = listener.local_addr().ok();
+    if let Some(address) = advertised_address(cfg.http.advertise.as_deref(), http_addr) {
+        tracing::info!(advertise = %address, "advertising this address in the records of the elections it leads");
+        for e in &mut cfg.elections {
+            e.holder_meta = Some(HolderMeta {
+                address: Some(address.clone()),
+                labels: Default::default(),
+            });
+        }
+    }
+
     let metrics = Arc::new(Metrics::new());
     let app_check = cfg
         .app_check
@@ -80,7 +92,6 @@ pub async fn run(
         .map(|c| app_check::spawn(c, metrics.clone()));
     let handles = start_elections(&cfg, &store, &clock, &metrics, app_check.as_ref());
 
-    let http_addr = listener.local_addr().ok();
     let (resign_tx, resign_rx) = mpsc::channel(8);
     let (job_health, job_health_rx) = watch::channel(None);
     let mut app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
@@ -144,6 +155,51 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
     tracing::info!(exit_code = code, "leaderd stopped");
     code
+}
+
+/// The address written into the records of the elections this instance
+/// leads: `http.advertise` if set; else the bound address unless it is a
+/// wildcard; else the first non-loopback address of this host (IPv4 first)
+/// with the bound port. `None` only when nothing at all is known.
+fn advertised_address(configured: Option<&str>, bound: Option<SocketAddr>) -> Option<String> {
+    if let Some(a) = configured {
+        return Some(a.to_owned());
+    }
+    let bound = bound?;
+    if !bound.ip().is_unspecified() {
+        return Some(bound.to_string());
+    }
+    let mut found: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map(|addrs| {
+            addrs
+                .filter_map(|ifa| {
+                    let addr = ifa.address?;
+                    if let Some(v4) = addr.as_sockaddr_in() {
+                        Some(IpAddr::V4(v4.ip()))
+                    } else {
+                        addr.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+                    }
+                })
+                .filter(|ip| !ip.is_loopback() && !ip.is_unspecified() && !is_link_local(ip))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort_by_key(|ip| ip.is_ipv6());
+    match found.first() {
+        Some(ip) => Some(SocketAddr::new(*ip, bound.port()).to_string()),
+        None => {
+            tracing::warn!("no non-loopback address found to advertise; set http.advertise");
+            Some(SocketAddr::new(IpAddr::from([127, 0, 0, 1]), bound.port()).to_string())
+        }
+    }
+}
+
+/// IPv6 link-local addresses (fe80::/10) need a scope to be reached.
+fn is_link_local(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
 }
 
 /// Open the store. With `fail_fast` it must answer before anything else

@@ -83,6 +83,16 @@ Secret.
     fieldRef:
       fieldPath: metadata.name
 {{- end }}
+{{- if not .Values.config.http.advertise }}
+# Where other pods reach this one: written into the lease record while it
+# leads.
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: LEADERD_HTTP__ADVERTISE
+  value: "$(POD_IP):{{ .Values.leaderd.port }}"
+{{- end }}
 {{- with .Values.config.http.adminTokenSecret.name }}
 - name: LEADERD_HTTP__ADMIN_TOKEN
   valueFrom:
