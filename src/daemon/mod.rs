@@ -237,7 +237,6 @@ fn start_elections(
     metrics: &Arc<Metrics>,
     app_check: Option<&watch::Receiver<Verdict>>,
 ) -> BTreeMap<String, ElectionHandle> {
-    let gate = app_check.map(|rx| campaign_gate(rx.clone()));
     let n = cfg.elections.len();
     cfg.elections
         .iter()
@@ -249,28 +248,11 @@ fn start_elections(
                 clock.clone(),
                 metrics.clone(),
                 campaign_delay(i, n),
-                gate.clone(),
+                app_check.cloned(),
             );
             (e.name.clone(), handle)
         })
         .collect()
-}
-
-/// The elections' gate: open while the app check passes. A task forwards
-/// the verdict while anyone listens.
-fn campaign_gate(mut verdict: watch::Receiver<Verdict>) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(*verdict.borrow() == Verdict::Pass);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                changed = verdict.changed() => if changed.is_err() { return },
-                _ = tx.closed() => return,
-            }
-            let open = *verdict.borrow_and_update() == Verdict::Pass;
-            tx.send_if_modified(|current| std::mem::replace(current, open) != open);
-        }
-    });
-    rx
 }
 
 /// What the HTTP handlers read: every election's state, the job's health,
@@ -396,6 +378,16 @@ enum StepDown {
     Resign(ResignRequest),
     /// The app check failed: release and campaign again once it passes.
     AppFailing,
+}
+
+impl StepDown {
+    /// For the log.
+    fn why(&self) -> &'static str {
+        match self {
+            StepDown::Resign(_) => "resign requested",
+            StepDown::AppFailing => "app check failing",
+        }
+    }
 }
 
 enum Event {
@@ -881,25 +873,39 @@ impl Daemon {
             let _ = req.done.send(Err(ResignError::NotLeader(req.election)));
             return;
         }
-        let is_primary = req.election == self.cfg.primary;
-        let while_leader = self.cfg.child.mode == Mode::WhileLeader;
-        if is_primary
-            && while_leader
-            && let Slot::Running {
-                child, stopping, ..
-            } = &mut self.job.slot
+        let election = req.election.clone();
+        if let Err(StepDown::Resign(req)) = self
+            .stop_child_first(&election, StepDown::Resign(req))
+            .await
         {
-            // The child must be gone before the lease is released.
-            tracing::info!(election = %req.election, "resign requested: stopping the child first");
+            self.finish_resign(req).await;
+        }
+    }
+
+    /// Giving up `election`: when its job runs (the primary, mode
+    /// while-leader), stop it and keep `step` for when it has exited, since
+    /// the job must be gone before the lease is released. `Err(step)`: no job
+    /// to wait for, release now.
+    async fn stop_child_first(&mut self, election: &str, step: StepDown) -> Result<(), StepDown> {
+        let Slot::Running {
+            child, stopping, ..
+        } = &mut self.job.slot
+        else {
+            return Err(step);
+        };
+        if election != self.cfg.primary || self.cfg.child.mode != Mode::WhileLeader {
+            return Err(step);
+        }
+        tracing::info!(election = %election, why = step.why(), "stopping the child before releasing the lease");
+        if !*stopping {
             *stopping = true;
             if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
                 tracing::error!(error = %e, "cannot stop the child; killing its process group");
                 let _ = child.kill().await;
             }
-            self.pending_step_down = Some(StepDown::Resign(req));
-            return;
         }
-        self.finish_resign(req).await;
+        self.pending_step_down = Some(step);
+        Ok(())
     }
 
     /// Whether the app check (if any) passes.
@@ -929,24 +935,13 @@ impl Daemon {
                 // A resign is stopping the child; it releases after.
                 continue;
             }
-            if primary
-                && self.cfg.child.mode == Mode::WhileLeader
-                && let Slot::Running {
-                    child, stopping, ..
-                } = &mut self.job.slot
+            if self
+                .stop_child_first(&name, StepDown::AppFailing)
+                .await
+                .is_err()
             {
-                tracing::warn!(election = %name, "app check failing: stopping the child, then releasing the lease");
-                if !*stopping {
-                    *stopping = true;
-                    if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
-                        tracing::error!(error = %e, "cannot stop the child; killing its process group");
-                        let _ = child.kill().await;
-                    }
-                }
-                self.pending_step_down = Some(StepDown::AppFailing);
-                continue;
+                self.release_for_app(&name).await;
             }
-            self.release_for_app(&name).await;
         }
     }
 

@@ -74,17 +74,17 @@ pub(super) struct Engine {
     pub(super) retry: Retry,
     /// Moves when the store notices its data was replaced under it.
     pub(super) store_changes: Option<watch::Receiver<u64>>,
-    /// Whether this instance may campaign now (the app check's verdict);
-    /// `None`: always.
-    pub(super) gate: Option<watch::Receiver<bool>>,
+    /// The app check's verdict: campaign only while it passes. `None`: no
+    /// app check, always campaign.
+    pub(super) gate: Option<watch::Receiver<Verdict>>,
 }
 
 /// Resolves once a closed gate opens; never for an open gate or none, so
 /// that it wakes a waiting follower exactly when it may campaign again.
-pub(super) async fn gate_opened(gate: &mut Option<watch::Receiver<bool>>) {
+pub(super) async fn gate_opened(gate: &mut Option<watch::Receiver<Verdict>>) {
     match gate {
-        Some(g) if !*g.borrow() => {
-            if g.wait_for(|open| *open).await.is_err() {
+        Some(g) if *g.borrow() != Verdict::Pass => {
+            if g.wait_for(|v| *v == Verdict::Pass).await.is_err() {
                 std::future::pending::<()>().await;
             }
         }
@@ -279,19 +279,14 @@ impl Engine {
     }
 
     pub(super) fn new_lease(&self, token: u64, acquired_at_ms: u64) -> Lease {
-        let now_ms = clock::unix_ms();
-        let lease_ms = self.cfg.lease_duration.as_millis() as u64;
-        Lease {
-            election: self.cfg.name.clone(),
-            holder: Some(self.cfg.identity.clone()),
-            rvn: new_rvn(),
-            fencing_token: token,
-            lease_ms,
+        Lease::stamped(
+            &self.cfg.name,
+            &self.cfg.identity,
+            token,
+            self.cfg.lease_duration.as_millis() as u64,
             acquired_at_ms,
-            renewed_at_ms: now_ms,
-            expires_at_s: (now_ms + lease_ms).div_ceil(1000),
-            holder_meta: self.cfg.holder_meta.clone(),
-        }
+            self.cfg.holder_meta.clone(),
+        )
     }
 
     /// Wait until `until` or a command; handles the command. Returns
@@ -377,7 +372,9 @@ impl Engine {
     /// the lease if it is free, or say when to look again.
     /// Whether the app check lets this instance campaign now.
     pub(super) fn may_campaign(&self) -> bool {
-        self.gate.as_ref().is_none_or(|g| *g.borrow())
+        self.gate
+            .as_ref()
+            .is_none_or(|g| *g.borrow() == Verdict::Pass)
     }
 
     pub(super) async fn consider(&mut self, record: Record, at: Instant) -> Round {
@@ -617,11 +614,7 @@ impl Engine {
             }
             // Renew. The request may not outlive the stop time: past it the
             // answer no longer matters to this tenure.
-            let mut renewed = term.lease.clone();
-            renewed.rvn = new_rvn();
-            let now_ms = clock::unix_ms();
-            renewed.renewed_at_ms = now_ms;
-            renewed.expires_at_s = (now_ms + renewed.lease_ms).div_ceil(1000);
+            let renewed = term.lease.renewed();
             let cond = Condition::HeldBy {
                 rvn: term.lease.rvn.clone(),
                 holder: self.cfg.identity.clone(),
@@ -727,12 +720,7 @@ impl Engine {
     }
 
     pub(super) async fn release(&mut self, term: &Term, role: Role) {
-        let mut released = term.lease.clone();
-        released.holder = None;
-        released.holder_meta = None;
-        released.rvn = new_rvn();
-        released.renewed_at_ms = clock::unix_ms();
-        released.expires_at_s = released.renewed_at_ms / 1000;
+        let released = term.lease.released();
         let cond = Condition::HeldBy {
             rvn: term.lease.rvn.clone(),
             holder: self.cfg.identity.clone(),
@@ -759,8 +747,8 @@ impl Engine {
                 rvn,
                 holder: self.cfg.identity.clone(),
             };
-            released.rvn = new_rvn();
-            outcome = self.timed_write("release", &released, &cond, budget).await;
+            let again = term.lease.released();
+            outcome = self.timed_write("release", &again, &cond, budget).await;
         }
         match outcome {
             Ok(WriteOutcome::Applied) => {

@@ -25,9 +25,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
 use crate::lease::{
-    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome, new_rvn,
+    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome,
 };
 use crate::text;
 
@@ -100,9 +101,7 @@ impl ElectionConfig {
         if l.is_zero() || self.renew_interval.is_zero() || self.retry_interval.is_zero() {
             return Err(TimingError::Zero);
         }
-        if !(0.0..0.5).contains(&self.max_clock_drift) {
-            return Err(TimingError::Drift(self.max_clock_drift));
-        }
+        check_drift(self.max_clock_drift)?;
         if self.renew_interval >= l {
             return Err(TimingError::RenewNotShorter {
                 renew: self.renew_interval,
@@ -141,11 +140,27 @@ impl ElectionConfig {
 
     /// How long a follower waits on an unchanged rvn whose holder promised `lease_ms`.
     pub fn takeover_wait(&self, lease_ms: u64) -> Duration {
-        Duration::from_millis(lease_ms).mul_f64(1.0 + self.max_clock_drift)
+        takeover_wait(lease_ms, self.max_clock_drift)
     }
 
     fn request_budget(&self) -> Duration {
         self.renew_interval
+    }
+}
+
+/// The takeover rule: a record whose holder promised `lease_ms` may be
+/// taken over once it stayed unchanged this long on the taker's own clock,
+/// its lease stretched by the clock drift D (checked by [`check_drift`]).
+pub fn takeover_wait(lease_ms: u64, max_clock_drift: f64) -> Duration {
+    Duration::from_millis(lease_ms).mul_f64(1.0 + max_clock_drift)
+}
+
+/// D must be at least 0 and below 0.5.
+pub fn check_drift(max_clock_drift: f64) -> Result<(), TimingError> {
+    if (0.0..0.5).contains(&max_clock_drift) {
+        Ok(())
+    } else {
+        Err(TimingError::Drift(max_clock_drift))
     }
 }
 
@@ -479,8 +494,8 @@ pub fn spawn_after(
     spawn_gated(store, config, clock, observer, delay, None)
 }
 
-/// [`spawn_after`], campaigning only while `gate` holds `true` (the app
-/// check's verdict). A closed gate never ends a tenure: the caller stops the
+/// [`spawn_after`], campaigning only while the app check's verdict `gate`
+/// passes. A closed gate never ends a tenure: the caller stops the
 /// child and releases the lease through the handle.
 pub fn spawn_gated(
     store: Arc<dyn LeaseStore>,
@@ -488,7 +503,7 @@ pub fn spawn_gated(
     clock: Clock,
     observer: Arc<dyn Observer>,
     delay: Duration,
-    gate: Option<watch::Receiver<bool>>,
+    gate: Option<watch::Receiver<Verdict>>,
 ) -> ElectionHandle {
     let now = clock.now();
     let lease_duration = config.lease_duration;

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::lease::memory::{Fault, MemoryStore};
-use crate::lease::{Malformed, RvnGuard};
+use crate::lease::{Malformed, RvnGuard, new_rvn};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -609,7 +609,7 @@ async fn resign_of_a_follower_changes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_closed_gate_never_campaigns_and_opening_it_acquires_at_once() {
     let store = MemoryStore::new();
-    let (gate_tx, gate) = watch::channel(false);
+    let (gate_tx, gate) = watch::channel(Verdict::Fail);
     let mut c = cfg("b");
     c.retry_interval = 10 * S;
     let mut h = spawn_gated(
@@ -633,7 +633,7 @@ async fn a_closed_gate_never_campaigns_and_opening_it_acquires_at_once() {
     assert!(!h.state.borrow().is_leader_at(Clock::tokio().now()));
 
     // Opening the gate: taken well before the next 10 s poll.
-    gate_tx.send_replace(true);
+    gate_tx.send_replace(Verdict::Pass);
     let took = until(&mut h, 5 * S, |s| s.tenure.is_some()).await;
     assert!(took < S, "took {took:?}");
     assert_eq!(stored(&store).holder.as_deref(), Some("b"));

@@ -94,6 +94,58 @@ pub struct Lease {
     pub holder_meta: Option<HolderMeta>,
 }
 
+impl Lease {
+    /// A new write of `holder`'s lease: a fresh `rvn`, stamped now, expiring
+    /// `lease_ms` from now (for humans and TTL).
+    pub fn stamped(
+        election: &str,
+        holder: &str,
+        fencing_token: u64,
+        lease_ms: u64,
+        acquired_at_ms: u64,
+        holder_meta: Option<HolderMeta>,
+    ) -> Lease {
+        let now_ms = crate::clock::unix_ms();
+        Lease {
+            election: election.to_owned(),
+            holder: Some(holder.to_owned()),
+            rvn: new_rvn(),
+            fencing_token,
+            lease_ms,
+            acquired_at_ms,
+            renewed_at_ms: now_ms,
+            expires_at_s: now_ms.saturating_add(lease_ms).div_ceil(1000),
+            holder_meta,
+        }
+    }
+
+    /// The next write of this tenure (a renew): a fresh `rvn`, stamped now,
+    /// expiring `lease_ms` from now.
+    pub fn renewed(&self) -> Lease {
+        let now_ms = crate::clock::unix_ms();
+        Lease {
+            rvn: new_rvn(),
+            renewed_at_ms: now_ms,
+            expires_at_s: now_ms.saturating_add(self.lease_ms).div_ceil(1000),
+            ..self.clone()
+        }
+    }
+
+    /// This lease given up: no holder, a fresh `rvn`, stamped now, the same
+    /// fencing token (the next holder's is higher).
+    pub fn released(&self) -> Lease {
+        let now_ms = crate::clock::unix_ms();
+        Lease {
+            holder: None,
+            holder_meta: None,
+            rvn: new_rvn(),
+            renewed_at_ms: now_ms,
+            expires_at_s: now_ms / 1000,
+            ..self.clone()
+        }
+    }
+}
+
 /// What a holder advertises about itself in the lease record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderMeta {
