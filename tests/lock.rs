@@ -357,3 +357,22 @@ fn bad_input_is_a_clear_error_on_sqlite() {
 fn bad_input_is_a_clear_error_on_dynamodb_local() {
     bad_input(&Store::dynamodb());
 }
+
+/// A clock drift outside [0, 0.5) is refused before any waiting (it would
+/// make the takeover wait meaningless).
+#[test]
+fn a_bad_clock_drift_is_a_config_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(leaderd_bin());
+    cmd.args(["lock", "acquire", "drift", "--wait", "1s", "--store-path"])
+        .arg(dir.path().join("locks.db"))
+        .env("LEADERD_LEASE__MAX_CLOCK_DRIFT", "-5");
+    let (out, ended) = output_within(&mut cmd, Duration::from_secs(30));
+    assert!(ended);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("lease.max_clock_drift"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -22,8 +22,9 @@ use super::{
 };
 use crate::clock::{self, Clock, Instant};
 use crate::config::LockConfig;
+use crate::election;
 use crate::exit;
-use crate::lease::{self, Condition, Lease, LeaseStore, Record, WriteOutcome, new_rvn};
+use crate::lease::{self, Condition, Lease, LeaseStore, Record, WriteOutcome};
 use crate::text;
 
 /// Longest one store request may take.
@@ -116,21 +117,8 @@ async fn open(store: &super::StoreArgs) -> Result<(LockConfig, Arc<dyn LeaseStor
     Ok((cfg, store))
 }
 
-/// A new record for `holder`, `token`, `lease`, stamped now.
-fn fresh(name: &str, holder: &str, token: u64, lease: Duration, acquired_at_ms: u64) -> Lease {
-    let now = clock::unix_ms();
-    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-    Lease {
-        election: name.to_owned(),
-        holder: Some(holder.to_owned()),
-        rvn: new_rvn(),
-        fencing_token: token,
-        lease_ms,
-        acquired_at_ms,
-        renewed_at_ms: now,
-        expires_at_s: now.saturating_add(lease_ms) / 1000,
-        holder_meta: None,
-    }
+fn lease_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Who holds what a waiter sees, for the line it prints on each change.
@@ -159,42 +147,27 @@ fn holder_line(name: &str, record: &Record) -> Option<String> {
 struct Waiter {
     name: String,
     identity: String,
-    lease: Duration,
+    lease_ms: u64,
     drift: f64,
     /// The key (`rvn`) of the held record and when this process first saw it.
     seen: Option<(String, Instant)>,
 }
 
 impl Waiter {
-    /// The wait for a record written with `lease_ms`.
-    fn takeover_wait(&self, lease_ms: u64) -> Duration {
-        Duration::from_millis(lease_ms).mul_f64(1.0 + self.drift)
+    /// Our record with fencing token `token`, taken now.
+    fn take(&self, token: u64) -> Lease {
+        let now = clock::unix_ms();
+        Lease::stamped(&self.name, &self.identity, token, self.lease_ms, now, None)
     }
 
     /// What to write for `record`, read at `at` (the answer's arrival): the
     /// new lease and its condition, or when to look again.
     fn plan(&mut self, record: &Record, at: Instant) -> Result<(Lease, Condition), Instant> {
         let (key, lease_ms, previous_token, cond) = match record {
-            Record::Absent => {
-                let token = clock::unix_ms();
-                let lease = fresh(
-                    &self.name,
-                    &self.identity,
-                    token,
-                    self.lease,
-                    clock::unix_ms(),
-                );
-                return Ok((lease, Condition::NotExists));
-            }
+            Record::Absent => return Ok((self.take(clock::unix_ms()), Condition::NotExists)),
             Record::Valid(l) if l.holder.is_none() => {
-                let lease = fresh(
-                    &self.name,
-                    &self.identity,
-                    l.fencing_token + 1,
-                    self.lease,
-                    clock::unix_ms(),
-                );
-                return Ok((lease, Condition::RvnIs(l.rvn.clone())));
+                let cond = Condition::RvnIs(l.rvn.clone());
+                return Ok((self.take(l.fencing_token + 1), cond));
             }
             Record::Valid(l) => (
                 l.rvn.clone(),
@@ -204,7 +177,7 @@ impl Waiter {
             ),
             Record::Malformed(m) => (
                 format!("malformed:{}", m.fingerprint),
-                u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+                self.lease_ms,
                 m.fencing_token,
                 Condition::Unchanged(m.guard.clone()),
             ),
@@ -216,21 +189,12 @@ impl Waiter {
                 at
             }
         };
-        let due = first + self.takeover_wait(lease_ms);
+        let due = first + election::takeover_wait(lease_ms, self.drift);
         if at < due {
             return Err(due);
         }
         let token = previous_token.map_or_else(clock::unix_ms, |t| t + 1);
-        Ok((
-            fresh(
-                &self.name,
-                &self.identity,
-                token,
-                self.lease,
-                clock::unix_ms(),
-            ),
-            cond,
-        ))
+        Ok((self.take(token), cond))
     }
 }
 
@@ -248,7 +212,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
     let mut waiter = Waiter {
         name: args.name.clone(),
         identity: cfg.identity.clone(),
-        lease: args.lease_duration,
+        lease_ms: lease_ms(args.lease_duration),
         drift: cfg.max_clock_drift,
         seen: None,
     };
@@ -307,13 +271,8 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         if let Some(d) = deadline
             && next > d
         {
-            // Not "held by someone": the store could not be used.
-            if let Some(e) = failed {
-                return Err(unavailable(format!(
-                    "lock {}: the store failed: {e}",
-                    text::echo_plain(&args.name)
-                )));
-            }
+            // Not acquired (75) either way; say when the store was why.
+            let cause = failed.map_or_else(String::new, |e| format!(": the store failed: {e}"));
             let waited = if args.no_wait {
                 String::new()
             } else {
@@ -321,7 +280,10 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
             };
             return Err(ToolError::new(
                 exit::TEMPFAIL,
-                format!("lock {} not acquired{waited}", text::echo_plain(&args.name)),
+                format!(
+                    "lock {} not acquired{waited}{cause}",
+                    text::echo_plain(&args.name)
+                ),
             ));
         }
         clock.sleep_until(next).await;
@@ -390,12 +352,13 @@ pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
     let token = parse_token(&args.token)?;
     let (_, store) = open(&args.store).await?;
     let current = ours(store.as_ref(), &args.name, &token).await?;
-    let next = fresh(
+    let next = Lease::stamped(
         &args.name,
         &token.holder,
         token.fencing_token,
-        args.lease_duration,
+        lease_ms(args.lease_duration),
         current.acquired_at_ms,
+        None,
     );
     write_ours(store.as_ref(), &args.name, &next, &token).await?;
     println!("{}", token_of(&next));
@@ -408,16 +371,7 @@ pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
     let token = parse_token(&args.token)?;
     let (_, store) = open(&args.store).await?;
     let current = ours(store.as_ref(), &args.name, &token).await?;
-    let now = clock::unix_ms();
-    let released = Lease {
-        holder: None,
-        holder_meta: None,
-        rvn: new_rvn(),
-        renewed_at_ms: now,
-        expires_at_s: now / 1000,
-        ..current
-    };
-    write_ours(store.as_ref(), &args.name, &released, &token).await
+    write_ours(store.as_ref(), &args.name, &current.released(), &token).await
 }
 
 /// `leaderd lock status NAME`: `leaderd status NAME`.
@@ -442,6 +396,7 @@ fn check_name(name: &str) -> Result<(), ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::new_rvn;
 
     #[test]
     fn a_token_round_trips_and_rejects_what_it_did_not_print() {

@@ -369,13 +369,22 @@ pub fn check_lock_name(name: &str) -> Result<(), ConfigError> {
 impl LockConfig {
     /// Load from `args`, the file it names and the process environment.
     pub fn load(args: &StoreArgs) -> Result<LockConfig, ConfigError> {
-        let tool = ToolConfig::load(args)?;
-        let raw = extract(args.config.as_deref(), process_env()?)?;
+        let mut raw = extract(args.config.as_deref(), process_env()?)?;
+        let tool = ToolConfig::from_raw(&mut raw, args)?;
         let identity = build_identity(&raw)?;
         let max_clock_drift = raw
             .lease
             .max_clock_drift
             .map_or(crate::election::defaults::MAX_CLOCK_DRIFT, |f| f.0);
+        crate::election::check_drift(max_clock_drift).map_err(|_| {
+            ConfigError::invalid(
+                "lease.max_clock_drift",
+                format!(
+                    "{} = {max_clock_drift} must be at least 0 and below 0.5",
+                    raw.label("lease.max_clock_drift")
+                ),
+            )
+        })?;
         let retry_interval = raw
             .lease
             .retry_interval
@@ -412,6 +421,12 @@ impl ToolConfig {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<ToolConfig, ConfigError> {
         let mut raw = extract(args.config.as_deref(), env)?;
+        Self::from_raw(&mut raw, args)
+    }
+
+    /// The tools' part of an extracted configuration, with the store flags
+    /// of `args` applied.
+    fn from_raw(raw: &mut RawConfig, args: &StoreArgs) -> Result<ToolConfig, ConfigError> {
         apply_store_flags(&mut raw.store, args);
         let store = build_store(std::mem::take(&mut raw.store))?;
         // Checked like `run` checks them, though the tools read every
@@ -424,7 +439,7 @@ impl ToolConfig {
         check_unique(&names)?;
         Ok(ToolConfig {
             store,
-            warnings: raw.warnings,
+            warnings: std::mem::take(&mut raw.warnings),
         })
     }
 }
