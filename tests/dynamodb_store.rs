@@ -69,6 +69,7 @@ fn lease(election: &str, holder: &str) -> Lease {
         renewed_at_ms: 1_700_000_000_000,
         expires_at_s: 1_700_000_010,
         holder_meta: None,
+        successor: None,
     }
 }
 

@@ -70,6 +70,7 @@ fn lease(election: &str, holder: &str, fencing_token: u64) -> Lease {
         renewed_at_ms: 1_700_000_000_000,
         expires_at_s: 1_700_000_010,
         holder_meta: None,
+        successor: None,
     }
 }
 
@@ -357,6 +358,35 @@ mod contract {
         assert_eq!(expect_valid(read(&a, &election).await), next);
     }
 
+    /// A lease handed to a successor: the released record carries the
+    /// successor's identity for everyone to read; the next holder's write
+    /// drops it.
+    pub async fn handover_records_the_successor(b: &dyn Backend) {
+        let a = b.store().await;
+        let other = b.store().await;
+        let election = common::unique_name("handover");
+        let held = with_meta(lease(&election, "node-a", 20));
+        assert_applied(a.create(&held, BUDGET).await, "create");
+        let handed = held.handed_to(Some("node-b".into()));
+        assert_applied(
+            a.release(&handed, &held.rvn, "node-a", BUDGET).await,
+            "release to node-b",
+        );
+        let stored = expect_valid(read(&other, &election).await);
+        assert_eq!(stored.successor.as_deref(), Some("node-b"));
+        assert_eq!(stored.holder, None);
+        assert!(stored.free_for("node-b") && !stored.free_for("node-c"));
+        assert_eq!(stored, handed);
+        let next = lease(&election, "node-b", 21);
+        assert_applied(
+            other.take_over(&next, &handed.rvn, BUDGET).await,
+            "the successor takes over",
+        );
+        let stored = expect_valid(read(&a, &election).await);
+        assert_eq!(stored.successor, None);
+        assert_eq!(stored, next);
+    }
+
     /// Items with missing or wrongly typed attributes are reported as
     /// malformed, naming the attribute; nothing panics, `list` included.
     pub async fn malformed_records_are_reported(b: &dyn Backend) {
@@ -583,6 +613,11 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn release_keeps_the_item() {
                 contract::release_keeps_the_item(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn handover_records_the_successor() {
+                contract::handover_records_the_successor(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -203,6 +203,7 @@ mod tests {
             renewed_at_ms: now - 2_000,
             expires_at_s: 0,
             holder_meta: None,
+            successor: None,
         };
         store.set("a", Record::Valid(lease.clone()));
         store.set(

@@ -68,6 +68,7 @@ fn held_by(store: &MemoryStore, who: &str, token: u64) -> Lease {
         renewed_at_ms: 1,
         expires_at_s: 1,
         holder_meta: None,
+        successor: None,
     };
     store.set("report", Record::Valid(lease.clone()));
     lease

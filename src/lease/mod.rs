@@ -92,6 +92,10 @@ pub struct Lease {
     pub expires_at_s: u64,
     /// The holder's advertised address and labels, if any.
     pub holder_meta: Option<HolderMeta>,
+    /// On a released record only: the identity the previous holder handed
+    /// the lease to. For one lease only that candidate may take it at once;
+    /// the others wait as if it were still held.
+    pub successor: Option<String>,
 }
 
 impl Lease {
@@ -116,6 +120,7 @@ impl Lease {
             renewed_at_ms: now_ms,
             expires_at_s: now_ms.saturating_add(lease_ms).div_ceil(1000),
             holder_meta,
+            successor: None,
         }
     }
 
@@ -134,15 +139,35 @@ impl Lease {
     /// This lease given up: no holder, a fresh `rvn`, stamped now, the same
     /// fencing token (the next holder's is higher).
     pub fn released(&self) -> Lease {
+        self.handed_to(None)
+    }
+
+    /// This lease given up to `successor` (to anyone when `None`): like
+    /// [`Lease::released`], with the successor recorded. The lease still
+    /// counts for one `lease_ms` against everyone else.
+    pub fn handed_to(&self, successor: Option<String>) -> Lease {
         let now_ms = crate::clock::unix_ms();
+        let expires_ms = if successor.is_some() {
+            now_ms.saturating_add(self.lease_ms)
+        } else {
+            now_ms
+        };
         Lease {
             holder: None,
             holder_meta: None,
+            successor,
             rvn: new_rvn(),
             renewed_at_ms: now_ms,
-            expires_at_s: now_ms / 1000,
+            expires_at_s: expires_ms.div_ceil(1000),
             ..self.clone()
         }
+    }
+
+    /// Whether `candidate` may take this record at once: it is released,
+    /// and handed to no one or to `candidate`. A record handed to someone
+    /// else is taken like a held one, after the takeover wait.
+    pub fn free_for(&self, candidate: &str) -> bool {
+        self.holder.is_none() && self.successor.as_deref().is_none_or(|s| s == candidate)
     }
 }
 
@@ -480,6 +505,7 @@ mod tests {
             renewed_at_ms: 0,
             expires_at_s: 0,
             holder_meta: None,
+            successor: None,
         })
     }
 

@@ -79,6 +79,7 @@ fn lease(election: &str, rvn: &str) -> Lease {
         renewed_at_ms: 1,
         expires_at_s: 1,
         holder_meta: None,
+        successor: None,
     }
 }
 

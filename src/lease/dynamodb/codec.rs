@@ -34,6 +34,9 @@ pub(super) fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
             item.insert("holder_meta".to_owned(), AttributeValue::M(m));
         }
     }
+    if let Some(successor) = &lease.successor {
+        item.insert("successor".to_owned(), AttributeValue::S(successor.clone()));
+    }
     item
 }
 
@@ -86,6 +89,11 @@ pub(super) fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Leas
         renewed_at_ms: num("renewed_at")?,
         expires_at_s: num(TTL_ATTRIBUTE)?,
         holder_meta: parse_meta(item.get("holder_meta"))?,
+        successor: match item.get("successor") {
+            None => None,
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            Some(other) => return Err(wrong_type("successor", other, "S")),
+        },
     })
 }
 

@@ -143,6 +143,7 @@ fn sample_lease() -> Lease {
             address: Some("10.0.0.1:9777".into()),
             labels: [("zone".to_owned(), "a".to_owned())].into(),
         }),
+        successor: None,
     }
 }
 

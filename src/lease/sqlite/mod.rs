@@ -50,7 +50,7 @@ use super::{
 pub const TABLE: &str = "leases";
 
 /// Columns in the order every query selects them.
-const COLUMNS: [&str; 9] = [
+const COLUMNS: [&str; 10] = [
     "election",
     "holder",
     "rvn",
@@ -60,7 +60,12 @@ const COLUMNS: [&str; 9] = [
     "renewed_at",
     "expires_at",
     "holder_meta",
+    "successor",
 ];
+
+/// Columns added after the first release: a file made before them gets them
+/// when `leaderd run` opens it, and reads as if they were null until then.
+const ADDED_COLUMNS: [&str; 1] = ["successor"];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
     election      TEXT PRIMARY KEY NOT NULL,
@@ -71,18 +76,26 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
     acquired_at   INTEGER,
     renewed_at    INTEGER,
     expires_at    INTEGER,
-    holder_meta   TEXT
+    holder_meta   TEXT,
+    successor     TEXT
 )";
 
 const SELECT_ONE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
-     renewed_at, expires_at, holder_meta FROM leases WHERE election = ?1";
+     renewed_at, expires_at, holder_meta, successor FROM leases WHERE election = ?1";
 
 const SELECT_ALL: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
-     renewed_at, expires_at, holder_meta FROM leases ORDER BY election";
+     renewed_at, expires_at, holder_meta, successor FROM leases ORDER BY election";
+
+/// [`SELECT_ONE`] and [`SELECT_ALL`] on a file without the
+/// [`ADDED_COLUMNS`], opened only to be read.
+const SELECT_ONE_OLD: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, \
+     acquired_at, renewed_at, expires_at, holder_meta, NULL FROM leases WHERE election = ?1";
+const SELECT_ALL_OLD: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, \
+     acquired_at, renewed_at, expires_at, holder_meta, NULL FROM leases ORDER BY election";
 
 const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fencing_token, \
-     lease_ms, acquired_at, renewed_at, expires_at, holder_meta) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+     lease_ms, acquired_at, renewed_at, expires_at, holder_meta, successor) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// How long opening a store may wait for other processes that hold the
 /// file's lock: instances started together on a fresh file take turns
@@ -187,6 +200,9 @@ impl FileId {
 struct Inner {
     path: PathBuf,
     access: Access,
+    /// The file lacks the [`ADDED_COLUMNS`] (made by an older leaderd and
+    /// opened only to be read): they read as null.
+    legacy: bool,
     /// Conditional writes: one at a time, in arrival order.
     writes: Lane,
     /// Reads, lists and schema checks.
@@ -311,7 +327,39 @@ fn try_set_up(path: &Path) -> Result<Connection, (&'static str, rusqlite::Error)
     }
     conn.execute(CREATE_TABLE, [])
         .map_err(|e| ("cannot create the `leases` table in", e))?;
+    // A file made by an older leaderd: add what it lacks. Two instances
+    // doing it at once: the second finds the column there (or waits on the
+    // write lock and then fails with "duplicate column", checked again).
+    for column in lacking_columns(&conn).map_err(|e| ("cannot read the schema of", e))? {
+        let added = conn.execute(&format!("ALTER TABLE leases ADD COLUMN {column} TEXT"), []);
+        if let Err(e) = added
+            && lacking_columns(&conn)
+                .map_err(|e| ("cannot read the schema of", e))?
+                .contains(&column)
+        {
+            return Err(("cannot add a column to the `leases` table in", e));
+        }
+    }
     Ok(conn)
+}
+
+/// Which of the [`ADDED_COLUMNS`] the `leases` table lacks: none when there
+/// is no table, or when it is not leaderd's (it lacks one of the first
+/// columns too; the schema check reports it, and it is left as it is).
+fn lacking_columns(conn: &Connection) -> rusqlite::Result<Vec<&'static str>> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('leases')")?;
+    let names = stmt
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let has = |c: &str| names.iter().any(|n| n == c);
+    let ours = COLUMNS
+        .iter()
+        .filter(|c| !ADDED_COLUMNS.contains(c))
+        .all(|c| has(c));
+    if !ours {
+        return Ok(Vec::new());
+    }
+    Ok(ADDED_COLUMNS.into_iter().filter(|c| !has(c)).collect())
 }
 
 fn is_locked(e: &rusqlite::Error) -> bool {
@@ -334,7 +382,7 @@ impl SqliteStore {
                 path.display()
             ))
         })?;
-        let store = Self::with(path, Access::ReadWrite, id, conn);
+        let store = Self::with(path, Access::ReadWrite, false, id, conn);
         if let Err(e) = file_watch::start(&store.inner) {
             // The per-request check still notices, at the next request.
             tracing::warn!(path = %path.display(), error = %e, "cannot watch the SQLite lease store's directory; a deleted file is noticed at the next request");
@@ -355,14 +403,24 @@ impl SqliteStore {
         let mut conn = Connection::open_with_flags(path, flags)
             .map_err(|e| open_error(path, "cannot open", &e))?;
         configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
-        Ok(Self::with(path, Access::ReadOnly, id, conn))
+        let legacy = !lacking_columns(&conn)
+            .map_err(|e| open_error(path, "cannot read the schema of", &e))?
+            .is_empty();
+        Ok(Self::with(path, Access::ReadOnly, legacy, id, conn))
     }
 
-    fn with(path: &Path, access: Access, id: FileId, conn: Connection) -> SqliteStore {
+    fn with(
+        path: &Path,
+        access: Access,
+        legacy: bool,
+        id: FileId,
+        conn: Connection,
+    ) -> SqliteStore {
         SqliteStore {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 access,
+                legacy,
                 writes: Lane::new(WRITERS, vec![(0, conn)]),
                 reads: Lane::new(READERS, Vec::new()),
                 file: Mutex::new((id, 0)),
@@ -506,9 +564,9 @@ fn holds(current: Option<&Row>, condition: &Condition) -> bool {
     }
 }
 
-fn read_row(conn: &Connection, election: &str) -> rusqlite::Result<Option<Row>> {
-    conn.query_row(SELECT_ONE, [election], Row::from_sql)
-        .optional()
+fn read_row(conn: &Connection, election: &str, legacy: bool) -> rusqlite::Result<Option<Row>> {
+    let sql = if legacy { SELECT_ONE_OLD } else { SELECT_ONE };
+    conn.query_row(sql, [election], Row::from_sql).optional()
 }
 
 fn to_i64(column: &str, v: u64) -> Result<i64, StoreError> {
@@ -551,7 +609,7 @@ fn put_blocking(
     if Instant::now() >= deadline {
         return Err(StoreError::Timeout(budget));
     }
-    let current = read_row(&tx, &lease.election).map_err(sql_err)?;
+    let current = read_row(&tx, &lease.election, false).map_err(sql_err)?;
     if !holds(current.as_ref(), condition) {
         let current = current.map_or(Record::Absent, |row| row.to_record());
         // Dropping the transaction rolls it back; nothing was written.
@@ -571,6 +629,7 @@ fn put_blocking(
             values.3,
             values.4,
             meta,
+            lease.successor,
         ],
     )
     .map_err(sql_err)?;
@@ -594,6 +653,7 @@ fn check_blocking(conn: &Connection, path: &Path, budget: Duration) -> Result<()
     let missing: Vec<&str> = COLUMNS
         .iter()
         .copied()
+        .filter(|c| !ADDED_COLUMNS.contains(c))
         .filter(|c| !columns.iter().any(|(name, _)| name == c))
         .collect();
     if !missing.is_empty() {
@@ -632,8 +692,9 @@ impl LeaseStore for SqliteStore {
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
         let election = election.to_owned();
+        let legacy = self.inner.legacy;
         self.run(LaneKind::Read, budget, move |conn, path, _| {
-            let row = read_row(conn, &election).map_err(|e| classify(path, budget, &e))?;
+            let row = read_row(conn, &election, legacy).map_err(|e| classify(path, budget, &e))?;
             Ok(row.map_or(Record::Absent, |r| r.to_record()))
         })
         .await
@@ -654,9 +715,14 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        let sql = if self.inner.legacy {
+            SELECT_ALL_OLD
+        } else {
+            SELECT_ALL
+        };
         self.run(LaneKind::Read, budget, move |conn, path, _| {
             let err = |e: rusqlite::Error| classify(path, budget, &e);
-            let mut stmt = conn.prepare(SELECT_ALL).map_err(err)?;
+            let mut stmt = conn.prepare(sql).map_err(err)?;
             let rows = stmt
                 .query_map([], Row::from_sql)
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())

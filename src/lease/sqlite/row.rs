@@ -62,11 +62,11 @@ impl Raw {
 
 /// A whole row as stored, one value per entry of [`COLUMNS`].
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Row(pub(super) [Raw; 9]);
+pub(super) struct Row(pub(super) [Raw; 10]);
 
 impl Row {
     pub(super) fn from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-        let mut vals: [Raw; 9] = Default::default();
+        let mut vals: [Raw; 10] = Default::default();
         for (i, v) in vals.iter_mut().enumerate() {
             *v = Raw::from_ref(row.get_ref(i)?);
         }
@@ -104,16 +104,18 @@ impl Row {
                 other.encode()
             }
         };
-        let holder = match self.get("holder") {
+        let mut optional_text = |column: &str| match self.get(column) {
             Raw::Null => None,
             raw => match raw.text() {
                 Some(s) => Some(s.to_owned()),
                 None => {
-                    problems.push(text_problem("holder", raw));
+                    problems.push(text_problem(column, raw));
                     None
                 }
             },
         };
+        let holder = optional_text("holder");
+        let successor = optional_text("successor");
         let rvn = match self.get("rvn") {
             Raw::Null => {
                 problems.push("attribute `rvn` is missing".into());
@@ -177,6 +179,7 @@ impl Row {
                 renewed_at_ms,
                 expires_at_s,
                 holder_meta,
+                successor,
             });
         }
         let fencing_token = match self.get("fencing_token") {

@@ -1,11 +1,11 @@
 //! Unit tests of the SQLite store.
 use super::*;
 
-fn row(values: [Raw; 9]) -> Row {
+fn row(values: [Raw; 10]) -> Row {
     Row(values)
 }
 
-fn good() -> [Raw; 9] {
+fn good() -> [Raw; 10] {
     [
         Raw::Text(b"e".to_vec()),
         Raw::Text(b"me".to_vec()),
@@ -15,6 +15,7 @@ fn good() -> [Raw; 9] {
         Raw::Integer(1),
         Raw::Integer(2),
         Raw::Integer(3),
+        Raw::Null,
         Raw::Null,
     ]
 }
@@ -31,7 +32,8 @@ fn a_well_formed_row_is_a_lease() {
 
 #[test]
 fn every_bad_column_is_named_and_nothing_panics() {
-    let cases: [(usize, Raw, &str); 8] = [
+    let cases: [(usize, Raw, &str); 9] = [
+        (9, Raw::Integer(3), "`successor` has type integer"),
         (2, Raw::Null, "`rvn` is missing"),
         (2, Raw::Integer(5), "`rvn` has type integer"),
         (
@@ -135,6 +137,7 @@ fn sample(election: &str) -> Lease {
         renewed_at_ms: 1,
         expires_at_s: 1,
         holder_meta: None,
+        successor: None,
     }
 }
 
@@ -332,4 +335,57 @@ async fn check_reports_a_foreign_table() {
         }
         other => panic!("expected WrongSchema, got {other:?}"),
     }
+}
+
+/// The `leases` table as the first release made it, without `successor`.
+const FIRST_SCHEMA: &str = "CREATE TABLE leases (election TEXT PRIMARY KEY NOT NULL, \
+     holder TEXT, rvn TEXT, fencing_token INTEGER, lease_ms INTEGER, acquired_at INTEGER, \
+     renewed_at INTEGER, expires_at INTEGER, holder_meta TEXT); \
+     INSERT INTO leases VALUES ('e', 'me', 'r1', 7, 10000, 1, 2, 3, NULL)";
+
+#[tokio::test]
+async fn an_older_file_is_read_as_it_is_and_gains_the_new_column_when_run_opens_it() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    Connection::open(&path)
+        .and_then(|c| c.execute_batch(FIRST_SCHEMA))
+        .expect("a file of the first release");
+    let budget = Duration::from_secs(10);
+    // `leaderd status` reads it and changes nothing.
+    let reader = SqliteStore::open_read_only(&path).expect("open to read");
+    let Ok(Record::Valid(l)) = reader.read("e", budget).await else {
+        panic!("the old row reads as a lease");
+    };
+    assert_eq!((l.fencing_token, l.successor.as_deref()), (7, None));
+    assert_eq!(reader.list(budget).await.map(|v| v.len()), Ok(1));
+    assert_eq!(reader.check(budget).await, Ok(()));
+    let columns = |path: &std::path::Path| {
+        Connection::open(path)
+            .and_then(|c| {
+                c.prepare("SELECT name FROM pragma_table_info('leases')")?
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .expect("the schema")
+    };
+    assert!(!columns(&path).contains(&"successor".to_owned()));
+    // `leaderd run` adds the column, keeping the row.
+    let store = SqliteStore::open(&path).expect("open to run");
+    assert!(columns(&path).contains(&"successor".to_owned()));
+    let Ok(Record::Valid(kept)) = store.read("e", budget).await else {
+        panic!("the row is kept");
+    };
+    assert_eq!(kept, l);
+    let handed = kept.handed_to(Some("you".into()));
+    let held = Condition::HeldBy {
+        rvn: "r1".into(),
+        holder: "me".into(),
+    };
+    assert_eq!(
+        store.put(&handed, &held, budget).await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert_eq!(store.read("e", budget).await, Ok(Record::Valid(handed)));
+    // Opening it again (another instance) finds the column there.
+    SqliteStore::open(&path).expect("open again");
 }
