@@ -1,5 +1,6 @@
 //! The HTTP API: `/leader`, `/leader/{election}`, `/status`,
-//! `/healthz`, `/metrics` and `POST /leader/{election}/resign`.
+//! `/healthz`, `/metrics`, `POST /leader/{election}/resign` and the watch
+//! stream `GET /v1/elections/{election}/watch`.
 //!
 //! Every answer is computed from the engines' current state (`watch`
 //! receivers) and the clock at the moment of the request: `/leader` says 200
@@ -21,6 +22,16 @@
 //!   token → 403, and only then is the election looked up (so names are not
 //!   probed without a token). 200 once the daemon has stepped down, 202 when
 //!   it is still at it when the request's time is up.
+//! - Resign takes an optional JSON body `{"to": "IDENTITY"}`: the lease is
+//!   handed to that candidate (see `Lease::handed_to`). An empty body, or
+//!   none, hands it to whoever is fastest.
+//! - The watch stream is newline-delimited JSON, one [`LeaseEvent`] per
+//!   line: while this instance leads, its last write at once, then one
+//!   event after every write; it ends after `released` or `not_leader`
+//!   (the only line an instance that does not lead sends). It needs no
+//!   token: it tells what `/leader` tells, plus the record's `rvn`, which
+//!   grants nothing without access to the store. At most half the
+//!   connection limit are watches, so probes always find a connection.
 //! - Errors are JSON `{"error": "<stable code>", "message": "..."}`; the codes
 //!   are the `&'static str`s of [`ApiError`] constructors and never change.
 
@@ -47,7 +58,7 @@ use tokio_io_timeout::TimeoutStream;
 
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
-use crate::election::{ElectionConfig, ElectionState, Role};
+use crate::election::{ElectionConfig, ElectionState, LeaseEvent, Role};
 use crate::metrics::{self, Metrics};
 use crate::text;
 
@@ -70,6 +81,8 @@ const ECHO_LIMIT: usize = 128;
 pub struct ResignRequest {
     /// The election to resign from (known to exist).
     pub election: String,
+    /// The candidate to hand the lease to; `None`: whoever is fastest.
+    pub to: Option<String>,
     /// `Ok` once stepped down; why not otherwise.
     pub done: oneshot::Sender<Result<(), ResignError>>,
 }
@@ -93,6 +106,8 @@ pub struct ElectionEntry {
     /// `/healthz` fails when the campaign loop's heartbeat is older than
     /// this; see [`wedge_threshold`].
     pub wedged_after: Duration,
+    /// What the watch stream sends; `None`: no stream for this election.
+    pub events: Option<watch::Receiver<Option<LeaseEvent>>>,
 }
 
 /// A heartbeat age past which an election's campaign loop counts as wedged:
@@ -134,6 +149,8 @@ pub struct AppState {
     /// The app check's verdict, shown by `/leader` and `/status`. `None`: no
     /// app check.
     pub app_check: Option<watch::Receiver<Verdict>>,
+    /// Watch streams open at once: half the connection limit.
+    pub watch_slots: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -157,6 +174,7 @@ impl AppState {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             job_health: None,
             app_check: None,
+            watch_slots: Arc::new(Semaphore::new((connection_limit() / 2).max(1))),
         }
     }
 
@@ -191,8 +209,18 @@ impl AppState {
             ElectionEntry {
                 state,
                 wedged_after,
+                events: None,
             },
         );
+        self
+    }
+
+    /// Serve the watch stream of election `name` (added before) from
+    /// `events`.
+    pub fn with_watch(mut self, name: &str, events: watch::Receiver<Option<LeaseEvent>>) -> Self {
+        if let Some(entry) = self.elections.get_mut(name) {
+            entry.events = Some(events);
+        }
         self
     }
 
@@ -319,6 +347,7 @@ pub fn router(state: AppState) -> Router {
         .route("/status", get(status))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
+        .route("/v1/elections/{election}/watch", get(watch_events))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -693,6 +722,78 @@ async fn metrics_text(State(app): State<Shared>) -> Response {
     }
 }
 
+/// The content type of the watch stream: newline-delimited JSON.
+pub const WATCH_CONTENT_TYPE: &str = "application/x-ndjson";
+
+/// `GET /v1/elections/{election}/watch`: the events of this instance's
+/// tenure, as they happen (see the module's notes).
+async fn watch_events(
+    State(app): State<Shared>,
+    election: Result<Path<String>, PathRejection>,
+) -> Response {
+    let name = match election {
+        Ok(Path(name)) => name,
+        Err(rejection) => return bad_path(rejection).into_response(),
+    };
+    let Some(entry) = app.elections.get(&name) else {
+        return ApiError::unknown_election(&name).into_response();
+    };
+    let Some(mut events) = entry.events.clone() else {
+        return ApiError::unknown_election(&name).into_response();
+    };
+    let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_watches",
+            "too many watch streams are open; poll the store instead",
+        )
+        .into_response();
+    };
+    let leading = entry.state.borrow().is_leader_at(app.clock.now());
+    let first = match events.borrow_and_update().clone() {
+        Some(e @ LeaseEvent::Renewed { .. }) if leading => e,
+        _ => LeaseEvent::NotLeader {
+            election: name.clone(),
+        },
+    };
+    // State: the events to follow (none once the stream has said its
+    // last), the first line if not sent yet, and the slot it holds.
+    let lines = futures_util::stream::unfold(
+        (Some(events), Some(first), slot),
+        |(events, first, slot)| async move {
+            let (event, mut events) = match (first, events) {
+                (Some(e), events) => (e, events),
+                (None, Some(mut events)) => {
+                    events.changed().await.ok()?;
+                    let e = events.borrow_and_update().clone()?;
+                    (e, Some(events))
+                }
+                (None, None) => return None,
+            };
+            if matches!(
+                event,
+                LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }
+            ) {
+                events = None;
+            }
+            let mut line = serde_json::to_vec(&event).ok()?;
+            line.push(b'\n');
+            Some((
+                Ok::<_, std::convert::Infallible>(line),
+                (events, None, slot),
+            ))
+        },
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(WATCH_CONTENT_TYPE),
+        )],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response()
+}
+
 /// The bearer token of `headers`, or `None` when there is not exactly one
 /// well-formed `Authorization: Bearer <token>` header.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -724,13 +825,52 @@ fn unauthorized() -> Response {
 struct ResignBody<'a> {
     election: &'a str,
     status: &'static str,
+    /// The successor named, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to: Option<&'a str>,
     message: &'static str,
+}
+
+/// The optional body of a resign.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResignOrder {
+    /// The candidate to hand the lease to.
+    to: Option<String>,
+}
+
+/// The successor a resign's body names: `Ok(None)` for no body, an empty
+/// one, or no `to`; an error answer for anything else that is not
+/// `{"to": "IDENTITY"}` with a valid identity other than `me`.
+fn successor_of(body: &[u8], me: &str) -> Result<Option<String>, ApiError> {
+    if body.trim_ascii().is_empty() {
+        return Ok(None);
+    }
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message);
+    let order: ResignOrder = serde_json::from_slice(body).map_err(|e| {
+        bad(format!(
+            "the body must be empty or {{\"to\": \"IDENTITY\"}}: {e}"
+        ))
+    })?;
+    match order.to {
+        None => Ok(None),
+        Some(to) if !crate::config::is_valid_identity(&to) => Err(bad(format!(
+            "\"to\" = {} is not an identity (printable text of 1 to 255 bytes)",
+            text::echo(&to)
+        ))),
+        Some(to) if to == me => Err(bad(format!(
+            "\"to\" = {} is this instance; name another candidate, or leave \"to\" out",
+            text::echo(&to)
+        ))),
+        Some(to) => Ok(Some(to)),
+    }
 }
 
 async fn resign(
     State(app): State<Shared>,
     headers: HeaderMap,
     election: Result<Path<String>, PathRejection>,
+    body: axum::body::Bytes,
 ) -> Response {
     let Some(expected) = app.admin_token() else {
         return ApiError::new(
@@ -753,14 +893,20 @@ async fn resign(
         Ok(Path(name)) => name,
         Err(rejection) => return bad_path(rejection).into_response(),
     };
-    if !app.elections.contains_key(&name) {
+    let Some(entry) = app.elections.get(&name) else {
         return ApiError::unknown_election(&name).into_response();
-    }
+    };
+    let me = entry.state.borrow().identity.clone();
+    let to = match successor_of(&body, &me) {
+        Ok(to) => to,
+        Err(e) => return e.into_response(),
+    };
 
     let deadline = tokio::time::Instant::now() + app.request_timeout;
     let (done, answer) = oneshot::channel();
     let request = ResignRequest {
         election: name.clone(),
+        to: to.clone(),
         done,
     };
     match tokio::time::timeout_at(deadline, app.resign.send(request)).await {
@@ -782,13 +928,14 @@ async fn resign(
             .into_response();
         }
     }
-    tracing::info!(election = %name, "resign requested over HTTP");
+    tracing::info!(election = %name, to = to.as_deref().unwrap_or("(anyone)"), "resign requested over HTTP");
     match tokio::time::timeout_at(deadline, answer).await {
         Ok(Ok(Ok(()))) => (
             StatusCode::OK,
             Json(ResignBody {
                 election: &name,
                 status: "resigned",
+                to: to.as_deref(),
                 message: "stepped down; sitting out one lease before campaigning again",
             }),
         )
@@ -813,6 +960,7 @@ async fn resign(
             Json(ResignBody {
                 election: &name,
                 status: "in_progress",
+                to: to.as_deref(),
                 message: "stepping down is still in progress; watch /leader",
             }),
         )

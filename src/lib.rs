@@ -9,8 +9,10 @@
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
 //!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
-//! - [`cli`]: the command line (clap), `status`, `table` and `lock`.
-//! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`, resign).
+//! - [`cli`]: the command line (clap), `status`, `table`, `lock` and `resign`.
+//! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`,
+//!   resign, and the watch stream a leader's followers hold).
+//! - [`hints`]: a follower's client of the leader's watch stream.
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
@@ -28,6 +30,7 @@ pub mod config;
 pub mod daemon;
 pub mod election;
 pub mod exit;
+pub mod hints;
 pub mod http;
 pub mod lease;
 pub mod metrics;

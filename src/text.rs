@@ -62,6 +62,20 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// `s` as one segment of a URL path: bytes other than letters, digits and
+/// `-._~` percent-encoded.
+pub fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +105,11 @@ mod tests {
             format!("{}… (100 bytes)", "x".repeat(ECHO_CHARS))
         );
         assert_eq!(hex(&[0, 15, 255]), "000fff");
+    }
+
+    #[test]
+    fn path_segments_escape_what_a_path_cannot_carry() {
+        assert_eq!(path_segment("jobs.nightly-1_x~"), "jobs.nightly-1_x~");
+        assert_eq!(path_segment("a b/é:"), "a%20b%2F%C3%A9%3A");
     }
 }

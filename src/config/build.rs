@@ -326,8 +326,7 @@ pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
     let Some(id) = &raw.identity else {
         return Ok(default_identity());
     };
-    if id.trim().is_empty() || id.chars().any(char::is_control) || id.len() > limits::MAX_NAME_BYTES
-    {
+    if !is_valid_identity(id) {
         return Err(ConfigError::invalid(
             "identity",
             format!(

@@ -361,6 +361,12 @@ pub struct LockConfig {
     pub warnings: Vec<String>,
 }
 
+/// Whether `id` may be an identity: printable text of 1 to 255 bytes. A
+/// successor named in a resign is checked by the same rule.
+pub fn is_valid_identity(id: &str) -> bool {
+    !id.trim().is_empty() && !id.chars().any(char::is_control) && id.len() <= limits::MAX_NAME_BYTES
+}
+
 /// Check a lock's name as election names are checked (it is one).
 pub fn check_lock_name(name: &str) -> Result<(), ConfigError> {
     check_election_name("NAME", name)

@@ -22,6 +22,7 @@ use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
 use crate::exit;
+use crate::hints;
 use crate::http::{self, AppState, ResignError, ResignRequest};
 use crate::lease::{self, HolderMeta, LeaseStore, StoreError};
 use crate::metrics::Metrics;
@@ -242,6 +243,7 @@ fn start_elections(
         .iter()
         .enumerate()
         .map(|(i, e)| {
+            let hints = hints::spawn(e.name.clone(), clock.clone(), e.retry_interval);
             let handle = election::spawn_gated(
                 store.clone(),
                 e.clone(),
@@ -249,6 +251,7 @@ fn start_elections(
                 metrics.clone(),
                 campaign_delay(i, n),
                 app_check.cloned(),
+                Some(hints),
             );
             (e.name.clone(), handle)
         })
@@ -271,7 +274,9 @@ fn http_state(
         .with_job_health(job_health);
     for e in &cfg.elections {
         if let Some(h) = handles.get(&e.name) {
-            app = app.with_election(h.state.clone(), http::wedge_threshold(e));
+            app = app
+                .with_election(h.state.clone(), http::wedge_threshold(e))
+                .with_watch(&e.name, h.events.clone());
         }
     }
     app
@@ -963,8 +968,10 @@ impl Daemon {
             return;
         };
         let sit_out = h.lease_duration;
-        tracing::info!(election = %req.election, "resigning: releasing the lease and sitting out one lease");
-        let released = h.release(AfterRelease::SitOut(sit_out)).await;
+        tracing::info!(election = %req.election, to = req.to.as_deref().unwrap_or("(anyone)"), "resigning: releasing the lease and sitting out one lease");
+        let released = h
+            .hand_over(AfterRelease::SitOut(sit_out), req.to.clone())
+            .await;
         let _ = req.done.send(if released {
             Ok(())
         } else {

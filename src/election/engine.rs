@@ -77,6 +77,12 @@ pub(super) struct Engine {
     /// The app check's verdict: campaign only while it passes. `None`: no
     /// app check, always campaign.
     pub(super) gate: Option<watch::Receiver<Verdict>>,
+    /// The follower's view of the leader's watch stream.
+    pub(super) hints: Hints,
+    /// What the leader tells its followers.
+    pub(super) events: watch::Sender<Option<LeaseEvent>>,
+    /// When the last read of the record was answered (or failed).
+    pub(super) last_read: Instant,
 }
 
 /// Resolves once a closed gate opens; never for an open gate or none, so
@@ -244,6 +250,7 @@ impl Engine {
             .read(self.name(), self.cfg.request_budget())
             .await;
         let end = self.clock.now();
+        self.last_read = end;
         let outcome = match &res {
             Ok(_) => Outcome::Ok,
             Err(e) => Outcome::Failed(e),
@@ -301,7 +308,64 @@ impl Engine {
                     // Not leading: nothing to release, and a step-down
                     // (resign) changes nothing either; only an exit ends
                     // the task.
-                    Some(Command::Release { then, done }) => {
+                    Some(Command::Release { then, done, .. }) => {
+                        let _ = done.send(false);
+                        if then == AfterRelease::Exit {
+                            return Some(Step::Exit);
+                        }
+                    }
+                    None => return Some(Step::Exit),
+                },
+            }
+        }
+    }
+
+    /// A follower's wait between reads: until `poll_at`, or, while the
+    /// leader's hints flow, until the next read they cannot spare (the
+    /// takeover is due, the stream went quiet, or it is time to check the
+    /// hints against the store), or until a hint asks for a read.
+    pub(super) async fn wait_round(&mut self, poll_at: Instant) -> Option<Step> {
+        let quiet = self.cfg.hint_quiet();
+        let mut read_at = None;
+        loop {
+            let now = self.clock.now();
+            let wake = match read_at {
+                Some(t) => t,
+                None if self.hints.flowing(now, quiet) && !self.hints.doubted() => {
+                    let due = self
+                        .observed
+                        .as_ref()
+                        .map(|o| o.first_seen + self.cfg.takeover_wait(o.lease_ms));
+                    let confirm = self.last_read + self.cfg.hint_confirm_interval();
+                    [due, self.hints.quiet_at(quiet), Some(confirm)]
+                        .into_iter()
+                        .flatten()
+                        .min()
+                        .unwrap_or(poll_at)
+                }
+                None => poll_at,
+            };
+            tokio::select! {
+                _ = self.clock.sleep_until(wake) => return None,
+                _ = gate_opened(&mut self.gate) => return None,
+                hint = self.hints.next() => {
+                    let now = self.clock.now();
+                    let retry = self.cfg.retry_interval;
+                    let mut learned = None;
+                    let after = self.hints.take(hint, now, retry, |rvn, at, lease_ms| {
+                        learned = Some((rvn.to_owned(), at, lease_ms));
+                    });
+                    if let Some((rvn, at, lease_ms)) = learned {
+                        // The timer of an rvn starts when it was learned.
+                        self.expired(&rvn, lease_ms, at);
+                    }
+                    if let AfterHint::ReadAt(t) = after {
+                        read_at = Some(read_at.map_or(t, |r: Instant| r.min(t)));
+                    }
+                    self.beat();
+                }
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::Release { then, done, .. }) => {
                         let _ = done.send(false);
                         if then == AfterRelease::Exit {
                             return Some(Step::Exit);
@@ -362,7 +426,7 @@ impl Engine {
                 }
             };
             self.state_tx.send_modify(|s| s.rounds += 1);
-            if let Some(step) = self.wait_follower(next_poll).await {
+            if let Some(step) = self.wait_round(next_poll).await {
                 return step;
             }
         }
@@ -383,6 +447,7 @@ impl Engine {
             Record::Absent => {
                 self.observed_ok(at, None, None, None);
                 self.observed = None;
+                self.hints.stop();
                 if !self.may_campaign() {
                     return Round::Wait(poll);
                 }
@@ -398,10 +463,15 @@ impl Engine {
                     Some(current.fencing_token),
                     None,
                 );
-                let ours = current.holder.as_deref() == Some(self.cfg.identity.as_str())
+                let me = self.cfg.identity.clone();
+                self.hints
+                    .after_read(&current, &me, at, self.cfg.hint_quiet());
+                let ours = current.holder.as_deref() == Some(me.as_str())
                     && self.own_rvns.contains(&current.rvn);
                 let expired = self.expired(&current.rvn, current.lease_ms, at);
-                let free = current.holder.is_none() || ours || expired;
+                // Released to anyone or to us; a lease handed to someone
+                // else waits like a held one.
+                let free = current.free_for(&me) || ours || expired;
                 if free && !self.may_campaign() {
                     return Round::Wait(poll);
                 }
@@ -425,6 +495,7 @@ impl Engine {
     }
 
     pub(super) async fn consider_malformed(&mut self, m: Malformed, at: Instant) -> Round {
+        self.hints.stop();
         if self.warned_malformed.as_deref() != Some(m.fingerprint.as_str()) {
             tracing::warn!(election = %self.name(), problem = %m.problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
             self.observer.malformed_record(self.name());
@@ -542,6 +613,14 @@ impl Engine {
         let at = self.clock.now();
         let unix = clock::unix_ms();
         let me = self.cfg.identity.clone();
+        // Followers hear of the write only after it succeeded.
+        self.events.send_replace(Some(LeaseEvent::Renewed {
+            election: self.cfg.name.clone(),
+            holder: me.clone(),
+            rvn: term.lease.rvn.clone(),
+            fencing_token: term.lease.fencing_token,
+            lease_ms: term.lease.lease_ms,
+        }));
         self.state_tx.send_modify(|s| {
             s.role = role;
             s.tenure = Some(tenure);
@@ -557,6 +636,7 @@ impl Engine {
     }
 
     pub(super) async fn lead(&mut self, mut term: Term) -> Step {
+        self.hints.stop();
         let mut role = if self.clock.now() < term.leads_from {
             Role::Confirming
         } else {
@@ -589,11 +669,11 @@ impl Engine {
             tokio::select! {
                 _ = self.clock.sleep_until(wake) => {}
                 cmd = self.commands.recv() => {
-                    let (then, done) = match cmd {
-                        Some(Command::Release { then, done }) => (then, Some(done)),
-                        None => (AfterRelease::Exit, None),
+                    let (then, successor, done) = match cmd {
+                        Some(Command::Release { then, successor, done }) => (then, successor, Some(done)),
+                        None => (AfterRelease::Exit, None, None),
                     };
-                    self.release(&term, role).await;
+                    self.release(&term, role, successor).await;
                     if let Some(done) = done {
                         let _ = done.send(true);
                     }
@@ -719,8 +799,8 @@ impl Engine {
         (current, ours)
     }
 
-    pub(super) async fn release(&mut self, term: &Term, role: Role) {
-        let released = term.lease.released();
+    pub(super) async fn release(&mut self, term: &Term, role: Role, successor: Option<String>) {
+        let released = term.lease.handed_to(successor.clone());
         let cond = Condition::HeldBy {
             rvn: term.lease.rvn.clone(),
             holder: self.cfg.identity.clone(),
@@ -736,6 +816,7 @@ impl Engine {
         }
         let budget = self.cfg.request_budget();
         let mut outcome = self.timed_write("release", &released, &cond, budget).await;
+        let mut released_rvn = released.rvn.clone();
         // A renew whose answer was lost may have applied after all: the
         // record then carries an rvn we wrote. Release that one instead.
         if let Ok(WriteOutcome::ConditionFailed { current }) = &outcome
@@ -747,12 +828,22 @@ impl Engine {
                 rvn,
                 holder: self.cfg.identity.clone(),
             };
-            let again = term.lease.released();
+            let again = term.lease.handed_to(successor.clone());
             outcome = self.timed_write("release", &again, &cond, budget).await;
+            if outcome == Ok(WriteOutcome::Applied) {
+                released_rvn = again.rvn.clone();
+            }
         }
         match outcome {
             Ok(WriteOutcome::Applied) => {
-                tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "released the lease");
+                tracing::info!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, successor = successor.as_deref().unwrap_or("(anyone)"), "released the lease");
+                // Only now: a follower that acts on it finds it released.
+                self.events.send_replace(Some(LeaseEvent::Released {
+                    election: self.cfg.name.clone(),
+                    rvn: released_rvn,
+                    fencing_token: term.lease.fencing_token,
+                    successor,
+                }));
             }
             Ok(WriteOutcome::ConditionFailed { .. }) => {
                 tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, "nothing to release: someone else wrote the lease record since our last write");
@@ -761,8 +852,19 @@ impl Engine {
                 tracing::warn!(election = %self.name(), identity = %self.cfg.identity, error = %e, "release failed; the lease will expire on its own");
             }
         }
+        let told_release = matches!(*self.events.borrow(), Some(LeaseEvent::Released { .. }));
+        if !told_release {
+            self.tell_not_leader();
+        }
         self.own_rvns.clear();
         self.observed = None;
+    }
+
+    /// Tell followers to look at the store: this instance no longer leads.
+    pub(super) fn tell_not_leader(&self) {
+        self.events.send_replace(Some(LeaseEvent::NotLeader {
+            election: self.cfg.name.clone(),
+        }));
     }
 
     pub(super) async fn stopping(&mut self, term: Term, kill_at: Instant) -> Step {
@@ -777,16 +879,17 @@ impl Engine {
         if was_leader {
             self.observer.transition(self.name(), Transition::Lost);
         }
+        self.tell_not_leader();
         loop {
             self.beat();
             let until = (self.clock.now() + self.cfg.retry_interval).min(tenure_state.valid_until);
             tokio::select! {
                 _ = self.clock.sleep_until(until) => {}
                 cmd = self.commands.recv() => match cmd {
-                    Some(Command::Release { then, done }) => {
+                    Some(Command::Release { then, successor, done }) => {
                         // The caller stopped the child; the record may still be
                         // ours, so release it if we can.
-                        self.release(&term, Role::Stopping).await;
+                        self.release(&term, Role::Stopping, successor).await;
                         let _ = done.send(true);
                         return Self::after_release(then);
                     }

@@ -17,7 +17,8 @@
 //! - this file: the election's settings, timing rules and published state,
 //!   and the handle to its task;
 //! - `engine`: the task itself (campaign, renew, stop, release);
-//! - `error_log`: how store errors are logged, once per change.
+//! - `error_log`: how store errors are logged, once per change;
+//! - `hints`: what a leader tells its followers, and how they use it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,6 +146,18 @@ impl ElectionConfig {
 
     fn request_budget(&self) -> Duration {
         self.renew_interval
+    }
+
+    /// R + P: a watch stream that says nothing this long is taken for
+    /// broken, and the follower polls every P again.
+    pub fn hint_quiet(&self) -> Duration {
+        self.renew_interval + self.retry_interval
+    }
+
+    /// While hints flow, how often a follower still reads the store to
+    /// check them: 2·L (3 reads a minute at the defaults, instead of 60/P).
+    pub fn hint_confirm_interval(&self) -> Duration {
+        self.lease_duration * 2
     }
 }
 
@@ -422,6 +435,8 @@ pub enum Command {
     Release {
         /// What to do afterwards.
         then: AfterRelease,
+        /// Hand the lease to this identity (see [`Lease::handed_to`]).
+        successor: Option<String>,
         /// Answered with whether a lease was released.
         done: oneshot::Sender<bool>,
     },
@@ -432,6 +447,9 @@ pub enum Command {
 pub struct ElectionHandle {
     /// The published state.
     pub state: watch::Receiver<ElectionState>,
+    /// What this instance tells its followers: the last event of its
+    /// tenure (`None` before the first).
+    pub events: watch::Receiver<Option<LeaseEvent>>,
     /// The configured lease duration (also how long a resign sits out).
     pub lease_duration: Duration,
     commands: mpsc::Sender<Command>,
@@ -442,10 +460,20 @@ impl ElectionHandle {
     /// Release the lease if held, then act as said. Returns whether a lease
     /// was released; `false` also when the task is gone.
     pub async fn release(&self, then: AfterRelease) -> bool {
+        self.hand_over(then, None).await
+    }
+
+    /// [`ElectionHandle::release`], handing the lease to `successor` (to
+    /// anyone when `None`).
+    pub async fn hand_over(&self, then: AfterRelease, successor: Option<String>) -> bool {
         let (done, rx) = oneshot::channel();
         if self
             .commands
-            .send(Command::Release { then, done })
+            .send(Command::Release {
+                then,
+                successor,
+                done,
+            })
             .await
             .is_err()
         {
@@ -491,12 +519,13 @@ pub fn spawn_after(
     observer: Arc<dyn Observer>,
     delay: Duration,
 ) -> ElectionHandle {
-    spawn_gated(store, config, clock, observer, delay, None)
+    spawn_gated(store, config, clock, observer, delay, None, None)
 }
 
 /// [`spawn_after`], campaigning only while the app check's verdict `gate`
-/// passes. A closed gate never ends a tenure: the caller stops the
-/// child and releases the lease through the handle.
+/// passes, and following the leader's hints through `hints` when given. A
+/// closed gate never ends a tenure: the caller stops the child and
+/// releases the lease through the handle.
 pub fn spawn_gated(
     store: Arc<dyn LeaseStore>,
     config: ElectionConfig,
@@ -504,6 +533,7 @@ pub fn spawn_gated(
     observer: Arc<dyn Observer>,
     delay: Duration,
     gate: Option<watch::Receiver<Verdict>>,
+    hints: Option<HintFeed>,
 ) -> ElectionHandle {
     let now = clock.now();
     let lease_duration = config.lease_duration;
@@ -524,6 +554,7 @@ pub fn spawn_gated(
         rounds: 0,
     });
     let (commands, cmd_rx) = mpsc::channel(8);
+    let (events_tx, events) = watch::channel(None);
     let retry = Retry::new(config.retry_interval);
     let store_changes = store.changes();
     let engine = Engine {
@@ -542,10 +573,14 @@ pub fn spawn_gated(
         retry,
         store_changes,
         gate,
+        hints: Hints::new(hints),
+        events: events_tx,
+        last_read: now,
     };
     let task = tokio::spawn(engine.run(delay));
     ElectionHandle {
         state,
+        events,
         lease_duration,
         commands,
         task,
@@ -555,7 +590,12 @@ pub fn spawn_gated(
 mod engine;
 mod error_log;
 #[cfg(test)]
+mod hint_tests;
+mod hints;
+#[cfg(test)]
 mod tests;
 
 use engine::*;
 use error_log::*;
+use hints::{AfterHint, Hints};
+pub use hints::{Hint, HintFeed, LeaseEvent};

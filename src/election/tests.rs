@@ -620,6 +620,7 @@ async fn a_closed_gate_never_campaigns_and_opening_it_acquires_at_once() {
         Arc::new(NoObserver),
         Duration::ZERO,
         Some(gate),
+        None,
     );
     // No record at all, then one whose holder stopped renewing: neither is
     // taken while the gate is closed, however long it stays so.

@@ -1,0 +1,285 @@
+//! Paused-clock tests of the hints: what a leader publishes, and how a
+//! follower fed by a (fake) watch stream reads less, acts sooner, and is
+//! never made to lead by what it is told.
+
+use super::*;
+use crate::lease::memory::MemoryStore;
+use crate::lease::new_rvn;
+
+const S: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+
+fn cfg(identity: &str) -> ElectionConfig {
+    ElectionConfig::with_defaults("report", identity)
+}
+
+/// The record of "a", leading at address "a:9777" under token 7, with a
+/// fresh rvn.
+fn held_by_a(store: &MemoryStore) -> Lease {
+    let lease = Lease {
+        election: "report".into(),
+        holder: Some("a".into()),
+        rvn: new_rvn(),
+        fencing_token: 7,
+        lease_ms: 10_000,
+        acquired_at_ms: 1,
+        renewed_at_ms: 1,
+        expires_at_s: 1,
+        holder_meta: Some(HolderMeta {
+            address: Some("a:9777".into()),
+            labels: Default::default(),
+        }),
+        successor: None,
+    };
+    store.set("report", Record::Valid(lease.clone()));
+    lease
+}
+
+/// The far end of a follower's feed: what it asks to watch, and the way to
+/// send it hints.
+struct FakeStream {
+    target: watch::Receiver<Option<String>>,
+    hints: mpsc::Sender<Hint>,
+    /// The follower's clock: arrival times are on it.
+    clock: Clock,
+}
+
+impl FakeStream {
+    async fn send(&self, event: LeaseEvent) {
+        let at = self.clock.now();
+        self.hints
+            .send(Hint::Event { at, event })
+            .await
+            .expect("the engine takes hints");
+    }
+
+    async fn renewed(&self, rvn: &str) {
+        self.send(LeaseEvent::Renewed {
+            election: "report".into(),
+            holder: "a".into(),
+            rvn: rvn.into(),
+            fencing_token: 7,
+            lease_ms: 10_000,
+        })
+        .await;
+    }
+
+    async fn released(&self, rvn: &str) {
+        self.send(LeaseEvent::Released {
+            election: "report".into(),
+            rvn: rvn.into(),
+            fencing_token: 7,
+            successor: None,
+        })
+        .await;
+    }
+}
+
+/// Start follower `identity` on `store`, fed by a fake stream.
+fn follower(store: &MemoryStore, identity: &str) -> (ElectionHandle, FakeStream) {
+    let (target_tx, target) = watch::channel(None);
+    let (hints_tx, hints) = mpsc::channel(64);
+    let feed = HintFeed {
+        target: target_tx,
+        hints,
+    };
+    let clock = Clock::tokio();
+    let h = spawn_gated(
+        Arc::new(store.clone()),
+        cfg(identity),
+        clock.clone(),
+        Arc::new(NoObserver),
+        Duration::ZERO,
+        None,
+        Some(feed),
+    );
+    (
+        h,
+        FakeStream {
+            target,
+            hints: hints_tx,
+            clock,
+        },
+    )
+}
+
+fn leads(h: &ElectionHandle) -> bool {
+    h.state.borrow().is_leader_at(Clock::tokio().now())
+}
+
+/// Let the follower's first read happen and its watch be aimed.
+async fn settle() {
+    tokio::time::sleep(10 * MS).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_hints_flowing_a_follower_reads_a_few_times_a_minute_and_never_takes_over() {
+    let store = MemoryStore::new();
+    let mut lease = held_by_a(&store);
+    let (h, stream) = follower(&store, "b");
+    settle().await;
+    assert_eq!(stream.target.borrow().as_deref(), Some("a:9777"));
+    stream.renewed(&lease.rvn).await;
+    let (reads_before, _) = store.counts();
+    // "a" renews every 5 s for a minute and says so each time.
+    for _ in 0..12 {
+        tokio::time::sleep(5 * S).await;
+        lease.rvn = new_rvn();
+        store.set("report", Record::Valid(lease.clone()));
+        stream.renewed(&lease.rvn).await;
+        assert!(!leads(&h), "took over a lease renewed every 5 s");
+    }
+    let reads = store.counts().0 - reads_before;
+    assert!(
+        (1..=4).contains(&reads),
+        "{reads} reads in a minute with hints flowing (60 without)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_hint_makes_the_follower_read_and_take_over_at_once() {
+    let store = MemoryStore::new();
+    let lease = held_by_a(&store);
+    let (mut h, stream) = follower(&store, "b");
+    settle().await;
+    stream.renewed(&lease.rvn).await;
+    tokio::time::sleep(3 * S).await;
+    let released = lease.released();
+    store.set("report", Record::Valid(released.clone()));
+    stream.released(&released.rvn).await;
+    let t0 = tokio::time::Instant::now();
+    h.state
+        .wait_for(|s| s.role == Role::Leader)
+        .await
+        .expect("the engine runs");
+    assert!(t0.elapsed() < 10 * MS, "took {:?}", t0.elapsed());
+    let Record::Valid(now) = store.get("report") else {
+        panic!("a record");
+    };
+    assert_eq!((now.holder.as_deref(), now.fencing_token), (Some("b"), 8));
+}
+
+#[tokio::test(start_paused = true)]
+async fn forged_released_hints_cost_reads_never_a_takeover() {
+    let store = MemoryStore::new();
+    let lease = held_by_a(&store);
+    let (h, stream) = follower(&store, "b");
+    settle().await;
+    stream.renewed(&lease.rvn).await;
+    let (reads_before, _) = store.counts();
+    // A flood of "released" carrying the live rvn, for 3 s; the lease
+    // itself is renewed and hinted as usual.
+    for _ in 0..300 {
+        stream.released(&lease.rvn).await;
+        tokio::time::sleep(10 * MS).await;
+        assert!(!leads(&h), "a forged release made a leader");
+    }
+    let reads = store.counts().0 - reads_before;
+    assert!(reads <= 5, "{reads} reads for 300 forged hints in 3 s");
+    let Record::Valid(now) = store.get("report") else {
+        panic!("a record");
+    };
+    assert_eq!(now, lease, "the record was written");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_lies_about_a_dead_leader_delays_the_takeover_but_does_not_prevent_it() {
+    let store = MemoryStore::new();
+    let lease = held_by_a(&store);
+    let (mut h, stream) = follower(&store, "b");
+    settle().await;
+    // "a" is dead (its record never changes) but something at its address
+    // keeps announcing renewals with made-up rvns, every second.
+    let liar = tokio::spawn(async move {
+        loop {
+            stream.renewed(&new_rvn()).await;
+            tokio::time::sleep(S).await;
+        }
+    });
+    let t0 = tokio::time::Instant::now();
+    let led = tokio::time::timeout(120 * S, h.state.wait_for(|s| s.role == Role::Leader)).await;
+    let took = t0.elapsed();
+    liar.abort();
+    assert!(led.is_ok(), "the liar kept b from leading for {took:?}");
+    // Never before the rvn stayed unchanged for L·(1+D) since b first saw it.
+    assert!(
+        took >= Duration::from_millis(10_100),
+        "took over after {took:?}"
+    );
+    assert!(took <= 60 * S, "the liar kept b from leading for {took:?}");
+    let Record::Valid(now) = store.get("report") else {
+        panic!("a record");
+    };
+    assert_eq!((now.holder.as_deref(), now.fencing_token), (Some("b"), 8));
+    assert_ne!(now.rvn, lease.rvn);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_handed_to_a_successor_is_taken_by_it_at_once_and_by_others_after_a_lease() {
+    let store = MemoryStore::new();
+    let handed = held_by_a(&store).handed_to(Some("c".into()));
+    store.set("report", Record::Valid(handed.clone()));
+    let (mut b, _sb) = follower(&store, "b");
+    settle().await;
+    assert!(!leads(&b), "b took a lease handed to c");
+    // c is not there: b waits as if the lease were held, then takes it.
+    let t0 = tokio::time::Instant::now();
+    b.state
+        .wait_for(|s| s.role == Role::Leader)
+        .await
+        .expect("the engine runs");
+    assert!(
+        t0.elapsed() + 10 * MS >= Duration::from_millis(10_100),
+        "b took the handed lease after {:?}",
+        t0.elapsed()
+    );
+
+    // The same record, c this time: at once.
+    let store = MemoryStore::new();
+    store.set("report", Record::Valid(handed));
+    let (mut c, _sc) = follower(&store, "c");
+    let t0 = tokio::time::Instant::now();
+    c.state
+        .wait_for(|s| s.role == Role::Leader)
+        .await
+        .expect("the engine runs");
+    assert!(t0.elapsed() < 10 * MS, "c took {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_leader_tells_each_write_after_it_succeeded_and_its_release_with_the_successor() {
+    let store = MemoryStore::new();
+    let (mut a, _stream) = follower(&store, "a");
+    a.state
+        .wait_for(|s| s.role == Role::Leader)
+        .await
+        .expect("the engine runs");
+    let stored_rvn = |store: &MemoryStore| match store.get("report") {
+        Record::Valid(l) => l.rvn,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    let told_rvn = |a: &ElectionHandle| match a.events.borrow().clone() {
+        Some(LeaseEvent::Renewed { rvn, holder, .. }) => {
+            assert_eq!(holder, "a");
+            rvn
+        }
+        other => panic!("expected a renewed event, got {other:?}"),
+    };
+    assert_eq!(told_rvn(&a), stored_rvn(&store));
+    tokio::time::sleep(6 * S).await;
+    assert_eq!(told_rvn(&a), stored_rvn(&store), "the renewal is told");
+    assert!(a.hand_over(AfterRelease::SitOut(S), Some("c".into())).await);
+    let Record::Valid(released) = store.get("report") else {
+        panic!("a record");
+    };
+    assert_eq!(released.successor.as_deref(), Some("c"));
+    assert_eq!(
+        a.events.borrow().clone(),
+        Some(LeaseEvent::Released {
+            election: "report".into(),
+            rvn: released.rvn,
+            fencing_token: released.fencing_token,
+            successor: Some("c".into()),
+        })
+    );
+}

@@ -1,0 +1,257 @@
+//! Hints: what a leader tells its followers after each write, and how a
+//! follower uses what it is told.
+//!
+//! A hint is advice to act sooner, never a reason to lead:
+//! - a `renewed` hint starts the takeover timer of its `rvn` at the moment
+//!   it arrived (the leader sends it after the write succeeded, so the
+//!   write came first), and every takeover stays a conditional write on
+//!   the `rvn` the follower timed;
+//! - `released` and `not_leader` only make the follower read the store at
+//!   once; the store's answer decides (a forged `released` costs one read);
+//! - a follower whose reads keep finding an `rvn` the stream never named
+//!   stops believing that stream until the record's tenure changes, so a
+//!   stream that lies (or lags) costs polls, not a leaderless election.
+//!
+//! The transport (an HTTP stream, `crate::hints`) is outside the engine:
+//! it gets the address to watch and hands back what arrived.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// What a leader tells its followers (one line of the watch stream).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum LeaseEvent {
+    /// The sender holds the lease; its last successful write carries `rvn`.
+    Renewed {
+        /// The election.
+        election: String,
+        /// The sender's identity.
+        holder: String,
+        /// The record version of its last successful write.
+        rvn: String,
+        /// The tenure's fencing token.
+        fencing_token: u64,
+        /// The lease the holder promises to honour, ms.
+        lease_ms: u64,
+    },
+    /// The sender released the lease; the released record carries `rvn`.
+    Released {
+        /// The election.
+        election: String,
+        /// The record version of the released record.
+        rvn: String,
+        /// The fencing token of the tenure that ended.
+        fencing_token: u64,
+        /// Who the lease was handed to, if anyone.
+        successor: Option<String>,
+    },
+    /// The sender does not lead (any more): its lease ran out or someone
+    /// else wrote the record. Look at the store.
+    NotLeader {
+        /// The election.
+        election: String,
+    },
+}
+
+impl LeaseEvent {
+    /// The election it is about.
+    pub fn election(&self) -> &str {
+        match self {
+            LeaseEvent::Renewed { election, .. }
+            | LeaseEvent::Released { election, .. }
+            | LeaseEvent::NotLeader { election } => election,
+        }
+    }
+}
+
+/// What reached a follower from the leader it watches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hint {
+    /// An event, read from the stream at `at`.
+    Event {
+        /// When it arrived, on the follower's clock.
+        at: Instant,
+        /// What it said.
+        event: LeaseEvent,
+    },
+    /// The stream ended, broke or could not be opened.
+    Ended,
+}
+
+/// The engine's side of a watch client: it says where to watch (the
+/// leader's advertised address, or nowhere) and receives what arrives.
+#[derive(Debug)]
+pub struct HintFeed {
+    /// The address to watch; `None`: watch nothing.
+    pub target: watch::Sender<Option<String>>,
+    /// What arrived, in order.
+    pub hints: mpsc::Receiver<Hint>,
+}
+
+/// What a follower does after a hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterHint {
+    /// Go on waiting (the wake-up time may have moved).
+    Wait,
+    /// Read the store no earlier than this.
+    ReadAt(Instant),
+}
+
+/// How many recently hinted rvns a follower remembers.
+const REMEMBERED: usize = 8;
+
+/// A follower's bookkeeping of the stream it watches.
+#[derive(Debug, Default)]
+pub(super) struct Hints {
+    feed: Option<HintFeed>,
+    /// Arrival of the last event; `None`: no stream flowing.
+    last: Option<Instant>,
+    /// The rvns the stream named lately.
+    hinted: VecDeque<String>,
+    /// Consecutive reads that found an rvn the flowing stream never named.
+    strikes: u32,
+    /// A tenure (holder, fencing token) whose stream is not believed.
+    distrusted: Option<(String, u64)>,
+    /// The last read a hint asked for: at most one per retry interval.
+    early_read: Option<Instant>,
+}
+
+impl Hints {
+    pub(super) fn new(feed: Option<HintFeed>) -> Hints {
+        Hints {
+            feed,
+            ..Hints::default()
+        }
+    }
+
+    /// Whether events arrived within `quiet` before `now`.
+    pub(super) fn flowing(&self, now: Instant, quiet: Duration) -> bool {
+        self.last.is_some_and(|t| now - t < quiet)
+    }
+
+    /// When the flowing stream counts as quiet, if it flows.
+    pub(super) fn quiet_at(&self, quiet: Duration) -> Option<Instant> {
+        self.last.map(|t| t + quiet)
+    }
+
+    /// Whether the last reads found what the stream did not say, so the
+    /// store is to be polled again soon.
+    pub(super) fn doubted(&self) -> bool {
+        self.strikes > 0
+    }
+
+    /// Watch `address`, or nothing. A new target forgets the old stream.
+    fn aim(&mut self, address: Option<String>) {
+        let Some(feed) = &self.feed else { return };
+        let changed = feed.target.send_if_modified(|t| {
+            if *t == address {
+                return false;
+            }
+            *t = address;
+            true
+        });
+        if changed {
+            self.last = None;
+            self.hinted.clear();
+            self.strikes = 0;
+        }
+    }
+
+    /// Stop watching (this instance leads, or nobody does).
+    pub(super) fn stop(&mut self) {
+        self.aim(None);
+    }
+
+    /// A read at `at` found `lease`: watch its holder's advertised address
+    /// (unless it is `me` or its stream is not believed), and check the
+    /// stream against what the store says.
+    pub(super) fn after_read(&mut self, lease: &Lease, me: &str, at: Instant, quiet: Duration) {
+        let tenure = lease
+            .holder
+            .as_ref()
+            .map(|h| (h.clone(), lease.fencing_token));
+        if self.distrusted.is_some() && self.distrusted != tenure {
+            self.distrusted = None;
+        }
+        if self.flowing(at, quiet) && lease.holder.is_some() {
+            if self.hinted.contains(&lease.rvn) {
+                self.strikes = 0;
+            } else {
+                self.strikes += 1;
+            }
+            if self.strikes >= 2 {
+                tracing::warn!(election = %lease.election, holder = ?lease.holder, address = ?lease.holder_meta.as_ref().and_then(|m| m.address.as_deref()), "the leader's watch stream does not match the lease store; polling the store instead for this tenure");
+                self.distrusted = tenure.clone();
+            }
+        }
+        let address = match (&lease.holder, &lease.holder_meta) {
+            (Some(h), Some(meta)) if h != me && self.distrusted.is_none() => meta.address.clone(),
+            _ => None,
+        };
+        self.aim(address);
+    }
+
+    /// The next hint; never resolves without a feed.
+    pub(super) async fn next(&mut self) -> Hint {
+        match &mut self.feed {
+            Some(feed) => match feed.hints.recv().await {
+                Some(hint) => hint,
+                None => {
+                    // The client is gone: no more hints, ever.
+                    self.feed = None;
+                    self.last = None;
+                    std::future::pending().await
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Take `hint` in: `observe` is handed each `renewed` rvn with its
+    /// arrival time and lease. `now` and `retry` pace the reads hints ask
+    /// for.
+    pub(super) fn take(
+        &mut self,
+        hint: Hint,
+        now: Instant,
+        retry: Duration,
+        mut observe: impl FnMut(&str, Instant, u64),
+    ) -> AfterHint {
+        let (at, event) = match hint {
+            Hint::Ended => {
+                self.last = None;
+                return AfterHint::Wait;
+            }
+            Hint::Event { at, event } => (at, event),
+        };
+        // Sent before the target changed (to nobody): not about what this
+        // follower watches now.
+        if self
+            .feed
+            .as_ref()
+            .is_none_or(|f| f.target.borrow().is_none())
+        {
+            return AfterHint::Wait;
+        }
+        self.last = Some(at);
+        match event {
+            LeaseEvent::Renewed { rvn, lease_ms, .. } => {
+                observe(&rvn, at, lease_ms);
+                if self.hinted.len() == REMEMBERED {
+                    self.hinted.pop_front();
+                }
+                self.hinted.push_back(rvn);
+                AfterHint::Wait
+            }
+            LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. } => {
+                let when = self.early_read.map_or(now, |t| (t + retry).max(now));
+                self.early_read = Some(when);
+                AfterHint::ReadAt(when)
+            }
+        }
+    }
+}
