@@ -36,6 +36,40 @@ pub const MAX_LINE: usize = 4096;
 /// engine is busy leading or writing; it reads the store anyway).
 const QUEUE: usize = 16;
 
+/// An HTTP/1 connection to another leaderd at `address` (`HOST:PORT`),
+/// made within `limit`. The connection future must be polled (awaited or
+/// spawned) for requests to go out.
+pub async fn connect<B>(
+    address: &str,
+    limit: Duration,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<B>,
+        hyper::client::conn::http1::Connection<TokioIo<TcpStream>, B>,
+    ),
+    String,
+>
+where
+    B: hyper::body::Body + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::time::timeout(limit, TcpStream::connect(address))
+        .await
+        .map_err(|_| {
+            format!(
+                "no connection to {address} within {}",
+                text::duration(limit)
+            )
+        })?
+        .map_err(|e| format!("cannot connect to {address}: {e}"))?;
+    // Small messages, and latency is the point.
+    let _ = tcp.set_nodelay(true);
+    hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("HTTP handshake with {address} failed: {e}"))
+}
+
 /// The path of `election`'s watch stream.
 pub fn watch_path(election: &str) -> String {
     format!("/v1/elections/{}/watch", text::path_segment(election))
@@ -110,15 +144,7 @@ async fn stream(
     clock: &Clock,
     hints: &mpsc::Sender<Hint>,
 ) -> Result<bool, String> {
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address))
-        .await
-        .map_err(|_| format!("no connection within {}", text::duration(CONNECT_TIMEOUT)))?
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    // Events are small and latency is the point.
-    let _ = tcp.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| format!("HTTP handshake failed: {e}"))?;
+    let (mut sender, conn) = connect(address, CONNECT_TIMEOUT).await?;
     let request = Request::get(watch_path(election))
         .header(HOST, address)
         .header(ACCEPT, "application/x-ndjson")

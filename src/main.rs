@@ -48,6 +48,7 @@ fn main() {
         },
         Command::Status(args) => tool(|rt| rt.block_on(cli::status::run(args))),
         Command::Table(args) => tool(|rt| rt.block_on(cli::table::run(args))),
+        Command::Resign(args) => tool(|rt| rt.block_on(cli::resign::run(args))),
         Command::Lock(cli::LockArgs { action }) => tool(|rt| {
             rt.block_on(async {
                 match action {

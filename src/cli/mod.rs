@@ -11,6 +11,7 @@
 //! arguments, so it is deliberately not defined here.
 
 pub mod lock;
+pub mod resign;
 pub mod status;
 pub mod table;
 mod tool;
@@ -53,6 +54,28 @@ pub enum Command {
     /// A lock that outlives one command (pipeline steps): acquire, renew,
     /// release, status.
     Lock(LockArgs),
+    /// Ask a running daemon to step down in one election, handing the lease
+    /// to a named candidate (--to) or to whoever is fastest.
+    Resign(ResignArgs),
+}
+
+/// `leaderd resign ELECTION [--to IDENTITY] [--url URL]`.
+#[derive(Debug, Clone, Args)]
+pub struct ResignArgs {
+    /// TOML configuration file: the daemon's, for http.listen and
+    /// http.admin_token (also LEADERD_HTTP__ADMIN_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// The election to step down in.
+    #[arg(value_name = "ELECTION")]
+    pub election: String,
+    /// Hand the lease to this candidate: for one lease only it may take it
+    /// at once.
+    #[arg(long, value_name = "IDENTITY")]
+    pub to: Option<String>,
+    /// The daemon, http://HOST:PORT; default its http.listen on this host.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
 }
 
 /// `leaderd lock acquire|renew|release|status`.

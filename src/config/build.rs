@@ -322,6 +322,25 @@ pub(super) fn check_log_level(level: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// `http.listen`, resolved.
+pub(super) fn build_listen(raw: &RawConfig) -> Result<SocketAddr, ConfigError> {
+    let listen_text = raw
+        .http
+        .listen
+        .as_ref()
+        .map_or(defaults::LISTEN, |l| l.0.as_str());
+    resolve_listen(listen_text).map_err(|why| {
+        ConfigError::invalid(
+            "http.listen",
+            format!(
+                "{} = {} is not an address to listen on: {why}",
+                raw.label("http.listen"),
+                echo(listen_text)
+            ),
+        )
+    })
+}
+
 pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
     let Some(id) = &raw.identity else {
         return Ok(default_identity());
@@ -500,21 +519,7 @@ pub(super) fn build(
         )?;
     }
 
-    let listen_text = raw
-        .http
-        .listen
-        .as_ref()
-        .map_or(defaults::LISTEN, |l| l.0.as_str());
-    let listen = resolve_listen(listen_text).map_err(|why| {
-        ConfigError::invalid(
-            "http.listen",
-            format!(
-                "{} = {} is not an address to listen on: {why}",
-                raw.label("http.listen"),
-                echo(listen_text)
-            ),
-        )
-    })?;
+    let listen = build_listen(&raw)?;
     let advertise = match non_empty(raw.http.advertise.clone()) {
         Some(a) => Some(check_advertise(&a, &raw.label("http.advertise"))?),
         None => None,

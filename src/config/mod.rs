@@ -361,6 +361,27 @@ pub struct LockConfig {
     pub warnings: Vec<String>,
 }
 
+/// What `leaderd resign` needs: where the daemon listens and its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResignConfig {
+    /// `http.listen`.
+    pub listen: SocketAddr,
+    /// `http.admin_token`; `None` when empty.
+    pub admin_token: Option<String>,
+}
+
+impl ResignConfig {
+    /// Load from the file `config` names (if any) and the process
+    /// environment, as the daemon would.
+    pub fn load(config: Option<&Path>) -> Result<ResignConfig, ConfigError> {
+        let raw = extract(config, process_env()?)?;
+        Ok(ResignConfig {
+            listen: build_listen(&raw)?,
+            admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
+        })
+    }
+}
+
 /// Whether `id` may be an identity: printable text of 1 to 255 bytes. A
 /// successor named in a resign is checked by the same rule.
 pub fn is_valid_identity(id: &str) -> bool {
