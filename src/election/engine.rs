@@ -326,24 +326,21 @@ impl Engine {
     /// hints against the store), or until a hint asks for a read.
     pub(super) async fn wait_round(&mut self, poll_at: Instant) -> Option<Step> {
         let quiet = self.cfg.hint_quiet();
-        let mut read_at = None;
         loop {
             let now = self.clock.now();
-            let wake = match read_at {
-                Some(t) => t,
-                None if self.hints.flowing(now, quiet) && !self.hints.doubted() => {
-                    let due = self
-                        .observed
-                        .as_ref()
-                        .map(|o| o.first_seen + self.cfg.takeover_wait(o.lease_ms));
-                    let confirm = self.last_read + self.cfg.hint_confirm_interval();
-                    [due, self.hints.quiet_at(quiet), Some(confirm)]
-                        .into_iter()
-                        .flatten()
-                        .min()
-                        .unwrap_or(poll_at)
-                }
-                None => poll_at,
+            let wake = if self.hints.flowing(now, quiet) && !self.hints.doubted() {
+                let due = self
+                    .observed
+                    .as_ref()
+                    .map(|o| o.first_seen + self.cfg.takeover_wait(o.lease_ms));
+                let confirm = self.last_read + self.cfg.hint_confirm_interval();
+                [due, self.hints.quiet_at(quiet), Some(confirm)]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(poll_at)
+            } else {
+                poll_at
             };
             tokio::select! {
                 _ = self.clock.sleep_until(wake) => return None,
@@ -359,10 +356,9 @@ impl Engine {
                         // The timer of an rvn starts when it was learned.
                         self.expired(&rvn, lease_ms, at);
                     }
-                    if let AfterHint::ReadAt(t) = after {
-                        read_at = Some(read_at.map_or(t, |r: Instant| r.min(t)));
+                    if after == AfterHint::ReadNow {
+                        return None;
                     }
-                    self.beat();
                 }
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::Release { then, done, .. }) => {

@@ -97,8 +97,8 @@ pub struct HintFeed {
 pub(super) enum AfterHint {
     /// Go on waiting (the wake-up time may have moved).
     Wait,
-    /// Read the store no earlier than this.
-    ReadAt(Instant),
+    /// Read the store now.
+    ReadNow,
 }
 
 /// How many recently hinted rvns a follower remembers.
@@ -116,7 +116,8 @@ pub(super) struct Hints {
     strikes: u32,
     /// A tenure (holder, fencing token) whose stream is not believed.
     distrusted: Option<(String, u64)>,
-    /// The last read a hint asked for: at most one per retry interval.
+    /// When a hint last made the follower read: at most once per retry
+    /// interval.
     early_read: Option<Instant>,
 }
 
@@ -247,10 +248,14 @@ impl Hints {
                 self.hinted.push_back(rvn);
                 AfterHint::Wait
             }
+            // At most one read a retry interval on a hint's word: a flood
+            // of them (forged, replayed) costs no more, and delays nothing.
             LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. } => {
-                let when = self.early_read.map_or(now, |t| (t + retry).max(now));
-                self.early_read = Some(when);
-                AfterHint::ReadAt(when)
+                if self.early_read.is_some_and(|t| now < t + retry) {
+                    return AfterHint::Wait;
+                }
+                self.early_read = Some(now);
+                AfterHint::ReadNow
             }
         }
     }
