@@ -304,19 +304,25 @@ impl Engine {
                 _ = self.clock.sleep_until(until) => return None,
                 // May campaign again: look at the record now.
                 _ = gate_opened(&mut self.gate) => return None,
-                cmd = self.commands.recv() => match cmd {
-                    // Not leading: nothing to release, and a step-down
-                    // (resign) changes nothing either; only an exit ends
-                    // the task.
-                    Some(Command::Release { then, done, .. }) => {
-                        let _ = done.send(false);
-                        if then == AfterRelease::Exit {
-                            return Some(Step::Exit);
-                        }
+                cmd = self.commands.recv() => {
+                    if let Some(step) = Self::command_while_following(cmd) {
+                        return Some(step);
                     }
-                    None => return Some(Step::Exit),
-                },
+                }
             }
+        }
+    }
+
+    /// A command that reached a follower. Not leading: nothing to release,
+    /// and a step-down (resign) changes nothing either; only an exit (or
+    /// the handle dropped) ends the task.
+    pub(super) fn command_while_following(cmd: Option<Command>) -> Option<Step> {
+        match cmd {
+            Some(Command::Release { then, done, .. }) => {
+                let _ = done.send(false);
+                (then == AfterRelease::Exit).then_some(Step::Exit)
+            }
+            None => Some(Step::Exit),
         }
     }
 
@@ -360,15 +366,11 @@ impl Engine {
                         return None;
                     }
                 }
-                cmd = self.commands.recv() => match cmd {
-                    Some(Command::Release { then, done, .. }) => {
-                        let _ = done.send(false);
-                        if then == AfterRelease::Exit {
-                            return Some(Step::Exit);
-                        }
+                cmd = self.commands.recv() => {
+                    if let Some(step) = Self::command_while_following(cmd) {
+                        return Some(step);
                     }
-                    None => return Some(Step::Exit),
-                },
+                }
             }
         }
     }
