@@ -904,7 +904,10 @@ impl Daemon {
         tracing::info!(election = %election, why = step.why(), "stopping the child before releasing the lease");
         if !*stopping {
             *stopping = true;
-            if let Err(e) = child.stop(self.cfg.child.kill_grace).await {
+            // A planned step-down, like SIGTERM: the job gets
+            // shutdown_grace. The lease stays ours meanwhile (still
+            // renewed), and the guard's deadline still stands.
+            if let Err(e) = child.stop(self.cfg.child.shutdown_grace).await {
                 tracing::error!(error = %e, "cannot stop the child; killing its process group");
                 let _ = child.kill().await;
             }
