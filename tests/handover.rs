@@ -360,3 +360,40 @@ fn a_hanging_or_unreachable_watch_costs_nothing_but_speed() {
     }
     stop.store(true, Ordering::Relaxed);
 }
+
+#[test]
+fn resign_gives_the_job_its_shutdown_grace_not_the_kill_grace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let done = dir.path().join("done");
+    let mut args: Vec<String> = vec![
+        "--store-path".into(),
+        dir.path().join("leases.db").display().to_string(),
+    ];
+    args.extend(TIMING.iter().map(|s| s.to_string()));
+    args.extend(["--election".into(), "report".into()]);
+    // The job needs 2 s to stop: more than kill_grace (1 s), less than
+    // shutdown_grace (10 s).
+    let script = format!(
+        "trap 'sleep 2; touch {}; exit 0' TERM; while :; do sleep 0.1; done",
+        done.display()
+    );
+    let node = Leaderd::start(Spec {
+        identity: "alpha",
+        args,
+        env: vec![
+            ("LEADERD_HTTP__ADMIN_TOKEN".into(), TOKEN.into()),
+            ("LEADERD_CHILD__SHUTDOWN_GRACE".into(), "10s".into()),
+        ],
+        command: vec!["sh".into(), "-c".into(), script],
+        dir: dir.path(),
+    });
+    wait_until(L * 3, || node.is_leader()).expect("alpha leads");
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, stderr) = resign(&node, None);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        done.exists(),
+        "the job was killed before it finished stopping; log:\n{}",
+        node.log()
+    );
+}
