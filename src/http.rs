@@ -57,6 +57,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_io_timeout::TimeoutStream;
 
 use crate::app_check::Verdict;
+use crate::balance::Share;
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, LeaseEvent, Role};
 use crate::metrics::{self, Metrics};
@@ -151,6 +152,9 @@ pub struct AppState {
     pub app_check: Option<watch::Receiver<Verdict>>,
     /// Watch streams open at once: half the connection limit.
     pub watch_slots: Arc<Semaphore>,
+    /// This daemon's share when `balance` is on, shown by `/status` and the
+    /// metrics. `None`: balance is off.
+    pub balance: Option<watch::Receiver<Share>>,
 }
 
 impl AppState {
@@ -175,7 +179,15 @@ impl AppState {
             job_health: None,
             app_check: None,
             watch_slots: Arc::new(Semaphore::new((connection_limit() / 2).max(1))),
+            balance: None,
         }
+    }
+
+    /// Show this daemon's share of the elections in `/status` and the
+    /// metrics.
+    pub fn with_balance(mut self, share: watch::Receiver<Share>) -> Self {
+        self.balance = Some(share);
+        self
     }
 
     /// Show the app check's verdict in `/leader` and `/status`.
@@ -675,6 +687,9 @@ struct StatusBody {
     /// The app check's verdict; absent without an app check.
     #[serde(skip_serializing_if = "Option::is_none")]
     app_check: Option<&'static str>,
+    /// This daemon's share; absent when balance is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    balance: Option<Share>,
     elections: BTreeMap<String, LeaderView>,
 }
 
@@ -692,16 +707,18 @@ async fn status(State(app): State<Shared>) -> Response {
         primary: app.primary.clone(),
         health: Health::of(health_problems(&app, now)),
         app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
+        balance: app.balance.as_ref().map(|rx| rx.borrow().clone()),
         elections,
     };
     Json(body).into_response()
 }
 
 async fn metrics_text(State(app): State<Shared>) -> Response {
-    match app
-        .metrics
-        .render(app.elections.values().map(|e| &e.state), &app.clock)
-    {
+    match app.metrics.render(
+        app.elections.values().map(|e| &e.state),
+        app.balance.as_ref().map(|rx| rx.borrow().clone()).as_ref(),
+        &app.clock,
+    ) {
         Ok(text) => (
             [(
                 header::CONTENT_TYPE,

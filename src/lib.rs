@@ -6,6 +6,8 @@
 //! - [`clock`]: the boot-time clock every decision is timed with.
 //! - [`lease`]: the lease record, the store interface and its backends.
 //! - [`election`]: one task per election: campaign, renew, stop, release.
+//! - [`balance`]: many elections shared fairly among the daemons that
+//!   campaign for them (member records in the store, handovers).
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
 //!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
@@ -24,6 +26,7 @@
 //! - [`text`]: how values are written into messages (durations, user input, hex).
 
 pub mod app_check;
+pub mod balance;
 pub mod cli;
 pub mod clock;
 pub mod config;

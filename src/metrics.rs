@@ -21,6 +21,7 @@ use prometheus::{
 use tokio::sync::watch;
 
 use crate::app_check::{self, Verdict};
+use crate::balance::Share;
 use crate::clock::Clock;
 use crate::election::{ElectionState, Observer, Outcome, Transition};
 
@@ -57,6 +58,9 @@ pub struct Metrics {
     child_start_failures_total: IntCounterVec,
     app_check_up: IntGaugeVec,
     app_check_failures_total: IntCounterVec,
+    elections_led: IntGaugeVec,
+    fair_share: IntGaugeVec,
+    members: IntGaugeVec,
     /// Serialises renders: each one sets the leadership gauges, then gathers;
     /// two interleaved renders could otherwise mix their readings.
     render_lock: Mutex<()>,
@@ -203,6 +207,21 @@ impl Metrics {
             "App check probes that failed (error, non-2xx answer, non-zero exit or timeout); absent without an app check.",
             &[],
         );
+        let elections_led = r.int_gauge(
+            "leaderd_elections_led",
+            "Elections this instance leads, inside their validity (computed at scrape time).",
+            &[],
+        );
+        let fair_share = r.int_gauge(
+            "leaderd_fair_share",
+            "With balance on: the elections this instance aims to lead, ceil(elections / members); absent with balance off.",
+            &[],
+        );
+        let members = r.int_gauge(
+            "leaderd_members",
+            "With balance on: live instances campaigning for the same elections, this one included; absent with balance off.",
+            &[],
+        );
         let build_info = IntGauge::with_opts(
             Opts::new(
                 "leaderd_build_info",
@@ -231,6 +250,9 @@ impl Metrics {
             child_start_failures_total,
             app_check_up,
             app_check_failures_total,
+            elections_led,
+            fair_share,
+            members,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
         }
@@ -286,6 +308,7 @@ impl Metrics {
     pub fn render<'a>(
         &self,
         elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
+        share: Option<&Share>,
         clock: &Clock,
     ) -> Result<String, prometheus::Error> {
         // A poisoned lock only means another render panicked midway; the
@@ -294,15 +317,18 @@ impl Metrics {
             .render_lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut led = 0;
         for rx in elections {
             // Clone out at once: holding the borrow would block the engine.
             let state = rx.borrow().clone();
             let now = clock.now();
             let name = state.election.as_str();
             self.touch(name);
+            let leading = state.is_leader_at(now);
+            led += i64::from(leading);
             self.is_leader
                 .with_label_values(&[name])
-                .set(i64::from(state.is_leader_at(now)));
+                .set(i64::from(leading));
             self.lease_remaining_seconds
                 .with_label_values(&[name])
                 .set(state.lease_remaining(now).as_secs_f64());
@@ -317,6 +343,17 @@ impl Metrics {
                     let _ = self.fencing_token.remove_label_values(&[name]);
                 }
             }
+        }
+        let no_labels: &[&str] = &[];
+        self.elections_led.with_label_values(no_labels).set(led);
+        if let Some(share) = share {
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            self.fair_share
+                .with_label_values(no_labels)
+                .set(count(share.fair_share));
+            self.members
+                .with_label_values(no_labels)
+                .set(count(share.members));
         }
         // One family at a time rather than `Registry::gather`, which builds
         // every family's protobuf form first: at 1,000 elections that is
@@ -485,7 +522,7 @@ mod tests {
         let (_tx2, follower) = watch::channel(state("backup", Role::Follower, now, None));
         let m = Metrics::new();
 
-        let text = m.render([&leader, &follower], &clock).unwrap();
+        let text = m.render([&leader, &follower], None, &clock).unwrap();
         assert_eq!(
             sample(&text, "leaderd_is_leader{election=\"report\"}"),
             Some(1.0)
@@ -512,7 +549,7 @@ mod tests {
 
         // The engine publishes nothing, yet past stop_at the gauges drop.
         tokio::time::advance(Duration::from_millis(7_700)).await;
-        let text = m.render([&leader, &follower], &clock).unwrap();
+        let text = m.render([&leader, &follower], None, &clock).unwrap();
         assert_eq!(
             sample(&text, "leaderd_is_leader{election=\"report\"}"),
             Some(0.0)
@@ -537,7 +574,9 @@ mod tests {
             .map(|n| watch::channel(state(n, Role::Leader, now, Some(1))))
             .collect();
         let m = Metrics::new();
-        let text = m.render(channels.iter().map(|(_, rx)| rx), &clock).unwrap();
+        let text = m
+            .render(channels.iter().map(|(_, rx)| rx), None, &clock)
+            .unwrap();
 
         let families: Vec<&str> = text
             .lines()
@@ -595,7 +634,7 @@ mod tests {
         m.child_exited("report", "exited");
         m.child_killed("report");
 
-        let text = m.render([&rx], &clock).unwrap();
+        let text = m.render([&rx], None, &clock).unwrap();
         let at = |s: &str| sample(&text, s);
         assert_eq!(
             at("leaderd_renew_total{election=\"report\",result=\"ok\"}"),

@@ -573,6 +573,7 @@ pub(super) fn build(
         health,
         app_check,
         acquire_timeout,
+        balance: raw.balance.unwrap_or(false),
         warnings,
     })
 }

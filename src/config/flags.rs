@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// Campaign only while GET URL answers 2xx [config: app_check.http].
     #[arg(long, value_name = "URL")]
     pub app_check: Option<String>,
+    /// Share the elections with the other live instances that campaign for
+    /// the same ones, each leading its fair share [config: balance].
+    #[arg(long)]
+    pub balance: bool,
     /// The child command, run without a shell [config: child.command].
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -140,6 +144,7 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
         (args.primary.is_some(), "http.primary", "--primary"),
         (args.app_check.is_some(), "app_check.http", "--app-check"),
         (args.advertise.is_some(), "http.advertise", "--advertise"),
+        (args.balance, "balance", "--balance"),
         (
             args.lease_duration.is_some(),
             "lease.duration",
@@ -168,6 +173,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     }
     if let Some(identity) = &args.identity {
         raw.identity = Some(identity.clone());
+    }
+    if args.balance {
+        raw.balance = Some(true);
     }
     if !args.elections.is_empty() {
         raw.elections = args

@@ -74,8 +74,9 @@ pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
 /// The top-level configuration keys. An environment variable is read as
 /// configuration when its first segment names one of them, or when it has
 /// the `SECTION__KEY` shape (so a misspelt section is still an error).
-const TOP_LEVEL_KEYS: [&str; 9] = [
+const TOP_LEVEL_KEYS: [&str; 10] = [
     "identity",
+    "balance",
     "store",
     "lease",
     "elections",
@@ -247,6 +248,9 @@ pub struct Config {
     pub app_check: Option<AppCheckConfig>,
     /// `--acquire-timeout`: `Some(0)` = try once, `None` = wait forever.
     pub acquire_timeout: Option<Duration>,
+    /// `balance`: share the elections with the other live daemons that
+    /// campaign for the same set (docs/balance.md).
+    pub balance: bool,
     /// Valid but risky settings, one line each, for the caller to log.
     pub warnings: Vec<String>,
 }

@@ -13,6 +13,7 @@ use super::*;
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub(super) identity: Option<String>,
+    pub(super) balance: Option<bool>,
     pub(super) store: RawStore,
     pub(super) lease: RawLease,
     pub(super) elections: Vec<RawElection>,

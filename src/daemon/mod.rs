@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::app_check::{self, Verdict};
+use crate::balance::{self, BalanceConfig, Balancer, Elected};
 use crate::clock::{Clock, Instant};
 use crate::config::{ChildConfig, Config, Mode};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
@@ -76,7 +77,8 @@ pub async fn run(
     };
 
     let http_addr = listener.local_addr().ok();
-    if let Some(address) = advertised_address(cfg.http.advertise.as_deref(), http_addr) {
+    let advertised = advertised_address(cfg.http.advertise.as_deref(), http_addr);
+    if let Some(address) = &advertised {
         tracing::info!(advertise = %address, "advertising this address in the records of the elections it leads");
         for e in &mut cfg.elections {
             e.holder_meta = Some(HolderMeta {
@@ -92,12 +94,25 @@ pub async fn run(
         .clone()
         .map(|c| app_check::spawn(c, metrics.clone()));
     let handles = start_elections(&cfg, &store, &clock, &metrics, app_check.as_ref());
+    let balancer = cfg.balance.then(|| {
+        start_balancer(
+            &cfg,
+            &store,
+            &handles,
+            &clock,
+            app_check.as_ref(),
+            advertised,
+        )
+    });
 
     let (resign_tx, resign_rx) = mpsc::channel(8);
     let (job_health, job_health_rx) = watch::channel(None);
     let mut app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
     if let Some(rx) = &app_check {
         app = app.with_app_check(rx.clone());
+    }
+    if let Some(b) = &balancer {
+        app = app.with_balance(b.share.clone());
     }
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(http::serve(
@@ -142,6 +157,7 @@ pub async fn run(
         job,
         shutdown: None,
         app_check,
+        balancer,
         pending_step_down: None,
         seen_seq: None,
         always_started: false,
@@ -258,6 +274,48 @@ fn start_elections(
         .collect()
 }
 
+/// The balancer, when `balance` is on: every election may move, except the
+/// primary when a job runs under it (that one moves by resign or shutdown,
+/// which stop the job first).
+fn start_balancer(
+    cfg: &Config,
+    store: &Arc<dyn LeaseStore>,
+    handles: &BTreeMap<String, ElectionHandle>,
+    clock: &Clock,
+    app_check: Option<&watch::Receiver<Verdict>>,
+    address: Option<String>,
+) -> Balancer {
+    let timing = cfg
+        .elections
+        .iter()
+        .find(|e| e.name == cfg.primary)
+        .expect("primary names a configured election: validated in Config::load");
+    let config = BalanceConfig {
+        identity: cfg.identity.clone(),
+        lease_duration: timing.lease_duration,
+        renew_interval: timing.renew_interval,
+        retry_interval: timing.retry_interval,
+        max_clock_drift: timing.max_clock_drift,
+        address,
+    };
+    let pinned = (!cfg.child.command.is_empty()).then_some(cfg.primary.as_str());
+    let elections = handles
+        .iter()
+        .map(|(name, h)| Elected {
+            name: name.clone(),
+            state: h.state.clone(),
+            steering: (Some(name.as_str()) != pinned).then(|| h.steering()),
+        })
+        .collect();
+    balance::spawn(
+        store.clone(),
+        config,
+        elections,
+        clock.clone(),
+        app_check.cloned(),
+    )
+}
+
 /// What the HTTP handlers read: every election's state, the job's health,
 /// the way to ask for a resign.
 fn http_state(
@@ -366,6 +424,9 @@ struct Daemon {
     shutdown: Option<Shutdown>,
     /// The app check's verdict; `None` when there is no app check.
     app_check: Option<watch::Receiver<Verdict>>,
+    /// Moves elections to share them with the other daemons; `None` when
+    /// `balance` is off.
+    balancer: Option<Balancer>,
     /// Stepping down from the primary election: the child is being stopped,
     /// the release follows its exit.
     pending_step_down: Option<StepDown>,
@@ -828,6 +889,10 @@ impl Daemon {
         if shutdown::is_shutdown(sig) {
             match &mut self.shutdown {
                 None => {
+                    // Leaving: no more handovers to balance the others.
+                    if let Some(b) = &self.balancer {
+                        b.halt();
+                    }
                     let grace = self.cfg.child.shutdown_grace;
                     if matches!(self.job.slot, Slot::Running { .. }) {
                         tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: forwarding the signal to the child, then releasing");
@@ -993,6 +1058,9 @@ impl Daemon {
 
     /// Final step of every exit path: the child is gone; give up every lease.
     async fn release_all(&mut self) {
+        if let Some(b) = self.balancer.take() {
+            b.leave().await;
+        }
         self.kill_child().await;
         let releases = self.handles.values().map(|h| h.release(AfterRelease::Exit));
         futures_util::future::join_all(releases).await;

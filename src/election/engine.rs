@@ -379,6 +379,7 @@ impl Engine {
         match then {
             AfterRelease::Exit => Step::Exit,
             AfterRelease::SitOut(d) => Step::SitOut(d),
+            AfterRelease::Follow => Step::Follow,
         }
     }
 

@@ -425,6 +425,9 @@ pub enum AfterRelease {
     Exit,
     /// Sit out this long, then campaign again.
     SitOut(Duration),
+    /// Follow at once: the lease went to a named successor, which others
+    /// wait for as if it were held.
+    Follow,
 }
 
 /// Requests to the election task.
@@ -466,20 +469,15 @@ impl ElectionHandle {
     /// [`ElectionHandle::release`], handing the lease to `successor` (to
     /// anyone when `None`).
     pub async fn hand_over(&self, then: AfterRelease, successor: Option<String>) -> bool {
-        let (done, rx) = oneshot::channel();
-        if self
-            .commands
-            .send(Command::Release {
-                then,
-                successor,
-                done,
-            })
-            .await
-            .is_err()
-        {
-            return false;
+        self.steering().hand_over(then, successor).await
+    }
+
+    /// A handle that can only hand the lease over, for a task that moves
+    /// leaderships (`crate::balance`) while the daemon keeps this one.
+    pub fn steering(&self) -> Steering {
+        Steering {
+            commands: self.commands.clone(),
         }
-        rx.await.unwrap_or(false)
     }
 
     /// Whether the task has ended.
@@ -495,6 +493,33 @@ impl ElectionHandle {
     /// Abort the task (no release).
     pub fn abort(&self) {
         self.task.abort();
+    }
+}
+
+/// Hands an election's lease over; see [`ElectionHandle::steering`].
+#[derive(Debug, Clone)]
+pub struct Steering {
+    commands: mpsc::Sender<Command>,
+}
+
+impl Steering {
+    /// Release the lease if held, handing it to `successor` (to anyone when
+    /// `None`), then act as said. Returns whether a lease was released.
+    pub async fn hand_over(&self, then: AfterRelease, successor: Option<String>) -> bool {
+        let (done, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Release {
+                then,
+                successor,
+                done,
+            })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        rx.await.unwrap_or(false)
     }
 }
 

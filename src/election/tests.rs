@@ -499,8 +499,8 @@ impl LeaseStore for LostAnswers {
         }
         out
     }
-    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
-        self.inner.list(budget).await
+    async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        self.inner.scan(budget).await
     }
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {
         self.inner.check(budget).await

@@ -147,7 +147,7 @@ impl LeaseStore for MemoryStore {
         Ok(WriteOutcome::Applied)
     }
 
-    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+    async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
         self.fault(budget).await?;
         Ok(self.lock().items.values().cloned().collect())
     }

@@ -171,6 +171,21 @@ impl Lease {
     }
 }
 
+/// Keys of the daemons' member records (see `crate::balance`) start with
+/// this. No election can be named so (election names never hold `#` or
+/// `/`), so a member record is never taken for an election.
+pub const MEMBER_PREFIX: &str = "#member/";
+
+/// The key of `identity`'s member record.
+pub fn member_key(identity: &str) -> String {
+    format!("{MEMBER_PREFIX}{identity}")
+}
+
+/// Whether `key` is a member record's, not an election's.
+pub fn is_member_key(key: &str) -> bool {
+    key.starts_with(MEMBER_PREFIX)
+}
+
 /// What a holder advertises about itself in the lease record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderMeta {
@@ -217,6 +232,17 @@ pub enum Record {
     Valid(Lease),
     /// An item leaderd cannot interpret.
     Malformed(Malformed),
+}
+
+impl Record {
+    /// The item's key, `None` for an absent one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Record::Absent => None,
+            Record::Valid(l) => Some(&l.election),
+            Record::Malformed(m) => Some(&m.election),
+        }
+    }
 }
 
 /// The condition a write is made under.
@@ -375,8 +401,31 @@ pub trait LeaseStore: Send + Sync + 'static {
         budget: Duration,
     ) -> Result<WriteOutcome, StoreError>;
 
-    /// Every record in the store (for `leaderd status` with no names).
-    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError>;
+    /// Every item in the store, election and member records alike, read
+    /// consistently.
+    async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError>;
+
+    /// Every election's record (for `leaderd status` with no names): the
+    /// store's items without the member records.
+    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        let mut records = self.scan(budget).await?;
+        records.retain(|r| !r.key().is_some_and(is_member_key));
+        Ok(records)
+    }
+
+    /// Every well-formed member record (see `crate::balance`). May be read
+    /// eventually consistently: membership is advice, never a reason to
+    /// write an election's record.
+    async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
+        let records = self.scan(budget).await?;
+        Ok(records
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Valid(l) if is_member_key(&l.election) => Some(l),
+                _ => None,
+            })
+            .collect())
+    }
 
     /// Check that the store is reachable and usable (table exists, is ACTIVE,
     /// has the right schema). Used at start and by `fail_fast`.

@@ -55,7 +55,8 @@ use table::*;
 pub use table::{TableInfo, TtlStatus};
 
 use super::{
-    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
+    Condition, HolderMeta, Lease, LeaseStore, MEMBER_PREFIX, Malformed, Record, RvnGuard,
+    StoreError, WriteOutcome, is_member_key,
 };
 
 /// The partition key of the lease table.
@@ -164,6 +165,60 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// Every item, read consistently; or, given a key prefix, only the
+    /// items under it, read eventually consistently.
+    async fn scan_table(
+        &self,
+        budget: Duration,
+        prefix: Option<&str>,
+    ) -> Result<Vec<Record>, StoreError> {
+        let deadline = Instant::now() + budget;
+        let mut records = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let page = retry_throttled(left, |left| {
+                let mut req = self
+                    .client
+                    .scan()
+                    .table_name(&self.table)
+                    .consistent_read(prefix.is_none())
+                    .set_exclusive_start_key(start.clone());
+                if let Some(prefix) = prefix {
+                    req = req
+                        .filter_expression("begins_with(#k, :p)")
+                        .expression_attribute_names("#k", KEY)
+                        .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()));
+                }
+                let req = req.send();
+                async move {
+                    match bounded(left, req).await? {
+                        Ok(out) => Ok(out),
+                        Err(e) => Err(classify(&e, &self.table, left)),
+                    }
+                }
+            })
+            .await;
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => return Err(self.refine_missing(e, deadline).await),
+            };
+            for item in page.items() {
+                let election = match item.get(KEY) {
+                    Some(AttributeValue::S(name)) => name.as_str(),
+                    _ => "",
+                };
+                records.push(parse_item(election, item));
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(records),
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl LeaseStore for DynamoStore {
     fn kind(&self) -> &'static str {
@@ -240,44 +295,22 @@ impl LeaseStore for DynamoStore {
         }
     }
 
-    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
-        let deadline = Instant::now() + budget;
-        let mut records = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let page = retry_throttled(left, |left| {
-                let req = self
-                    .client
-                    .scan()
-                    .table_name(&self.table)
-                    .consistent_read(true)
-                    .set_exclusive_start_key(start.clone())
-                    .send();
-                async move {
-                    match bounded(left, req).await? {
-                        Ok(out) => Ok(out),
-                        Err(e) => Err(classify(&e, &self.table, left)),
-                    }
-                }
+    async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+        self.scan_table(budget, None).await
+    }
+
+    /// Only the member items come back, read eventually consistently (half
+    /// the read units of a consistent scan); DynamoDB still counts every
+    /// item it scans.
+    async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
+        let records = self.scan_table(budget, Some(MEMBER_PREFIX)).await?;
+        Ok(records
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Valid(l) if is_member_key(&l.election) => Some(l),
+                _ => None,
             })
-            .await;
-            let page = match page {
-                Ok(page) => page,
-                Err(e) => return Err(self.refine_missing(e, deadline).await),
-            };
-            for item in page.items() {
-                let election = match item.get(KEY) {
-                    Some(AttributeValue::S(name)) => name.as_str(),
-                    _ => "",
-                };
-                records.push(parse_item(election, item));
-            }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(records),
-            }
-        }
+            .collect())
     }
 
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {

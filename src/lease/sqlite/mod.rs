@@ -714,7 +714,7 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
+    async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
         let sql = if self.inner.legacy {
             SELECT_ALL_OLD
         } else {

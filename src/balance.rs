@@ -1,0 +1,638 @@
+//! Balance: daemons that campaign for the same elections share them.
+//!
+//! With `balance = true` every daemon keeps a member record in the lease
+//! store, under [`member_key`] (never an election's name), written every R
+//! like a lease. Its labels say how many elections the daemon leads and
+//! which set it campaigns for. Every R each daemon reads the member records
+//! and counts the live members of its own set, K (itself included): a
+//! member is live once its record was seen to change, and until it stays
+//! unchanged for its lease stretched by the clock drift, on our clock (the
+//! takeover rule; wall clocks are never compared). Its fair share of the N
+//! elections is ceil(N/K).
+//!
+//! A daemon above its share hands surplus elections to members below
+//! theirs, at most [`moves_per_round`] per R. Each move is an ordinary
+//! handover (a release naming the successor, then the successor's
+//! conditional takeover), so no move can make two leaders. A daemon below
+//! its share does nothing special: its engines take what is released or
+//! expired, as always.
+//!
+//! Membership is advice: a wrong count costs balance, never safety.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::app_check::Verdict;
+use crate::clock::{self, Clock, Instant};
+use crate::election::{self, AfterRelease, ElectionState, Role, Steering};
+use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
+
+/// Label of a member record: how many elections the member leads.
+const LED_LABEL: &str = "led";
+/// Label of a member record: a digest of the set of elections it campaigns
+/// for; only members of the same set share.
+const SET_LABEL: &str = "elections";
+
+/// What the balancer needs to know of this daemon.
+#[derive(Debug, Clone)]
+pub struct BalanceConfig {
+    /// Our identity: the member record's holder.
+    pub identity: String,
+    /// L: the member record's lease.
+    pub lease_duration: Duration,
+    /// R: how often the member record is written and the others read.
+    pub renew_interval: Duration,
+    /// P: how long a handed-over election may take to reach its successor.
+    pub retry_interval: Duration,
+    /// D: clock drift tolerated when judging a member dead.
+    pub max_clock_drift: f64,
+    /// Our advertised HTTP address, for humans reading the record.
+    pub address: Option<String>,
+}
+
+/// One election as the balancer sees it.
+#[derive(Debug, Clone)]
+pub struct Elected {
+    /// Its name.
+    pub name: String,
+    /// Its engine's state.
+    pub state: watch::Receiver<ElectionState>,
+    /// How to hand it over; `None`: never moved (the election whose
+    /// leadership runs the daemon's job moves only by resign or shutdown).
+    pub steering: Option<Steering>,
+}
+
+/// Where this daemon stands, for `/status` and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Share {
+    /// Elections this daemon leads.
+    pub led: usize,
+    /// ceil(elections / members): what it aims to lead.
+    pub fair_share: usize,
+    /// Live members of its set, itself included.
+    pub members: usize,
+    /// Elections it campaigns for.
+    pub elections: usize,
+}
+
+/// A running balancer.
+#[derive(Debug)]
+pub struct Balancer {
+    /// Its latest view.
+    pub share: watch::Receiver<Share>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Balancer {
+    /// Stop moving elections (at once, without waiting).
+    pub fn halt(&self) {
+        self.stop.cancel();
+    }
+
+    /// Stop, and give the member record up so the others count one member
+    /// less at their next read instead of one lease later.
+    pub async fn leave(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// How many elections a daemon hands over per R, at most: a tenth of them,
+/// at least 4. Gradual enough that a join or a return moves a few
+/// leaderships at a time, quick enough to settle within a minute.
+pub fn moves_per_round(elections: usize) -> usize {
+    elections.div_ceil(10).max(4)
+}
+
+/// ceil(n / k), for k ≥ 1.
+pub fn fair_share(elections: usize, members: usize) -> usize {
+    elections.div_ceil(members.max(1))
+}
+
+/// A stable digest of a set of election names (FNV-1a over the sorted
+/// names): the same on every daemon and every build, unlike std's hasher.
+pub fn set_digest<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut names: Vec<&str> = names.into_iter().collect();
+    names.sort_unstable();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for name in names {
+        for byte in name.bytes().chain([b'\n']) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
+}
+
+/// Start balancing `elections` (every election this daemon campaigns for).
+/// `gate` is the app check's verdict: a daemon whose app fails is no
+/// member (it could not take what it is given).
+pub fn spawn(
+    store: Arc<dyn LeaseStore>,
+    config: BalanceConfig,
+    elections: Vec<Elected>,
+    clock: Clock,
+    gate: Option<watch::Receiver<Verdict>>,
+) -> Balancer {
+    let set = set_digest(elections.iter().map(|e| e.name.as_str()));
+    let (share_tx, share) = watch::channel(Share {
+        elections: elections.len(),
+        members: 1,
+        fair_share: elections.len(),
+        led: 0,
+    });
+    let stop = CancellationToken::new();
+    let worker = Worker {
+        store,
+        key: member_key(&config.identity),
+        config,
+        set,
+        elections,
+        clock,
+        gate,
+        share: share_tx,
+        own: None,
+        joined_ms: clock::unix_ms(),
+        seen: HashMap::new(),
+        gifts: Vec::new(),
+        last_error: None,
+    };
+    let task = tokio::spawn(worker.run(stop.clone()));
+    Balancer { share, stop, task }
+}
+
+/// A member record as last read, and what we make of it.
+#[derive(Debug, Clone)]
+struct Seen {
+    rvn: String,
+    /// When we first saw this rvn.
+    since: Instant,
+    /// Whether we ever saw its record change: only then is it counted (a
+    /// record left behind by a daemon that died long ago never changes).
+    changed: bool,
+    lease_ms: u64,
+}
+
+/// A live member of our set other than us.
+#[derive(Debug, Clone)]
+struct Peer {
+    identity: String,
+    led: usize,
+}
+
+struct Worker {
+    store: Arc<dyn LeaseStore>,
+    config: BalanceConfig,
+    key: String,
+    set: String,
+    elections: Vec<Elected>,
+    clock: Clock,
+    gate: Option<watch::Receiver<Verdict>>,
+    share: watch::Sender<Share>,
+    /// Our member record as last written.
+    own: Option<Lease>,
+    joined_ms: u64,
+    seen: HashMap<String, Seen>,
+    /// Elections handed to each peer lately, not yet in its label.
+    gifts: Vec<(String, Instant)>,
+    /// The last store error, logged once per change.
+    last_error: Option<String>,
+}
+
+impl Worker {
+    async fn run(mut self, stop: CancellationToken) {
+        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), "balancing the elections with the other members of this set");
+        loop {
+            self.round().await;
+            let next = self.clock.now() + self.config.renew_interval;
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = self.clock.sleep_until(next) => {}
+            }
+        }
+        self.leave().await;
+    }
+
+    fn led(&self) -> usize {
+        self.elections
+            .iter()
+            .filter(|e| matches!(e.state.borrow().role, Role::Leader | Role::Confirming))
+            .count()
+    }
+
+    fn app_passes(&self) -> bool {
+        self.gate
+            .as_ref()
+            .is_none_or(|g| *g.borrow() == Verdict::Pass)
+    }
+
+    fn budget(&self) -> Duration {
+        self.config.renew_interval
+    }
+
+    /// One R: write our record, read everyone's, move surplus elections.
+    async fn round(&mut self) {
+        let led = self.led();
+        let member = self.app_passes();
+        if member {
+            self.heartbeat(led).await;
+        } else {
+            self.leave().await;
+        }
+        let records = match self.store.members(self.budget()).await {
+            Ok(records) => records,
+            Err(e) => {
+                self.failed("read the member records", &e.to_string());
+                return;
+            }
+        };
+        let peers = self.peers(records);
+        let k = 1 + peers.len();
+        let share = Share {
+            led,
+            fair_share: fair_share(self.elections.len(), k),
+            members: k,
+            elections: self.elections.len(),
+        };
+        let before = self.share.borrow().clone();
+        if (before.members, before.fair_share) != (share.members, share.fair_share) {
+            tracing::info!(identity = %self.config.identity, members = share.members, fair_share = share.fair_share, led, "balance: members of this set changed");
+        }
+        self.share.send_replace(share.clone());
+        if member && led > share.fair_share {
+            self.hand_surplus(&share, &peers).await;
+        }
+    }
+
+    fn failed(&mut self, what: &str, error: &str) {
+        if self.last_error.as_deref() != Some(error) {
+            tracing::warn!(identity = %self.config.identity, error, "balance: cannot {what} (logged again only when the error changes)");
+            self.last_error = Some(error.to_owned());
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.last_error.take().is_some() {
+            tracing::info!(identity = %self.config.identity, "balance: the member records can be read and written again");
+        }
+    }
+
+    /// Write our member record: renew it, or take it over from an earlier
+    /// run of ours (same identity), or create it.
+    async fn heartbeat(&mut self, led: usize) {
+        let labels = BTreeMap::from([
+            (LED_LABEL.to_owned(), led.to_string()),
+            (SET_LABEL.to_owned(), self.set.clone()),
+        ]);
+        let record = Lease::stamped(
+            &self.key,
+            &self.config.identity,
+            0,
+            self.config.lease_duration.as_millis() as u64,
+            self.joined_ms,
+            Some(HolderMeta {
+                address: self.config.address.clone(),
+                labels,
+            }),
+        );
+        let condition = match &self.own {
+            Some(own) => Condition::HeldBy {
+                rvn: own.rvn.clone(),
+                holder: self.config.identity.clone(),
+            },
+            None => match self.store.read(&self.key, self.budget()).await {
+                Ok(current) => condition_over(&current),
+                Err(e) => {
+                    self.failed("read our member record", &e.to_string());
+                    return;
+                }
+            },
+        };
+        match self.store.write(&record, &condition, self.budget()).await {
+            Ok(WriteOutcome::Applied) => {
+                self.own = Some(record);
+                self.succeeded();
+            }
+            // Written by someone else since (another daemon under our
+            // identity, or an old answer): read it again next round.
+            Ok(WriteOutcome::ConditionFailed { .. }) => self.own = None,
+            Err(e) => self.failed("write our member record", &e.to_string()),
+        }
+    }
+
+    /// Give our member record up: the others stop counting us.
+    async fn leave(&mut self) {
+        let Some(own) = self.own.take() else {
+            return;
+        };
+        let condition = Condition::HeldBy {
+            rvn: own.rvn.clone(),
+            holder: self.config.identity.clone(),
+        };
+        if let Err(e) = self
+            .store
+            .write(&own.released(), &condition, self.budget())
+            .await
+        {
+            tracing::warn!(identity = %self.config.identity, error = %e, "balance: cannot release our member record; the others stop counting us one lease from now");
+        }
+    }
+
+    /// The live members of our set other than us, from the records just
+    /// read.
+    fn peers(&mut self, records: Vec<Lease>) -> Vec<Peer> {
+        let now = self.clock.now();
+        let mut peers = Vec::new();
+        let mut present = Vec::new();
+        for record in records {
+            let Some(holder) = record.holder.clone() else {
+                continue; // released: that member left
+            };
+            if holder == self.config.identity || member_key(&holder) != record.election {
+                continue;
+            }
+            present.push(holder.clone());
+            let seen = self.seen.entry(holder.clone()).or_insert_with(|| Seen {
+                rvn: record.rvn.clone(),
+                since: now,
+                changed: false,
+                lease_ms: record.lease_ms,
+            });
+            if seen.rvn != record.rvn {
+                *seen = Seen {
+                    rvn: record.rvn.clone(),
+                    since: now,
+                    changed: true,
+                    lease_ms: record.lease_ms,
+                };
+            }
+            let wait = election::takeover_wait(seen.lease_ms, self.config.max_clock_drift);
+            let live = seen.changed && now - seen.since < wait;
+            let labels = record.holder_meta.as_ref().map(|m| &m.labels);
+            let same_set = labels.and_then(|l| l.get(SET_LABEL)) == Some(&self.set);
+            let led = labels
+                .and_then(|l| l.get(LED_LABEL))
+                .and_then(|v| v.parse().ok());
+            if let (true, true, Some(led)) = (live, same_set, led) {
+                peers.push(Peer {
+                    identity: holder,
+                    led,
+                });
+            }
+        }
+        self.seen.retain(|identity, _| present.contains(identity));
+        peers
+    }
+
+    /// Hand elections over to peers below their share, a few per round.
+    async fn hand_surplus(&mut self, share: &Share, peers: &[Peer]) {
+        let now = self.clock.now();
+        // A gift shows in the receiver's label from its next write on,
+        // within R + P of the handover.
+        let settle = self.config.renew_interval + self.config.retry_interval;
+        self.gifts.retain(|(_, at)| now - *at < settle);
+        // Members above their share give at once: each gives a receiver
+        // only its part of what the receiver lacks.
+        let givers = 1 + peers.iter().filter(|p| p.led > share.fair_share).count();
+        let mut wants: Vec<(String, usize)> = peers
+            .iter()
+            .filter_map(|p| {
+                let pending = self
+                    .gifts
+                    .iter()
+                    .filter(|(to, _)| *to == p.identity)
+                    .count();
+                let lacks = share.fair_share.saturating_sub(p.led + pending);
+                let part = lacks.div_ceil(givers);
+                (part > 0).then(|| (p.identity.clone(), part))
+            })
+            .collect();
+        if wants.is_empty() {
+            return;
+        }
+        let mut movable: Vec<&Elected> = self
+            .elections
+            .iter()
+            .filter(|e| e.steering.is_some() && e.state.borrow().role == Role::Leader)
+            .collect();
+        movable.shuffle(&mut rand::rng());
+        let limit = (share.led - share.fair_share).min(moves_per_round(share.elections));
+        let mut moved: BTreeMap<String, usize> = BTreeMap::new();
+        for election in movable {
+            if moved.values().sum::<usize>() >= limit {
+                break;
+            }
+            // The receiver that lacks the most.
+            wants.sort_by_key(|(_, left)| std::cmp::Reverse(*left));
+            let Some((to, left)) = wants.first_mut().filter(|(_, left)| *left > 0) else {
+                break;
+            };
+            let steering = election.steering.as_ref().expect("filtered on steering");
+            if steering
+                .hand_over(AfterRelease::Follow, Some(to.clone()))
+                .await
+            {
+                *left -= 1;
+                *moved.entry(to.clone()).or_default() += 1;
+                self.gifts.push((to.clone(), self.clock.now()));
+            }
+        }
+        if !moved.is_empty() {
+            tracing::info!(identity = %self.config.identity, led = share.led, fair_share = share.fair_share, moved = ?moved, "balance: handed elections over to members below their share");
+        }
+    }
+}
+
+/// The condition to write our member record over what the store holds.
+fn condition_over(current: &Record) -> Condition {
+    match current {
+        Record::Absent => Condition::NotExists,
+        Record::Valid(l) => Condition::RvnIs(l.rvn.clone()),
+        Record::Malformed(m) => Condition::Unchanged(m.guard.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::{ElectionConfig, ElectionHandle, NoObserver};
+    use crate::lease::memory::MemoryStore;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// One daemon in process: an engine per election and a balancer.
+    struct Daemon {
+        handles: Vec<ElectionHandle>,
+        balancer: Option<Balancer>,
+    }
+
+    impl Daemon {
+        fn start(store: &MemoryStore, identity: &str, names: &[String]) -> Daemon {
+            let store: Arc<dyn LeaseStore> = Arc::new(store.clone());
+            let handles: Vec<ElectionHandle> = names
+                .iter()
+                .map(|n| {
+                    election::spawn(
+                        store.clone(),
+                        ElectionConfig::with_defaults(n.clone(), identity),
+                        Clock::tokio(),
+                        Arc::new(NoObserver),
+                    )
+                })
+                .collect();
+            let timing = ElectionConfig::with_defaults("x", identity);
+            let config = BalanceConfig {
+                identity: identity.to_owned(),
+                lease_duration: timing.lease_duration,
+                renew_interval: timing.renew_interval,
+                retry_interval: timing.retry_interval,
+                max_clock_drift: timing.max_clock_drift,
+                address: None,
+            };
+            let elections = names
+                .iter()
+                .zip(&handles)
+                .map(|(name, h)| Elected {
+                    name: name.clone(),
+                    state: h.state.clone(),
+                    steering: Some(h.steering()),
+                })
+                .collect();
+            let balancer = spawn(store, config, elections, Clock::tokio(), None);
+            Daemon {
+                handles,
+                balancer: Some(balancer),
+            }
+        }
+
+        fn led(&self) -> usize {
+            self.handles
+                .iter()
+                .filter(|h| h.state.borrow().role == Role::Leader)
+                .count()
+        }
+
+        /// Dies without a word: engines and balancer stop, nothing released.
+        fn crash(&mut self) {
+            for h in &self.handles {
+                h.abort();
+            }
+            if let Some(b) = self.balancer.take() {
+                b.task.abort();
+            }
+        }
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("shard-{i:03}")).collect()
+    }
+
+    /// No election led twice at once, and every one led by someone, across
+    /// `daemons` (their published states).
+    fn check_exclusive(daemons: &[&Daemon], n: usize) {
+        for i in 0..n {
+            let leading = daemons
+                .iter()
+                .filter(|d| d.handles[i].state.borrow().role == Role::Leader)
+                .count();
+            assert!(leading <= 1, "election {i} led by {leading} daemons");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_joining_daemon_gets_its_share_and_a_crashed_ones_share_is_split() {
+        let store = MemoryStore::new();
+        let n = 30;
+        let names = names(n);
+        let a = Daemon::start(&store, "alpha", &names);
+        tokio::time::sleep(3 * S).await;
+        assert_eq!(a.led(), n, "alone, alpha leads everything");
+        let b = Daemon::start(&store, "bravo", &names);
+        let mut c = Daemon::start(&store, "charlie", &names);
+        // Sampled every 100 ms: never two leaders of one election.
+        for _ in 0..600 {
+            tokio::time::sleep(S / 10).await;
+            check_exclusive(&[&a, &b, &c], n);
+        }
+        assert_eq!((a.led(), b.led(), c.led()), (10, 10, 10));
+        let share = a.balancer.as_ref().unwrap().share.borrow().clone();
+        assert_eq!((share.members, share.fair_share), (3, 10), "{share:?}");
+
+        // charlie dies: its leases expire, the other two split them.
+        c.crash();
+        for _ in 0..600 {
+            tokio::time::sleep(S / 10).await;
+            check_exclusive(&[&a, &b], n);
+        }
+        assert_eq!((a.led(), b.led()), (15, 15));
+        let share = b.balancer.as_ref().unwrap().share.borrow().clone();
+        assert_eq!((share.members, share.fair_share), (2, 15), "{share:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_that_leaves_is_no_member_at_once() {
+        let store = MemoryStore::new();
+        let names = names(8);
+        let a = Daemon::start(&store, "alpha", &names);
+        let mut b = Daemon::start(&store, "bravo", &names);
+        tokio::time::sleep(30 * S).await;
+        assert_eq!(a.led() + b.led(), 8);
+        assert_eq!(a.balancer.as_ref().unwrap().share.borrow().members, 2);
+        b.balancer.take().unwrap().leave().await;
+        // One round of alpha (R) later, it counts itself alone.
+        tokio::time::sleep(6 * S).await;
+        let share = a.balancer.as_ref().unwrap().share.borrow().clone();
+        assert_eq!((share.members, share.fair_share), (1, 8), "{share:?}");
+        match store.get(&member_key("bravo")) {
+            Record::Valid(l) => assert_eq!(l.holder, None, "released"),
+            other => panic!("bravo's member record: {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_of_another_set_and_stale_records_do_not_count() {
+        let store = MemoryStore::new();
+        // A record left by a daemon that died before we started: never
+        // changes, so never counted.
+        let stale = Lease::stamped(&member_key("ghost"), "ghost", 0, 10_000, 0, None);
+        store.set(&stale.election, Record::Valid(stale.clone()));
+        let a = Daemon::start(&store, "alpha", &names(6));
+        let _other = Daemon::start(&store, "zulu", &names(7));
+        tokio::time::sleep(60 * S).await;
+        let share = a.balancer.as_ref().unwrap().share.borrow().clone();
+        assert_eq!(
+            (share.members, share.fair_share, share.led),
+            (1, 6, 6),
+            "{share:?}"
+        );
+    }
+
+    #[test]
+    fn fair_share_rounds_up_and_moves_are_a_tenth_at_least_four() {
+        assert_eq!(fair_share(300, 3), 100);
+        assert_eq!(fair_share(1000, 3), 334);
+        assert_eq!(fair_share(300, 2), 150);
+        assert_eq!(fair_share(7, 0), 7);
+        assert_eq!(moves_per_round(300), 30);
+        assert_eq!(moves_per_round(1000), 100);
+        assert_eq!(moves_per_round(3), 4);
+    }
+
+    #[test]
+    fn the_set_digest_ignores_order_and_tells_sets_apart() {
+        assert_eq!(set_digest(["a", "b"]), set_digest(["b", "a"]));
+        assert_ne!(set_digest(["a", "b"]), set_digest(["a"]));
+        // Names are separated: "ab" is not "a" + "b".
+        assert_ne!(set_digest(["ab"]), set_digest(["a", "b"]));
+        // The same on every build: FNV-1a of "a\n".
+        assert_eq!(set_digest(["a"]), "089bdc07b544e7b2");
+    }
+}
