@@ -586,7 +586,20 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(families, sorted, "families out of order");
         assert!(families.contains(&"leaderd_build_info"), "{families:?}");
-        assert_eq!(families.len(), 11, "families with a series: {families:?}");
+        // Without balance: no fair share, no member count.
+        assert_eq!(families.len(), 12, "families with a series: {families:?}");
+        assert_eq!(sample(&text, "leaderd_elections_led"), Some(4.0));
+        let share = Share {
+            led: 4,
+            fair_share: 2,
+            members: 2,
+            elections: 4,
+        };
+        let with_share = m
+            .render(channels.iter().map(|(_, rx)| rx), Some(&share), &clock)
+            .unwrap();
+        assert_eq!(sample(&with_share, "leaderd_fair_share"), Some(2.0));
+        assert_eq!(sample(&with_share, "leaderd_members"), Some(2.0));
 
         let elections: Vec<&str> = text
             .lines()

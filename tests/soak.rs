@@ -10,7 +10,8 @@
 //! --no-capture` (or `cargo test --test soak -- --nocapture`).
 //!
 //! Every instance runs with `strict_new_lease = true`, so an emulator restart
-//! (data lost) is inside the guarantee. The only overlap allowed is the one
+//! (data lost) is inside the guarantee, and with `balance = true`, so its
+//! member record is written and read next to the lease through every fault. The only overlap allowed is the one
 //! The one overlap the design admits: a whole frozen machine's child running for a moment
 //! after it thaws; it is measured and must stay under a second.
 
@@ -103,6 +104,7 @@ fn randomised_soak() {
     let mut spec = ClusterSpec::new("soak");
     spec.own_emulator = true;
     spec.strict_new_lease = true;
+    spec.balance = true;
     let mut c = Cluster::start(spec);
     eprintln!("[soak] running for {secs} s");
 

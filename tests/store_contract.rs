@@ -22,7 +22,8 @@ use common::emulators::{self, Emulator};
 use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
 use leaderd::lease::sqlite::SqliteStore;
 use leaderd::lease::{
-    Condition, HolderMeta, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome, new_rvn,
+    Condition, HolderMeta, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome,
+    is_member_key, member_key, new_rvn,
 };
 use tokio::sync::Barrier;
 
@@ -188,6 +189,39 @@ mod contract {
             );
         }
         store.check(BUDGET).await.expect("check of a usable store");
+    }
+
+    /// Member records (balance) live next to the leases: `members()` finds
+    /// them, `list()` (what `leaderd status` shows) never does.
+    pub async fn member_records_are_not_elections(b: &dyn Backend) {
+        let store = b.store().await;
+        let identity = common::unique_name("member");
+        let member = with_meta(lease(&member_key(&identity), &identity, 0));
+        assert_applied(store.create(&member, BUDGET).await, "create member");
+        let election = common::unique_name("next-to-member");
+        let held = lease(&election, &identity, 3);
+        assert_applied(store.create(&held, BUDGET).await, "create election");
+
+        // Read eventually consistently on DynamoDB: give it a moment.
+        let mut found = Vec::new();
+        for _ in 0..50 {
+            found = store.members(BUDGET).await.expect("members");
+            if found.iter().any(|m| m.election == member.election) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(found.contains(&member), "members() lacks it: {found:?}");
+        assert!(
+            found.iter().all(|m| is_member_key(&m.election)),
+            "members() returned an election: {found:?}"
+        );
+        let listed = store.list(BUDGET).await.expect("list");
+        assert!(listed.contains(&Record::Valid(held)), "{listed:?}");
+        assert!(
+            !listed.iter().any(|r| r.key().is_some_and(is_member_key)),
+            "list() shows a member record: {listed:?}"
+        );
     }
 
     /// Candidates with separate store handles race; every round has exactly
@@ -633,6 +667,11 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn renew_refuses_a_malformed_item() {
                 contract::renew_refuses_a_malformed_item(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn member_records_are_not_elections() {
+                contract::member_records_are_not_elections(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -288,6 +288,9 @@ pub struct ClusterSpec {
     pub own_emulator: bool,
     /// Wall-clock shift of each of the three instances.
     pub shifts: [ClockShift; 3],
+    /// `balance` for every instance: member records written and read next
+    /// to the lease through every fault.
+    pub balance: bool,
 }
 
 impl ClusterSpec {
@@ -298,6 +301,7 @@ impl ClusterSpec {
             strict_new_lease: false,
             own_emulator: false,
             shifts: [ClockShift::None; 3],
+            balance: false,
         }
     }
 }
@@ -434,6 +438,7 @@ impl Cluster {
                 "LEADERD_LEASE__STRICT_NEW_LEASE",
                 self.spec.strict_new_lease.to_string(),
             )
+            .env("LEADERD_BALANCE", self.spec.balance.to_string())
             .env("LEADERD_TEST_STALL_FILE", &stall_file)
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")

@@ -43,7 +43,8 @@ mod tests;
 use row::*;
 
 use super::{
-    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, RvnGuard, StoreError, WriteOutcome,
+    Condition, HolderMeta, Lease, LeaseStore, MEMBER_PREFIX, Malformed, Record, RvnGuard,
+    StoreError, WriteOutcome, is_member_key,
 };
 
 /// The table every lease lives in.
@@ -85,6 +86,13 @@ const SELECT_ONE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms,
 
 const SELECT_ALL: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
      renewed_at, expires_at, holder_meta, successor FROM leases ORDER BY election";
+
+/// The member records (`crate::balance`): the keys from `?1` (the prefix)
+/// up to `?2` (the prefix with its last byte raised), a range of the key's
+/// index.
+const SELECT_RANGE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
+     renewed_at, expires_at, holder_meta, successor FROM leases \
+     WHERE election >= ?1 AND election < ?2 ORDER BY election";
 
 /// [`SELECT_ONE`] and [`SELECT_ALL`] on a file without the
 /// [`ADDED_COLUMNS`], opened only to be read.
@@ -728,6 +736,32 @@ impl LeaseStore for SqliteStore {
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
                 .map_err(err)?;
             Ok(rows.iter().map(Row::to_record).collect())
+        })
+        .await
+    }
+
+    async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
+        if self.inner.legacy {
+            // A file without the newer columns has no member records:
+            // `run` adds the columns before anything writes one.
+            return Ok(Vec::new());
+        }
+        // "#member/" .. "#member0": '0' follows '/'.
+        let upper = format!("{}0", MEMBER_PREFIX.trim_end_matches('/'));
+        self.run(LaneKind::Read, budget, move |conn, path, _| {
+            let err = |e: rusqlite::Error| classify(path, budget, &e);
+            let mut stmt = conn.prepare(SELECT_RANGE).map_err(err)?;
+            let rows = stmt
+                .query_map([MEMBER_PREFIX, upper.as_str()], Row::from_sql)
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(err)?;
+            Ok(rows
+                .iter()
+                .filter_map(|row| match row.to_record() {
+                    Record::Valid(l) if is_member_key(&l.election) => Some(l),
+                    _ => None,
+                })
+                .collect())
         })
         .await
     }
