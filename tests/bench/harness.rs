@@ -406,6 +406,16 @@ impl JobLog {
             .cloned()
     }
 
+    /// The first `end` after `after_ns` by `identity`: the old job's last
+    /// line when it stops on SIGTERM.
+    pub fn end_after(&mut self, after_ns: u64, by: &str) -> Option<JobEvent> {
+        self.refresh();
+        self.events
+            .iter()
+            .find(|e| e.kind == "end" && e.at_ns > after_ns && e.identity == by)
+            .cloned()
+    }
+
     /// The latest `start` by `identity`, if any.
     pub fn last_start_by(&mut self, identity: &str) -> Option<JobEvent> {
         self.refresh();

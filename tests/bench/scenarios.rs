@@ -183,6 +183,8 @@ pub struct FailoverTrial {
     pub floor: Option<f64>,
     /// Graceful: signal → the old leader's release write.
     pub release: Option<f64>,
+    /// Graceful: signal → the old job's `end` line (its last).
+    pub old_end: Option<f64>,
 }
 
 /// `trials` failovers in a cluster of `size` instances.
@@ -258,12 +260,20 @@ pub fn failover(
                 .map(|e| ms_between(signalled, e.at_ns)),
         };
         let floor = phase.map(|phase| L.as_secs_f64() * 1e3 * (1.0 + D) - phase);
+        let old_end = match departure {
+            Departure::Crash => None,
+            Departure::Graceful => cluster
+                .job
+                .end_after(signalled, &old_identity)
+                .map(|e| ms_between(signalled, e.at_ns)),
+        };
         let trial = FailoverTrial {
             total: ms_between(signalled, started.at_ns),
             takeover: ms_between(signalled, takeover.at_ns),
             phase,
             floor,
             release,
+            old_end,
         };
         eprintln!(
             "  {label} trial {}: {:.3} s (takeover write {:.3} s{})",
@@ -618,7 +628,7 @@ fn renew_ok_total(port: u16) -> Result<(f64, BTreeMap<String, f64>), String> {
 }
 
 /// Sum of the samples of `name` whose label set passes `filter`.
-fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
+pub fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
     text.lines()
         .filter_map(|line| {
             let rest = line.strip_prefix(name)?.strip_prefix('{')?;
