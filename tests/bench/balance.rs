@@ -157,12 +157,21 @@ pub fn measure(
         .iter()
         .map(|i| cpu_seconds(i.pid(), clock_ticks).unwrap_or(0.0))
         .collect();
+    // CPU over a window with no HTTP traffic (a /status of 1,000
+    // elections costs CPU of its own), then /status sampling.
     let t0 = mono_ns();
-    // Sample every instance's /status for the window: the least lease left
-    // shows the latest renewal.
+    std::thread::sleep(window);
+    let minutes = ms_between(t0, mono_ns()) / 60e3;
+    let cpu1: Vec<f64> = all
+        .iter()
+        .enumerate()
+        .map(|(k, i)| cpu_seconds(i.pid(), clock_ticks).unwrap_or(cpu0[k]))
+        .collect();
+    let ok1: Vec<f64> = all.iter().map(|i| renew_ok(i)).collect();
+    // The least lease left shows the latest renewal.
     let every = Duration::from_millis(250);
     let mut least = [u64::MAX; 3];
-    let until = t0 + window.as_nanos() as u64;
+    let until = mono_ns() + window.as_nanos() as u64;
     while mono_ns() < until {
         let next = mono_ns() + every.as_nanos() as u64;
         for (k, instance) in all.iter().enumerate() {
@@ -175,24 +184,22 @@ pub fn measure(
         }
         sleep_until(next);
     }
-    let minutes = ms_between(t0, mono_ns()) / 60e3;
     let due_remaining_ms =
         L.as_secs_f64() * 1e3 * (1.0 - D) - M.as_secs_f64() * 1e3 - R.as_secs_f64() * 1e3;
     let mut members = Vec::new();
     for (k, instance) in all.iter().enumerate() {
-        let cpu1 = cpu_seconds(instance.pid(), clock_ticks).unwrap_or(cpu0[k]);
         let metrics = http_get(instance.port, "/metrics").map_or(String::new(), |(_, b)| b);
         let led_now = led(instance);
         members.push(Member {
             identity: instance.identity.clone(),
             led: led_now,
             hwm_kib: status_kib(instance.pid(), "VmHWM").unwrap_or(0),
-            cpu_per_min: (cpu1 - cpu0[k]) / minutes,
+            cpu_per_min: (cpu1[k] - cpu0[k]) / minutes,
             renew_failures: metric_sum(&metrics, "leaderd_renew_total", |l| {
                 !l.contains("result=\"ok\"")
             }),
             renewals: (
-                renew_ok(instance) - ok0[k],
+                ok1[k] - ok0[k],
                 led_now as f64 * minutes * 60.0 / R.as_secs_f64(),
             ),
             worst_delay_ms: if least[k] == u64::MAX {
@@ -256,7 +263,7 @@ pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check
     );
     let _ = writeln!(
         out,
-        "\nEach instance over a {:.0} s quiet window (`/status` sampled every 250 ms for the renewal delay, as in the footprint):\n",
+        "\nEach instance over a {:.0} s quiet window with no HTTP traffic (CPU, renewals), then another as long with `/status` sampled every 250 ms (the renewal delay, as in the footprint):\n",
         window.as_secs_f64()
     );
     let _ = writeln!(
