@@ -186,6 +186,18 @@ pub fn is_member_key(key: &str) -> bool {
     key.starts_with(MEMBER_PREFIX)
 }
 
+/// The well-formed member records among `records`: what every store's
+/// [`LeaseStore::members`] returns of what it read.
+pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
+    records
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Valid(l) if is_member_key(&l.election) => Some(l),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What a holder advertises about itself in the lease record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderMeta {
@@ -417,14 +429,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// eventually consistently: membership is advice, never a reason to
     /// write an election's record.
     async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
-        let records = self.scan(budget).await?;
-        Ok(records
-            .into_iter()
-            .filter_map(|r| match r {
-                Record::Valid(l) if is_member_key(&l.election) => Some(l),
-                _ => None,
-            })
-            .collect())
+        Ok(member_records(self.scan(budget).await?))
     }
 
     /// Check that the store is reachable and usable (table exists, is ACTIVE,

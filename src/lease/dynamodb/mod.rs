@@ -56,7 +56,7 @@ pub use table::{TableInfo, TtlStatus};
 
 use super::{
     Condition, HolderMeta, Lease, LeaseStore, MEMBER_PREFIX, Malformed, Record, RvnGuard,
-    StoreError, WriteOutcome, is_member_key,
+    StoreError, WriteOutcome, member_records,
 };
 
 /// The partition key of the lease table.
@@ -304,13 +304,7 @@ impl LeaseStore for DynamoStore {
     /// item it scans.
     async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
         let records = self.scan_table(budget, Some(MEMBER_PREFIX)).await?;
-        Ok(records
-            .into_iter()
-            .filter_map(|r| match r {
-                Record::Valid(l) if is_member_key(&l.election) => Some(l),
-                _ => None,
-            })
-            .collect())
+        Ok(member_records(records))
     }
 
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {

@@ -44,7 +44,7 @@ use row::*;
 
 use super::{
     Condition, HolderMeta, Lease, LeaseStore, MEMBER_PREFIX, Malformed, Record, RvnGuard,
-    StoreError, WriteOutcome, is_member_key,
+    StoreError, WriteOutcome, member_records,
 };
 
 /// The table every lease lives in.
@@ -755,13 +755,7 @@ impl LeaseStore for SqliteStore {
                 .query_map([MEMBER_PREFIX, upper.as_str()], Row::from_sql)
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
                 .map_err(err)?;
-            Ok(rows
-                .iter()
-                .filter_map(|row| match row.to_record() {
-                    Record::Valid(l) if is_member_key(&l.election) => Some(l),
-                    _ => None,
-                })
-                .collect())
+            Ok(member_records(rows.iter().map(Row::to_record)))
         })
         .await
     }
