@@ -1,8 +1,9 @@
 //! Planned handover through the leader's hints, with real processes on
-//! SQLite: followers watch the leader (`/v1/elections/{election}/watch`)
-//! and take over as soon as it releases, not at their next poll; `resign
-//! --to` hands the lease to one candidate; and a watch stream that lies,
-//! hangs or cannot be reached delays a takeover at most, never makes two
+//! SQLite and on DynamoDB Local: followers watch the leader
+//! (`/v1/elections/{election}/watch`) and take over as soon as it releases,
+//! not at their next poll; `resign --to` hands the lease to one candidate;
+//! and hints that are lost, late, replayed or forged, a watch that hangs and
+//! addresses nobody can reach delay a takeover at most, never make two
 //! leaders (the jobs' history shows no overlap and rising tokens).
 //!
 //! The poll interval P is 8 s here, so that a takeover through a hint
@@ -15,7 +16,8 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use common::daemon::{Leaderd, Spec, leaderd_bin, leaders, output_within, wait_until};
 use common::history;
@@ -39,35 +41,74 @@ const TOKEN: &str = "handover-test-token";
 /// A handover through a hint takes milliseconds; through a poll, up to P.
 const HINT_BOUND: Duration = Duration::from_secs(2);
 
+/// Where the leases live.
+#[derive(Debug, Clone, Copy)]
+enum Store {
+    Sqlite,
+    DynamoDbLocal,
+}
+
 struct Cluster {
     dir: tempfile::TempDir,
     history: std::path::PathBuf,
+    /// The store arguments and environment every instance gets.
+    store_args: Vec<String>,
+    store_env: Vec<(String, String)>,
     nodes: Vec<Leaderd>,
 }
 
 impl Cluster {
-    fn new() -> Cluster {
+    fn new(store: Store) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let history = dir.path().join("history.log");
+        let (store_args, store_env) = match store {
+            Store::Sqlite => (
+                vec![
+                    "--store-path".to_string(),
+                    dir.path().join("leases.db").display().to_string(),
+                ],
+                vec![],
+            ),
+            Store::DynamoDbLocal => {
+                let emulator = common::emulators::shared_dynamodb_local();
+                (
+                    vec![
+                        "--store".to_string(),
+                        "dynamodb".into(),
+                        "--endpoint-url".into(),
+                        emulator.endpoint.clone(),
+                        "--table".into(),
+                        common::unique_name("handover"),
+                    ],
+                    // Every instance may create the table: creation is
+                    // idempotent.
+                    vec![(
+                        "LEADERD_STORE__CREATE_TABLE".to_string(),
+                        "true".to_string(),
+                    )],
+                )
+            }
+        };
         Cluster {
             dir,
             history,
+            store_args,
+            store_env,
             nodes: Vec::new(),
         }
     }
 
     fn start(&mut self, identity: &str, extra: &[&str]) {
-        let mut args: Vec<String> = vec![
-            "--store-path".into(),
-            self.dir.path().join("leases.db").display().to_string(),
-        ];
+        let mut args = self.store_args.clone();
         args.extend(TIMING.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
         args.extend(["--election".into(), "report".into()]);
+        let mut env = self.store_env.clone();
+        env.push(("LEADERD_HTTP__ADMIN_TOKEN".into(), TOKEN.into()));
         let node = Leaderd::start(Spec {
             identity,
             args,
-            env: vec![("LEADERD_HTTP__ADMIN_TOKEN".into(), TOKEN.into())],
+            env,
             command: vec![
                 "python3".into(),
                 common::job_script().display().to_string(),
@@ -119,9 +160,8 @@ fn let_hints_flow() {
     std::thread::sleep(Duration::from_secs(3));
 }
 
-#[test]
-fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll() {
-    let mut cluster = Cluster::new();
+fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll(store: Store) {
+    let mut cluster = Cluster::new(store);
     for id in ["alpha", "bravo", "charlie"] {
         cluster.start(id, &[]);
     }
@@ -163,9 +203,10 @@ fn resign(node: &Leaderd, to: Option<&str>) -> (Option<i32>, String) {
     )
 }
 
-#[test]
-fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_lease() {
-    let mut cluster = Cluster::new();
+fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_lease(
+    store: Store,
+) {
+    let mut cluster = Cluster::new(store);
     for id in ["alpha", "bravo", "charlie"] {
         cluster.start(id, &[]);
     }
@@ -174,11 +215,7 @@ fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_
         let_hints_flow();
         // The candidate that follows the leader in name order, every round
         // another one.
-        let to = ["alpha", "bravo", "charlie", "alpha"]
-            .iter()
-            .skip_while(|id| **id != leader)
-            .nth(1)
-            .expect("a next candidate");
+        let to = next_candidate(&leader);
         let (code, stderr) = resign(cluster.node(&leader), Some(to));
         assert_eq!(code, Some(0), "round {round}: {stderr}");
         let took = wait_until(P, || cluster.leaders() == [to.to_string()]).unwrap_or_else(|| {
@@ -246,35 +283,52 @@ fn send_chunk(conn: &mut TcpStream, line: &str) -> std::io::Result<()> {
     write!(conn, "{:x}\r\n{line}\r\n", line.len())
 }
 
+/// The head of the stream a fake watch server answers with.
+fn stream_head(conn: &mut TcpStream) -> std::io::Result<()> {
+    write!(
+        conn,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+}
+
+/// The real leader's events at `upstream_port`, line by line (each with
+/// its JSON), until its stream ends; nothing if it cannot be reached.
+fn upstream_events(upstream_port: u16) -> impl Iterator<Item = (String, serde_json::Value)> {
+    let up = TcpStream::connect(("127.0.0.1", upstream_port)).ok();
+    let lines = up.and_then(|mut up| {
+        write!(
+            up,
+            "GET /v1/elections/report/watch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        Some(BufReader::new(up).lines().map_while(Result::ok))
+    });
+    lines.into_iter().flatten().filter_map(|line| {
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(event @ serde_json::Value::Object(_)) => Some((line, event)),
+            _ => None, // headers and chunk sizes
+        }
+    })
+}
+
 /// A liar at the leader's advertised address: it relays the real leader's
 /// events, and after each one sends a forged `released` carrying the live
 /// rvn and a replay of the first event it ever saw; once the real stream
 /// ends it announces made-up renewals every 200 ms for ever.
 fn liar(upstream_port: u16) -> impl Fn(TcpStream) + Send + Sync + Clone + 'static {
     move |mut conn: TcpStream| {
-        let _ = write!(
-            conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
-        );
+        if stream_head(&mut conn).is_err() {
+            return;
+        }
         let mut first: Option<String> = None;
-        if let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream_port)) {
-            let _ = write!(
-                up,
-                "GET /v1/elections/report/watch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-            );
-            for line in BufReader::new(up).lines().map_while(Result::ok) {
-                let event = match serde_json::from_str::<serde_json::Value>(&line) {
-                    Ok(event @ serde_json::Value::Object(_)) => event,
-                    _ => continue, // headers and chunk sizes
-                };
-                let first = first.get_or_insert_with(|| line.clone());
-                let mut forged = event.clone();
-                forged["event"] = "released".into();
-                forged["successor"] = serde_json::Value::Null;
-                for out in [line.clone(), forged.to_string(), first.clone()] {
-                    if send_chunk(&mut conn, &out).is_err() {
-                        return;
-                    }
+        for (line, event) in upstream_events(upstream_port) {
+            let first = first.get_or_insert_with(|| line.clone());
+            let mut forged = event.clone();
+            forged["event"] = "released".into();
+            forged["successor"] = serde_json::Value::Null;
+            for out in [line.clone(), forged.to_string(), first.clone()] {
+                if send_chunk(&mut conn, &out).is_err() {
+                    return;
                 }
             }
         }
@@ -292,31 +346,102 @@ fn liar(upstream_port: u16) -> impl Fn(TcpStream) + Send + Sync + Clone + 'stati
     }
 }
 
-/// alpha leads; while it lives nobody else does; killed with -9, it is
+/// How a relay between the leader and its followers spoils the hints.
+#[derive(Debug, Clone, Copy)]
+enum Spoil {
+    /// `released` and `not_leader` never arrive; `renewed` does. With
+    /// `hold_open`, the stream does not end with the real one either: it
+    /// just goes quiet.
+    LoseReleases { hold_open: bool },
+    /// Every event, and the stream's end, arrive this much late.
+    Delay(Duration),
+}
+
+/// A relay at the leader's advertised address: the real leader's stream,
+/// spoilt as `spoil` says; it ends (late, if delayed) when the real one
+/// does.
+fn relay(upstream_port: u16, spoil: Spoil) -> impl Fn(TcpStream) + Send + Sync + Clone + 'static {
+    move |mut conn: TcpStream| {
+        if stream_head(&mut conn).is_err() {
+            return;
+        }
+        // Each line with its arrival; `None`: the real stream ended.
+        let (tx, rx) = mpsc::channel::<(Instant, Option<String>)>();
+        std::thread::spawn(move || {
+            for (line, event) in upstream_events(upstream_port) {
+                let lost =
+                    matches!(spoil, Spoil::LoseReleases { .. }) && event["event"] != "renewed";
+                if !lost && tx.send((Instant::now(), Some(line))).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send((Instant::now(), None));
+        });
+        let (delay, hold_open) = match spoil {
+            Spoil::Delay(d) => (d, false),
+            Spoil::LoseReleases { hold_open } => (Duration::ZERO, hold_open),
+        };
+        for (arrived, line) in rx {
+            std::thread::sleep((arrived + delay).saturating_duration_since(Instant::now()));
+            let sent = match line {
+                Some(line) => send_chunk(&mut conn, &line),
+                // The real stream ended: so does this one, as late (or
+                // it stays open, silent, until the follower leaves).
+                None if hold_open => {
+                    // Until the follower hangs up.
+                    let _ = conn.read(&mut [0u8; 1]);
+                    return;
+                }
+                None => write!(conn, "0\r\n\r\n"),
+            };
+            if sent.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A loopback address nobody listens on.
+fn closed_address() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("address").to_string()
+}
+
+/// The candidate after `leader` in name order, round the three.
+fn next_candidate(leader: &str) -> &'static str {
+    match leader {
+        "alpha" => "bravo",
+        "bravo" => "charlie",
+        _ => "alpha",
+    }
+}
+
+/// `leader` leads; while it lives nobody else does; killed with -9, it is
 /// replaced within `limit`; the history stays safe.
-fn crash_scenario(cluster: &mut Cluster, limit: Duration) {
-    let leader = cluster.one_leader(L * 3 + P);
-    assert_eq!(leader, "alpha", "alpha started first and leads");
-    // While alpha lives (and lies, or cannot be watched), nobody else leads.
+fn crash_scenario(cluster: &mut Cluster, leader: &str, limit: Duration) {
+    let leading = cluster.one_leader(L * 3 + P);
+    assert_eq!(leading, leader, "{leader} was meant to lead");
+    // While it lives (and lies, or cannot be watched), nobody else leads.
     for _ in 0..40 {
-        assert_eq!(cluster.leaders(), ["alpha".to_string()]);
+        assert_eq!(cluster.leaders(), [leader.to_string()]);
         std::thread::sleep(Duration::from_millis(250));
     }
-    let mut alpha = cluster.remove("alpha");
-    alpha.kill9();
+    let mut old = cluster.remove(leader);
+    old.kill9();
     let took = wait_until(limit, || cluster.leaders().len() == 1).unwrap_or_else(|| {
         panic!(
-            "nobody took over within {limit:?} of kill -9; bravo's log:\n{}",
-            cluster.node("bravo").log()
+            "nobody took over within {limit:?} of kill -9; a follower's log:\n{}",
+            cluster.nodes[0].log()
         )
     });
-    eprintln!("takeover after kill -9: {took:?}");
+    eprintln!("takeover after kill -9 of {leader}: {took:?}");
     cluster.check_history();
 }
 
-#[test]
-fn a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_from_moving() {
-    let mut cluster = Cluster::new();
+fn a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_from_moving(
+    store: Store,
+) {
+    let mut cluster = Cluster::new(store);
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let fake = listener.local_addr().expect("address").to_string();
     cluster.start("alpha", &["--advertise", &fake]);
@@ -327,12 +452,15 @@ fn a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_fr
     cluster.start("charlie", &[]);
     // Up to: two reads a P apart that find an rvn the liar never named,
     // then the takeover wait.
-    crash_scenario(&mut cluster, L * 2 + P * 3 + Duration::from_secs(4));
+    crash_scenario(
+        &mut cluster,
+        "alpha",
+        L * 2 + P * 3 + Duration::from_secs(4),
+    );
     stop.store(true, Ordering::Relaxed);
 }
 
-#[test]
-fn a_hanging_or_unreachable_watch_costs_nothing_but_speed() {
+fn a_hanging_or_unreachable_watch_costs_nothing_but_speed(store: Store) {
     // A server that accepts and never answers.
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let hanging = listener.local_addr().expect("address").to_string();
@@ -341,13 +469,9 @@ fn a_hanging_or_unreachable_watch_costs_nothing_but_speed() {
         std::thread::sleep(Duration::from_secs(60));
         drop(conn);
     });
-    // A port nobody listens on.
-    let closed = {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("address").to_string()
-    };
+    let closed = closed_address();
     for advertised in [hanging.as_str(), closed.as_str()] {
-        let mut cluster = Cluster::new();
+        let mut cluster = Cluster::new(store);
         cluster.start("alpha", &["--advertise", advertised]);
         cluster.one_leader(L * 3);
         cluster.start("bravo", &[]);
@@ -355,10 +479,122 @@ fn a_hanging_or_unreachable_watch_costs_nothing_but_speed() {
         // Polling as without hints: the rvn seen, then L·(1+D), then a poll.
         crash_scenario(
             &mut cluster,
+            "alpha",
             L.mul_f64(1.01) + P * 2 + Duration::from_secs(3),
         );
     }
     stop.store(true, Ordering::Relaxed);
+}
+
+/// Every instance advertises an address nobody listens on: no hint ever
+/// flows, and leadership moves as it did before hints, at poll speed.
+fn with_every_address_unreachable_leadership_moves_at_poll_speed(store: Store) {
+    let mut cluster = Cluster::new(store);
+    for id in ["alpha", "bravo", "charlie"] {
+        cluster.start(id, &["--advertise", &closed_address()]);
+    }
+    // SIGTERM: the released record is found at a follower's next poll.
+    let leader = cluster.one_leader(L * 3 + P);
+    // Give the job time to set up its SIGTERM handler (it exits 0 on it).
+    std::thread::sleep(Duration::from_secs(1));
+    let mut old = cluster.remove(&leader);
+    old.signal(Signal::SIGTERM);
+    let took = wait_until(P * 2, || cluster.leaders().len() == 1)
+        .unwrap_or_else(|| panic!("nobody took over from {leader} after SIGTERM"));
+    eprintln!("takeover after SIGTERM, no hints: {took:?}");
+    assert!(took <= P + Duration::from_secs(3), "took {took:?}");
+    let status = old.wait_exit(Duration::from_secs(20)).expect("it exits");
+    assert_eq!(status.code(), Some(0), "{}", old.log());
+    cluster.start(&leader, &["--advertise", &closed_address()]);
+
+    // resign --to: the named candidate finds the lease at its next poll.
+    let leader = cluster.one_leader(L);
+    let to = next_candidate(&leader);
+    let (code, stderr) = resign(cluster.node(&leader), Some(to));
+    assert_eq!(code, Some(0), "{stderr}");
+    let took = wait_until(P * 2, || cluster.leaders() == [to.to_string()])
+        .unwrap_or_else(|| panic!("{to} does not lead: {:?}", cluster.leaders()));
+    eprintln!("takeover by the named {to}, no hints: {took:?}");
+    assert!(took <= P + Duration::from_secs(3), "took {took:?}");
+
+    // kill -9: the rvn seen, then L·(1+D), then a poll.
+    crash_scenario(
+        &mut cluster,
+        to,
+        L.mul_f64(1.01) + P * 2 + Duration::from_secs(3),
+    );
+}
+
+/// alpha's hints reach its followers through a relay that loses or delays
+/// them: SIGTERM, then (alpha back, handed the lease by `resign --to`)
+/// kill -9. Each handover is slower at most, never unsafe.
+fn lost_or_late_hints_delay_a_handover_never_make_two_leaders(store: Store) {
+    const LATE: Duration = Duration::from_secs(3);
+    // (how, limit after SIGTERM, limit after kill -9)
+    let cases = [
+        // The stream's end sends the followers back to the store.
+        (
+            Spoil::LoseReleases { hold_open: false },
+            P + Duration::from_secs(3),
+            L.mul_f64(1.01) + P * 2 + Duration::from_secs(3),
+        ),
+        // A stream gone quiet: the takeover timer of the last rvn hinted
+        // runs out and the read finds the record released.
+        (
+            Spoil::LoseReleases { hold_open: true },
+            L.mul_f64(1.01) + Duration::from_secs(3),
+            L.mul_f64(1.01) + P * 2 + Duration::from_secs(3),
+        ),
+        // Late hints start the takeover timer late; reads that keep finding
+        // an rvn not hinted yet turn the followers to polling.
+        (
+            Spoil::Delay(LATE),
+            P + LATE + Duration::from_secs(3),
+            L.mul_f64(1.01) + P * 2 + LATE + Duration::from_secs(3),
+        ),
+    ];
+    for (spoil, term_limit, crash_limit) in cases {
+        let mut cluster = Cluster::new(store);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let relay_at = listener.local_addr().expect("address").to_string();
+        cluster.start("alpha", &["--advertise", &relay_at]);
+        let stop = Arc::new(AtomicBool::new(false));
+        // The relay serves whichever alpha runs: each new one listens on a
+        // new port, so it looks the port up at each follower's connection.
+        let alpha_port = Arc::new(std::sync::atomic::AtomicU16::new(
+            cluster.node("alpha").port,
+        ));
+        let port = alpha_port.clone();
+        fake_watch_server(listener, stop.clone(), move |conn| {
+            relay(port.load(Ordering::Relaxed), spoil)(conn)
+        });
+        assert_eq!(cluster.one_leader(L * 3), "alpha");
+        cluster.start("bravo", &[]);
+        cluster.start("charlie", &[]);
+        let_hints_flow();
+        std::thread::sleep(LATE);
+
+        let mut alpha = cluster.remove("alpha");
+        alpha.signal(Signal::SIGTERM);
+        let took = wait_until(term_limit, || cluster.leaders().len() == 1).unwrap_or_else(|| {
+            panic!("{spoil:?}: nobody took over within {term_limit:?} of SIGTERM")
+        });
+        eprintln!("{spoil:?}: takeover after SIGTERM: {took:?}");
+        let status = alpha.wait_exit(Duration::from_secs(20)).expect("it exits");
+        assert_eq!(status.code(), Some(0), "{}", alpha.log());
+
+        cluster.start("alpha", &["--advertise", &relay_at]);
+        alpha_port.store(cluster.node("alpha").port, Ordering::Relaxed);
+        let leader = cluster.one_leader(L);
+        let (code, stderr) = resign(cluster.node(&leader), Some("alpha"));
+        assert_eq!(code, Some(0), "{stderr}");
+        wait_until(P * 2, || cluster.leaders() == ["alpha".to_string()])
+            .unwrap_or_else(|| panic!("alpha does not lead: {:?}", cluster.leaders()));
+        let_hints_flow();
+        std::thread::sleep(LATE);
+        crash_scenario(&mut cluster, "alpha", crash_limit);
+        stop.store(true, Ordering::Relaxed);
+    }
 }
 
 #[test]
@@ -397,3 +633,47 @@ fn resign_gives_the_job_its_shutdown_grace_not_the_kill_grace() {
         node.log()
     );
 }
+
+/// The scenarios above, on one store.
+macro_rules! handover_tests {
+    ($module:ident, $store:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll() {
+                super::sigterm_of_the_leader_hands_over_without_waiting_for_a_poll($store);
+            }
+
+            #[test]
+            fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_lease()
+            {
+                super::resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_lease($store);
+            }
+
+            #[test]
+            fn a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_from_moving()
+             {
+                super::a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_from_moving($store);
+            }
+
+            #[test]
+            fn a_hanging_or_unreachable_watch_costs_nothing_but_speed() {
+                super::a_hanging_or_unreachable_watch_costs_nothing_but_speed($store);
+            }
+
+            #[test]
+            fn with_every_address_unreachable_leadership_moves_at_poll_speed() {
+                super::with_every_address_unreachable_leadership_moves_at_poll_speed($store);
+            }
+
+            #[test]
+            fn lost_or_late_hints_delay_a_handover_never_make_two_leaders() {
+                super::lost_or_late_hints_delay_a_handover_never_make_two_leaders($store);
+            }
+        }
+    };
+}
+
+handover_tests!(sqlite, Store::Sqlite);
+handover_tests!(dynamodb_local, Store::DynamoDbLocal);
