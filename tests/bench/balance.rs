@@ -113,6 +113,7 @@ pub fn measure(
         &format!("{label}.toml"),
         &format!("http://{store}"),
         &elections,
+        &[],
     )?;
     // A top-level key goes before the first table.
     let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;

@@ -65,6 +65,9 @@ pub fn poll<T>(
     }
 }
 
+/// The admin token in every configuration: `leaderd resign` needs one.
+pub const ADMIN_TOKEN: &str = "bench-admin-token";
+
 /// What every instance shares: the binary, the working directory, the table.
 pub struct Env {
     /// The release leaderd binary.
@@ -96,12 +99,14 @@ impl Env {
     }
 
     /// Writes a configuration file for the DynamoDB store at `endpoint` with
-    /// the benchmark's timing and the given elections (the first is primary).
+    /// the benchmark's timing, the given elections (the first is primary)
+    /// and `http` settings (key, TOML value) beside the admin token.
     pub fn write_config(
         &self,
         file: &str,
         endpoint: &str,
         elections: &[String],
+        http: &[(&str, String)],
     ) -> Result<PathBuf, String> {
         let mut toml = format!(
             "[store]\nkind = \"dynamodb\"\ntable = \"{}\"\nregion = \"us-east-1\"\n\
@@ -116,8 +121,12 @@ impl Env {
         for name in elections {
             let _ = write!(toml, "\n[[elections]]\nname = \"{name}\"\n");
         }
+        let _ = write!(toml, "\n[http]\nadmin_token = \"{ADMIN_TOKEN}\"\n");
         if let Some(primary) = elections.first() {
-            let _ = write!(toml, "\n[http]\nprimary = \"{primary}\"\n");
+            let _ = writeln!(toml, "primary = \"{primary}\"");
+        }
+        for (key, value) in http {
+            let _ = writeln!(toml, "{key} = {value}");
         }
         let path = self.dir.join(file);
         std::fs::write(&path, toml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -526,14 +535,6 @@ impl Watcher {
             .filter(|e| e.at_ns > after_ns && e.at_ns <= before_ns)
             .cloned()
             .collect()
-    }
-
-    /// How many requests matching `op` and `slot` came after `after_ns`.
-    pub fn count_after(&self, after_ns: u64, op: &str, slot: usize) -> usize {
-        lock(&self.events)
-            .iter()
-            .filter(|e| e.at_ns > after_ns && e.op == op && e.slot == slot)
-            .count()
     }
 }
 

@@ -10,9 +10,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use rand::Rng as _;
 
+use crate::dynamo_local::free_port;
 use crate::harness::{
-    Env, Instance, JobLog, Watcher, children_of, cpu_seconds, http_get, mono_ns, ms_between, poll,
-    sleep_until, smaps_kib, status_kib,
+    ADMIN_TOKEN, Env, Instance, JobLog, Watcher, children_of, cpu_seconds, http_get, mono_ns,
+    ms_between, poll, sleep_until, smaps_kib, status_kib,
 };
 use crate::proxy::FaultProxy;
 use crate::{D, L, M, P, R};
@@ -53,16 +54,22 @@ impl<'a> Cluster<'a> {
         store: SocketAddr,
         label: &str,
         size: usize,
+        hints: Hints,
     ) -> Result<Cluster<'a>, String> {
-        let label = format!("{label}-{}", tag());
+        let label = format!("{label}-{}{}", hints.tag(), tag());
         let election = label.clone();
         let mut slots = Vec::new();
         for letter in ('a'..='z').take(size) {
             let proxy = Arc::new(FaultProxy::start(store));
+            let advertise = match hints {
+                Hints::On => vec![],
+                Hints::Off => vec![("advertise", format!("\"127.0.0.1:{}\"", free_port()?))],
+            };
             let config = env.write_config(
                 &format!("{label}-{letter}.toml"),
                 &proxy.endpoint(),
                 std::slice::from_ref(&election),
+                &advertise,
             )?;
             slots.push(Slot {
                 letter,
@@ -132,16 +139,28 @@ impl<'a> Cluster<'a> {
         })
     }
 
-    /// Waits until every instance but `leader` has polled the store twice
-    /// since it started: a settled follower.
-    fn wait_followers(&self, leader: usize) -> Result<(), String> {
+    /// Waits until every instance but `leader` has read the store since
+    /// `since_ns` (the leader's takeover write; 0: any time) and the leader
+    /// then renewed once more: a settled follower, which with hints watches
+    /// the leader and has heard it, and without polls every P.
+    fn wait_followers(&self, leader: usize, since_ns: u64) -> Result<(), String> {
+        let mut latest = since_ns;
         for slot in (0..self.slots.len()).filter(|&s| s != leader) {
-            let since = self.instance(slot)?.spawned_ns;
-            poll(Duration::from_secs(30), Duration::from_millis(20), || {
-                (self.watcher.count_after(since, "GetItem", slot) >= 2).then_some(())
+            let after = since_ns.max(self.instance(slot)?.spawned_ns);
+            let read = poll(Duration::from_secs(30), Duration::from_millis(20), || {
+                self.watcher.first(after, "GetItem", |s| s == slot)
             })
-            .ok_or_else(|| format!("{}: slot {slot} does not poll the store", self.label))?;
+            .ok_or_else(|| format!("{}: slot {slot} does not read the store", self.label))?;
+            latest = latest.max(read.at_ns);
         }
+        poll(
+            R + Duration::from_secs(5),
+            Duration::from_millis(10),
+            || self.watcher.first(latest, "PutItem", |s| s == leader),
+        )
+        .ok_or_else(|| format!("{}: the leader (slot {leader}) does not renew", self.label))?;
+        // The renewal's event on its way to the followers.
+        std::thread::sleep(Duration::from_millis(100));
         Ok(())
     }
 
@@ -160,6 +179,25 @@ impl Drop for Cluster<'_> {
     }
 }
 
+/// Whether followers can hear the leader's hints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Hints {
+    /// Every instance advertises its own HTTP address (the default).
+    On,
+    /// Every instance advertises a loopback port nobody listens on: no hint
+    /// ever flows and followers poll the store every P, as before hints.
+    Off,
+}
+
+impl Hints {
+    fn tag(self) -> &'static str {
+        match self {
+            Hints::On => "",
+            Hints::Off => "nohints-",
+        }
+    }
+}
+
 /// Which way the leader goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Departure {
@@ -167,6 +205,9 @@ pub enum Departure {
     Crash,
     /// SIGTERM to leaderd: it stops its child, releases, exits.
     Graceful,
+    /// `leaderd resign ELECTION --to FOLLOWER`: the leader stops its child,
+    /// releases naming the follower, and follows.
+    ResignTo,
 }
 
 /// One failover, all times in milliseconds from the signal.
@@ -183,8 +224,10 @@ pub struct FailoverTrial {
     pub floor: Option<f64>,
     /// Graceful: signal → the old leader's release write.
     pub release: Option<f64>,
-    /// Graceful: signal → the old job's `end` line (its last).
+    /// Graceful and resign: signal → the old job's `end` line (its last).
     pub old_end: Option<f64>,
+    /// Resign: whether the named follower is the one that took over.
+    pub named_took_over: Option<bool>,
 }
 
 /// `trials` failovers in a cluster of `size` instances.
@@ -192,15 +235,19 @@ pub fn failover(
     env: &Env,
     store: SocketAddr,
     departure: Departure,
+    hints: Hints,
     trials: usize,
     size: usize,
 ) -> Result<Vec<FailoverTrial>, String> {
     let label = match departure {
         Departure::Crash => "crash",
         Departure::Graceful => "graceful",
+        Departure::ResignTo => "resign",
     };
-    let mut cluster = Cluster::start(env, store, label, size)?;
+    let mut cluster = Cluster::start(env, store, label, size, hints)?;
     let mut results = Vec::new();
+    // The current leader's takeover write (0: the first leader's).
+    let mut tenure_ns = 0;
     let mut attempts = 0;
     while results.len() < trials {
         attempts += 1;
@@ -211,8 +258,9 @@ pub fn failover(
             ));
         }
         let leader = cluster.wait_leader(Duration::from_secs(60))?;
-        cluster.wait_followers(leader)?;
+        cluster.wait_followers(leader, tenure_ns)?;
         let old_identity = cluster.instance(leader)?.identity.clone();
+        let mut named = None;
 
         let (signalled, phase) = match departure {
             Departure::Crash => {
@@ -242,6 +290,16 @@ pub fn failover(
                 std::thread::sleep(Duration::from_nanos(pause));
                 (cluster.instance(leader)?.signal(Signal::SIGTERM), None)
             }
+            Departure::ResignTo => {
+                let pause = rand::rng().random_range(0..P.as_nanos() as u64);
+                std::thread::sleep(Duration::from_nanos(pause));
+                let to = (leader + rand::rng().random_range(1..size)) % size;
+                let to_identity = cluster.instance(to)?.identity.clone();
+                let at = mono_ns();
+                resign_to(env, cluster.instance(leader)?, &cluster.label, &to_identity)?;
+                named = Some(to_identity);
+                (at, None)
+            }
         };
 
         let started = poll(Duration::from_secs(40), Duration::from_millis(5), || {
@@ -254,7 +312,7 @@ pub fn failover(
             .ok_or_else(|| format!("{label}: a child started but no takeover write was seen"))?;
         let release = match departure {
             Departure::Crash => None,
-            Departure::Graceful => cluster
+            Departure::Graceful | Departure::ResignTo => cluster
                 .watcher
                 .last_between(signalled, takeover.at_ns, "PutItem", leader)
                 .map(|e| ms_between(signalled, e.at_ns)),
@@ -262,7 +320,7 @@ pub fn failover(
         let floor = phase.map(|phase| L.as_secs_f64() * 1e3 * (1.0 + D) - phase);
         let old_end = match departure {
             Departure::Crash => None,
-            Departure::Graceful => cluster
+            Departure::Graceful | Departure::ResignTo => cluster
                 .job
                 .end_after(signalled, &old_identity)
                 .map(|e| ms_between(signalled, e.at_ns)),
@@ -274,7 +332,9 @@ pub fn failover(
             floor,
             release,
             old_end,
+            named_took_over: named.as_ref().map(|n| *n == started.identity),
         };
+        tenure_ns = takeover.at_ns;
         eprintln!(
             "  {label} trial {}: {:.3} s (takeover write {:.3} s{})",
             results.len() + 1,
@@ -290,6 +350,12 @@ pub fn failover(
                 _ => String::new(),
             }
         );
+        if trial.named_took_over == Some(false) {
+            eprintln!(
+                "  {label}: {} took over, not the named {named:?}",
+                started.identity
+            );
+        }
         results.push(trial);
 
         // The old leaderd: reap it (crash) or wait for its exit (graceful),
@@ -299,6 +365,8 @@ pub fn failover(
             .as_mut()
             .ok_or_else(|| format!("slot {leader} vanished"))?;
         match departure {
+            // The old leader follows: nothing to bring back.
+            Departure::ResignTo => continue,
             Departure::Crash => old.kill9(),
             Departure::Graceful => {
                 if old.wait_exit(EXIT_LIMIT).is_none() {
@@ -330,10 +398,11 @@ pub fn cost_at_rest(
     store: SocketAddr,
     window: Duration,
     size: usize,
+    hints: Hints,
 ) -> Result<Vec<RestCost>, String> {
-    let mut cluster = Cluster::start(env, store, "rest", size)?;
+    let mut cluster = Cluster::start(env, store, "rest", size, hints)?;
     let leader = cluster.wait_leader(Duration::from_secs(60))?;
-    cluster.wait_followers(leader)?;
+    cluster.wait_followers(leader, 0)?;
     // Let the first poll cycles pass.
     std::thread::sleep(Duration::from_secs(3));
     for proxy in cluster.proxies() {
@@ -425,6 +494,7 @@ pub fn footprint(
         &format!("{label}.toml"),
         &format!("http://{store}"),
         &elections,
+        &[],
     )?;
     let command: Vec<String> = vec!["sleep".into(), "86400".into()];
     let mut instance = Instance::start(env, &label, &config, &command)?;
@@ -717,6 +787,7 @@ pub fn startup(env: &Env, store: SocketAddr, trials: usize) -> Result<Vec<Startu
             &format!("{election}.toml"),
             &proxy.endpoint(),
             std::slice::from_ref(&election),
+            &[],
         )?;
         let mut instance = Instance::start(env, &election, &config, &env.job_command(job.path()))?;
         let spawned = instance.spawned_ns;
@@ -762,4 +833,23 @@ pub fn startup(env: &Env, store: SocketAddr, trials: usize) -> Result<Vec<Startu
         instance.stop(EXIT_LIMIT);
     }
     Ok(results)
+}
+
+/// `leaderd resign ELECTION --to IDENTITY` against `leader`: the command
+/// line an operator uses, waited for to its end.
+fn resign_to(env: &Env, leader: &Instance, election: &str, to: &str) -> Result<(), String> {
+    let out = std::process::Command::new(&env.bin)
+        .args(["resign", election, "--to", to, "--url"])
+        .arg(format!("http://127.0.0.1:{}", leader.port))
+        .env("LEADERD_HTTP__ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .map_err(|e| format!("cannot run leaderd resign: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "leaderd resign {election} --to {to} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
 }
