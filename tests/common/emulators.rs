@@ -244,7 +244,36 @@ fn command(kind: Kind, port: u16) -> Result<Command, Launch> {
     }
 }
 
+/// Remove the servers' logs left by test binaries that have ended: a shared
+/// server lives in a static, which is never dropped, so its log outlives the
+/// binary. The name carries the pid of the binary that wrote it.
+fn remove_stale_logs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(rest) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("leaderd-test-"))
+                .and_then(|n| n.strip_suffix(".log"))
+            else {
+                continue;
+            };
+            // KIND-PID-PORT, where KIND may hold dashes.
+            let mut fields = rest.rsplit('-');
+            let pid = fields.nth(1).and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    });
+}
+
 fn launch(kind: Kind, port: u16, timeout: Duration) -> Result<(Child, PathBuf), Launch> {
+    remove_stale_logs();
     let mut cmd = command(kind, port)?;
     let log = std::env::temp_dir().join(format!(
         "leaderd-test-{}-{}-{port}.log",
