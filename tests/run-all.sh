@@ -15,6 +15,7 @@ as_root() {
 # DynamoDB Local, Node.js/npm for the emulators, unshare (util-linux).
 missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
+# libfaketime itself is what the tests preload; the package brings it.
 command -v faketime >/dev/null || missing+=(faketime)
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v npm >/dev/null || missing+=(npm)

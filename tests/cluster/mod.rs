@@ -4,7 +4,7 @@
 //! Every instance talks to the emulator through its own [`FaultProxy`], runs
 //! `job.py` as its child, and every child appends to one shared history that
 //! the checker (`common::history`) reads at the end. Instances can be started
-//! under `faketime` (a shifted wall clock), frozen with their whole process
+//! with a shifted wall clock (libfaketime), frozen with their whole process
 //! tree, stalled through the daemon's test hook, killed and restarted.
 //!
 //! Timing is short so that a scenario takes seconds: L = 2 s, R = 1 s,
@@ -15,10 +15,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -121,8 +121,8 @@ fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A wall-clock shift for an instance, applied with
-/// `FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f OFFSET`.
+/// A wall-clock shift for an instance: libfaketime preloaded with
+/// `FAKETIME=OFFSET` and `FAKETIME_DONT_FAKE_MONOTONIC=1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockShift {
     /// The machine's wall clock.
@@ -143,18 +143,53 @@ impl ClockShift {
     }
 }
 
-/// `faketime`, or a failure that says how to install it.
-fn require_faketime() {
-    let found = Command::new("faketime")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
+/// libfaketime, or a failure that says how to install it.
+///
+/// Preloaded directly rather than through the `faketime` wrapper: the
+/// wrapper creates a semaphore and a shared-memory object named after its own
+/// pid and removes them only when it exits normally, so a kill -9 leaks them
+/// and a later wrapper that gets the same pid fails with `sem_open: File
+/// exists`. A plain relative offset needs neither.
+fn libfaketime() -> PathBuf {
+    let triple = format!("{}-linux-gnu", std::env::consts::ARCH);
+    let candidates = [
+        PathBuf::from(format!("/usr/lib/{triple}/faketime/libfaketime.so.1")),
+        PathBuf::from("/usr/lib/faketime/libfaketime.so.1"),
+        PathBuf::from("/usr/local/lib/faketime/libfaketime.so.1"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "the wall-clock scenarios need libfaketime (looked for {candidates:?}): \
+                 install the Debian package `faketime` (apt-get install faketime)"
+            )
+        })
+}
+
+/// The scenario is only worth running if the shift took: the first log
+/// line's timestamp (leaderd's wall clock) must be off by the offset.
+fn assert_clock_shifted(identity: &str, shift: ClockShift, log_path: &Path) {
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    let stamp = log.split_whitespace().next().unwrap_or_default();
+    let logged = humantime::parse_rfc3339(stamp).unwrap_or_else(|e| {
+        panic!("{identity}: the first log word {stamp:?} is not a timestamp ({e}); log:\n{log}")
+    });
+    let skew_s = match logged.duration_since(SystemTime::now()) {
+        Ok(ahead) => ahead.as_secs_f64(),
+        Err(behind) => -behind.duration().as_secs_f64(),
+    };
+    let want_s = match shift {
+        ClockShift::None => 0.0,
+        ClockShift::Behind1h => -3600.0,
+        ClockShift::Ahead1h => 3600.0,
+    };
     assert!(
-        found,
-        "the wall-clock scenarios need `faketime` on PATH: install the Debian package \
-         `faketime` (apt-get install faketime)"
+        (skew_s - want_s).abs() < 300.0,
+        "{identity} should run {shift:?} but logs a clock {skew_s:.0} s off the real one \
+         (libfaketime not applied?)"
     );
 }
 
@@ -179,7 +214,7 @@ pub fn descendants(root: i32) -> Vec<i32> {
         .collect()
 }
 
-/// One `leaderd run` process, maybe below a `faketime` wrapper.
+/// One `leaderd run` process, maybe with a shifted wall clock (libfaketime).
 pub struct Node {
     /// Its identity (also in the history lines of its children).
     pub identity: String,
@@ -191,9 +226,9 @@ pub struct Node {
     pub stall_file: PathBuf,
     /// Its log (stdout and stderr).
     pub log_path: PathBuf,
-    /// What we spawned: leaderd itself, or faketime around it.
-    spawned: Child,
     /// The leaderd process.
+    spawned: Child,
+    /// Its process id.
     pid: i32,
     dead: bool,
     /// Set while the test keeps it from answering (SIGSTOP, stall): probes
@@ -202,7 +237,7 @@ pub struct Node {
 }
 
 impl Node {
-    /// The leaderd process id (below faketime, if shifted).
+    /// The leaderd process id.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -237,13 +272,23 @@ impl Node {
         descendants(self.pid)
     }
 
-    /// kill -9 of leaderd (and of the faketime wrapper), then reap. Its
-    /// children are left to leaderd's own mechanism (the guard).
+    /// kill -9 of leaderd, then reap. Its children are left to leaderd's
+    /// own mechanism (the guard).
     pub fn kill9(&mut self) {
-        let _ = kill(Pid::from_raw(self.pid), Signal::SIGKILL);
         let _ = self.spawned.kill();
         let _ = self.spawned.wait();
         self.dead = true;
+        if self.shift != ClockShift::None {
+            // libfaketime names a semaphore and a shared-memory object after
+            // the process and removes them in a destructor that kill -9
+            // skips: remove them here, now that the pid is reaped.
+            for name in [
+                format!("/dev/shm/sem.faketime_sem_{}", self.pid),
+                format!("/dev/shm/faketime_shm_{}", self.pid),
+            ] {
+                let _ = std::fs::remove_file(name);
+            }
+        }
     }
 
     /// Everything it logged so far.
@@ -353,7 +398,7 @@ impl Cluster {
         let serial = serial();
         emulators::fake_aws_env();
         if spec.shifts.iter().any(|s| *s != ClockShift::None) {
-            require_faketime();
+            libfaketime();
         }
         let (emulator, endpoint) = if spec.own_emulator {
             let e = emulators::dynamodb_local();
@@ -415,16 +460,12 @@ impl Cluster {
         let log_path = self.dir.path().join(format!("{identity}-{n}.log"));
         let log = std::fs::File::create(&log_path).expect("create the instance log");
         let stall_file = self.dir.path().join(format!("stall-{identity}"));
-        let mut cmd = match shift.offset() {
-            None => Command::new(leaderd_bin()),
-            Some(offset) => {
-                let mut c = Command::new("faketime");
-                c.env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-                    .args(["-f", offset])
-                    .arg(leaderd_bin());
-                c
-            }
-        };
+        let mut cmd = Command::new(leaderd_bin());
+        if let Some(offset) = shift.offset() {
+            cmd.env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME", offset)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
         scrub_env(&mut cmd);
         cmd.arg("run")
             // Port 0: leaderd logs the port it got (no race over "free" ports).
@@ -474,27 +515,7 @@ impl Cluster {
             "3600".to_owned(),
         ]);
         let spawned = cmd.spawn().expect("start leaderd");
-        let pid = match shift {
-            ClockShift::None => spawned.id() as i32,
-            // faketime forks and waits: leaderd is its child.
-            _ => {
-                let wrapper = spawned.id() as i32;
-                let exe = std::fs::canonicalize(leaderd_bin()).expect("the leaderd binary exists");
-                let found = wait_until(Duration::from_secs(10), || {
-                    descendants(wrapper).iter().any(|&p| {
-                        std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe)
-                    })
-                });
-                assert!(
-                    found.is_some(),
-                    "leaderd did not start below faketime within 10 s"
-                );
-                descendants(wrapper)
-                    .into_iter()
-                    .find(|&p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
-                    .expect("found just above")
-            }
-        };
+        let pid = spawned.id() as i32;
         let mut port = 0;
         let found = wait_until(Duration::from_secs(30), || {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -506,6 +527,9 @@ impl Cluster {
             "{identity} did not log its HTTP port within 30 s; log:\n{}",
             std::fs::read_to_string(&log_path).unwrap_or_default()
         );
+        if shift != ClockShift::None {
+            assert_clock_shifted(identity, shift, &log_path);
+        }
         Node {
             identity: identity.to_owned(),
             port,
@@ -528,7 +552,7 @@ impl Cluster {
             self.nodes[index].identity
         );
         if shift != ClockShift::None {
-            require_faketime();
+            libfaketime();
         }
         let identity = self.nodes[index].identity.clone();
         let node = self.spawn_node(index, &identity, shift);
