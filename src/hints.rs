@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper::body::Bytes;
@@ -31,6 +32,11 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// The longest event line accepted; a longer one ends the stream.
 pub const MAX_LINE: usize = 4096;
+
+/// Failures in a row to watch one address before they are logged: a
+/// leader that has just exited or crashed refuses for a moment before the
+/// record names another, and that is no news.
+const UNREPORTED_FAILURES: u32 = 3;
 
 /// Hints waiting for the engine; beyond that new ones are dropped (the
 /// engine is busy leading or writing; it reads the store anyway).
@@ -75,35 +81,100 @@ pub fn watch_path(election: &str) -> String {
     format!("/v1/elections/{}/watch", text::path_segment(election))
 }
 
-/// Start a watch client for `election`; the engine gets the feed. The
-/// client ends when the engine drops it.
-pub fn spawn(election: String, clock: Clock, retry_interval: Duration) -> HintFeed {
+/// Start a watch client for `election`; the engine gets the feed. A
+/// stream silent for `quiet` (R + P: a leader sends an event every R) is
+/// abandoned and opened again. The client ends when the engine drops it.
+pub fn spawn(
+    election: String,
+    clock: Clock,
+    retry_interval: Duration,
+    quiet: Duration,
+) -> HintFeed {
     let (target_tx, target) = watch::channel(None);
     let (hints_tx, hints) = mpsc::channel(QUEUE);
-    tokio::spawn(run(election, clock, retry_interval, target, hints_tx));
+    let pacing = Pacing {
+        retry_interval,
+        quiet,
+    };
+    tokio::spawn(run(election, clock, pacing, target, hints_tx));
     HintFeed {
         target: target_tx,
         hints,
     }
 }
 
+/// How a watch client paces itself.
+#[derive(Debug, Clone, Copy)]
+struct Pacing {
+    /// The first pause before opening a stream again (P), doubling up to
+    /// [`MAX_PAUSE`] while attempts fail.
+    retry_interval: Duration,
+    /// The longest silence a stream may keep (R + P).
+    quiet: Duration,
+}
+
+/// What the operator has been told about watching one election's leader:
+/// a failure that persists is logged once (again only when it changes),
+/// and so is the first event after it.
+#[derive(Debug, Default)]
+struct Reported {
+    /// Failures in a row to watch the current address.
+    failures: u32,
+    /// The failure last logged (address and error), until a stream speaks.
+    logged: Option<String>,
+}
+
+impl Reported {
+    /// Another address to watch: its failures are counted afresh.
+    fn retarget(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Watching `address` failed with `error`; whether that was logged.
+    fn failed(&mut self, election: &str, address: &str, error: &str, poll: Duration) -> bool {
+        self.failures += 1;
+        tracing::debug!(election = %election, address = %address, error = %error, "cannot watch the leader; polling the store");
+        let failure = format!("{address}: {error}");
+        if self.failures < UNREPORTED_FAILURES || self.logged.as_ref() == Some(&failure) {
+            return false;
+        }
+        tracing::warn!(election = %election, address = %address, error = %error, "cannot watch the leader; polling the store every {} instead (logged again only when the error changes)", text::duration(poll));
+        self.logged = Some(failure);
+        true
+    }
+
+    /// The leader at `address` told of its lease; whether that was logged
+    /// (as the end of a logged failure).
+    fn spoke(&mut self, election: &str, address: &str) -> bool {
+        self.failures = 0;
+        let recovered = self.logged.take().is_some();
+        if recovered {
+            tracing::info!(election = %election, address = %address, "watching the leader again");
+        }
+        recovered
+    }
+}
+
 async fn run(
     election: String,
     clock: Clock,
-    retry_interval: Duration,
+    pacing: Pacing,
     mut target: watch::Receiver<Option<String>>,
     hints: mpsc::Sender<Hint>,
 ) {
+    let retry_interval = pacing.retry_interval;
     let mut pause = retry_interval;
+    let mut reported = Reported::default();
     loop {
         let Some(address) = target.borrow_and_update().clone() else {
             if target.changed().await.is_err() {
                 return;
             }
+            reported.retarget();
             continue;
         };
         let outcome = tokio::select! {
-            outcome = stream(&address, &election, &clock, &hints) => outcome,
+            outcome = stream(&address, &election, &clock, pacing.quiet, &hints, &mut reported) => outcome,
             // Another address, or none: this stream is no longer wanted.
             changed = target.changed() => {
                 if changed.is_err() {
@@ -111,15 +182,24 @@ async fn run(
                 }
                 let _ = hints.try_send(Hint::Ended);
                 pause = retry_interval;
+                reported.retarget();
                 continue;
             }
         };
         let _ = hints.try_send(Hint::Ended);
         match outcome {
             Ok(true) => pause = retry_interval,
-            Ok(false) => pause = (pause * 2).min(MAX_PAUSE),
+            Ok(false) => {
+                // Not the leader there: a moment after a change of leader
+                // that is expected; if it persists, the advertised address
+                // is not the leader's own (a load balancer, a copied value).
+                let e =
+                    "the stream told of no lease: the instance there does not lead this election";
+                let _ = reported.failed(&election, &address, e, retry_interval);
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
             Err(e) => {
-                tracing::debug!(election = %election, address = %address, error = %e, "cannot watch the leader; polling the store");
+                let _ = reported.failed(&election, &address, &e, retry_interval);
                 pause = (pause * 2).min(MAX_PAUSE);
             }
         }
@@ -130,6 +210,7 @@ async fn run(
                     return;
                 }
                 pause = retry_interval;
+                reported.retarget();
             }
         }
     }
@@ -142,7 +223,9 @@ async fn stream(
     address: &str,
     election: &str,
     clock: &Clock,
+    quiet: Duration,
     hints: &mpsc::Sender<Hint>,
+    reported: &mut Reported,
 ) -> Result<bool, String> {
     let (mut sender, conn) = connect(address, CONNECT_TIMEOUT).await?;
     let request = Request::get(watch_path(election))
@@ -161,7 +244,13 @@ async fn stream(
         let mut body = response.into_body();
         let mut line = Vec::new();
         let mut held = false;
-        while let Some(frame) = body.frame().await {
+        loop {
+            let Some(frame) = tokio::time::timeout(quiet, body.frame())
+                .await
+                .map_err(|_| format!("no event for {}", text::duration(quiet)))?
+            else {
+                break;
+            };
             let frame = frame.map_err(|e| format!("stream broke: {e}"))?;
             let Ok(data) = frame.into_data() else {
                 continue;
@@ -181,7 +270,10 @@ async fn stream(
                     if event.election() != election {
                         return Err("an event of another election".into());
                     }
-                    held |= matches!(event, LeaseEvent::Renewed { .. });
+                    if matches!(event, LeaseEvent::Renewed { .. }) {
+                        held = true;
+                        let _ = reported.spoke(election, address);
+                    }
                     // Full: the engine is busy; it reads the store anyway.
                     let _ = hints.try_send(Hint::Event { at, event });
                 }
@@ -190,11 +282,64 @@ async fn stream(
         }
         Ok(held)
     };
+    let mut events = std::pin::pin!(events);
     tokio::select! {
-        outcome = events => outcome,
-        closed = conn => match closed {
-            Ok(()) => Ok(false),
-            Err(e) => Err(format!("connection failed: {e}")),
+        biased;
+        outcome = &mut events => outcome,
+        closed = conn => {
+            // Hand on what arrived before the close (a `released` the
+            // leader sent just before it exited) without waiting for more.
+            let drained = (&mut events).now_or_never();
+            match (drained, closed) {
+                (Some(outcome), Ok(())) => outcome,
+                (Some(outcome), Err(e)) => outcome.and(Err(format!("connection failed: {e}"))),
+                (None, Ok(())) => Err("the connection closed in the middle of the stream".into()),
+                (None, Err(e)) => Err(format!("connection failed: {e}")),
+            }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_failure_is_logged_once_it_persists_and_again_only_when_it_changes() {
+        let mut r = Reported::default();
+        let refused = "cannot connect to 10.0.0.1:9777: Connection refused";
+        // A leader that just left refuses for a moment: no news.
+        assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        assert!(r.failed("web", "10.0.0.1:9777", refused, P));
+        // The same again and again: once.
+        for _ in 0..10 {
+            assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        }
+        // Another error: logged.
+        assert!(r.failed("web", "10.0.0.1:9777", "no answer within 1s", P));
+        // The stream speaks: the end of the failure is logged, once.
+        assert!(r.spoke("web", "10.0.0.1:9777"));
+        assert!(!r.spoke("web", "10.0.0.1:9777"));
+        // A new failure counts afresh, and is news even if it was seen before.
+        assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        assert!(r.failed("web", "10.0.0.1:9777", refused, P));
+    }
+
+    #[test]
+    fn another_address_counts_its_failures_afresh() {
+        let mut r = Reported::default();
+        let refused = "Connection refused";
+        assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
+        // The record names another leader: a moment of refusals there is
+        // no news either.
+        r.retarget();
+        assert!(!r.failed("web", "10.0.0.2:9777", refused, P));
+        assert!(!r.failed("web", "10.0.0.2:9777", refused, P));
+        assert!(r.failed("web", "10.0.0.2:9777", refused, P));
     }
 }

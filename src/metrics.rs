@@ -61,6 +61,7 @@ pub struct Metrics {
     elections_led: IntGaugeVec,
     fair_share: IntGaugeVec,
     members: IntGaugeVec,
+    watching_leader: IntGaugeVec,
     /// Serialises renders: each one sets the leadership gauges, then gathers;
     /// two interleaved renders could otherwise mix their readings.
     render_lock: Mutex<()>,
@@ -222,6 +223,11 @@ impl Metrics {
             "With balance on: live instances campaigning for the same elections, this one included; absent with balance off.",
             &[],
         );
+        let watching_leader = r.int_gauge(
+            "leaderd_watching_leader",
+            "1 while this instance follows and the leader's events reach it (its watch stream spoke within R + P), 0 while it leads or polls the store instead (computed at scrape time).",
+            &["election"],
+        );
         let build_info = IntGauge::with_opts(
             Opts::new(
                 "leaderd_build_info",
@@ -253,6 +259,7 @@ impl Metrics {
             elections_led,
             fair_share,
             members,
+            watching_leader,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
         }
@@ -332,6 +339,9 @@ impl Metrics {
             self.lease_remaining_seconds
                 .with_label_values(&[name])
                 .set(state.lease_remaining(now).as_secs_f64());
+            self.watching_leader
+                .with_label_values(&[name])
+                .set(i64::from(state.watching_leader_at(now)));
             match state.fencing_token {
                 Some(token) => self
                     .fencing_token
@@ -564,6 +574,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn watching_leader_holds_while_the_stream_speaks_and_never_while_leading() {
+        let clock = Clock::tokio();
+        let now = clock.now();
+        let quiet_at = now + Duration::from_secs(6);
+        let watching = ElectionState {
+            hints_until: Some(quiet_at),
+            ..state("report", Role::Follower, now, Some(3))
+        };
+        let (_tx, follower) = watch::channel(watching.clone());
+        // A stale value left from before it led does not count.
+        let (_tx2, leader) = watch::channel(ElectionState {
+            hints_until: Some(quiet_at),
+            ..state("backup", Role::Leader, now, Some(4))
+        });
+        let (_tx3, polling) = watch::channel(state("web", Role::Follower, now, Some(5)));
+        let m = Metrics::new();
+        let series = |e: &str| format!("leaderd_watching_leader{{election=\"{e}\"}}");
+
+        let text = m
+            .render([&follower, &leader, &polling], None, &clock)
+            .unwrap();
+        assert_eq!(sample(&text, &series("report")), Some(1.0), "{text}");
+        assert_eq!(sample(&text, &series("backup")), Some(0.0), "{text}");
+        assert_eq!(sample(&text, &series("web")), Some(0.0), "{text}");
+
+        // The engine publishes nothing, yet once the stream went quiet the
+        // gauge drops.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let text = m.render([&follower], None, &clock).unwrap();
+        assert_eq!(sample(&text, &series("report")), Some(0.0), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn render_orders_families_by_name_and_series_by_labels() {
         let clock = Clock::tokio();
         let now = clock.now();
@@ -587,7 +630,7 @@ mod tests {
         assert_eq!(families, sorted, "families out of order");
         assert!(families.contains(&"leaderd_build_info"), "{families:?}");
         // Without balance: no fair share, no member count.
-        assert_eq!(families.len(), 12, "families with a series: {families:?}");
+        assert_eq!(families.len(), 13, "families with a series: {families:?}");
         assert_eq!(sample(&text, "leaderd_elections_led"), Some(4.0));
         let share = Share {
             led: 4,

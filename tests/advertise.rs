@@ -1,6 +1,7 @@
 //! `http.advertise`: the address a leader writes into its record
 //! (`holder_meta.address`) for other instances to reach it, as `leaderd
-//! status` shows it; bad values are configuration errors.
+//! status` shows it; bad values are configuration errors; a follower tells
+//! (metric and log) whether the leader's address lets it watch.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
+use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, sqlite_short_args, wait_until};
 
 /// The `holder_address` `leaderd status --json` shows for `election`.
 fn holder_address(db: &Path, election: &str) -> Option<String> {
@@ -84,4 +85,82 @@ fn bad_advertise_values_are_config_errors() {
         );
         assert_eq!(stderr.trim().lines().count(), 1, "{value}: {stderr}");
     }
+}
+
+/// `leaderd_watching_leader{election="web"}` of `node`, if it answers.
+fn watching(node: &Leaderd) -> Option<f64> {
+    let (status, text) = node.get("/metrics")?;
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix("leaderd_watching_leader{election=\"web\"} "))
+        .map(|v| v.trim().parse().expect("a number"))
+}
+
+/// A pair on one SQLite file with short timing (P = 250 ms): `a` leads
+/// with `extra`, then `b` follows.
+fn pair(dir: &Path, db: &Path, extra: &[&str]) -> (Leaderd, Leaderd) {
+    let start = |identity, extra: &[&str]| {
+        let mut args = sqlite_short_args(db, "web");
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Leaderd::start(Spec {
+            identity,
+            args,
+            env: vec![],
+            command: vec![],
+            dir,
+        })
+    };
+    let a = start("a", extra);
+    wait_until(Duration::from_secs(15), || a.is_leader())
+        .unwrap_or_else(|| panic!("a does not lead; log:\n{}", a.log()));
+    let b = start("b", &[]);
+    b.wait_http(Duration::from_secs(15));
+    (a, b)
+}
+
+#[test]
+fn a_follower_tells_whether_it_hears_the_leader() {
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // A reachable leader: its follower watches (within one renewal, R = 1 s)
+    // and says nothing about it; the leader itself does not count.
+    let (a, b) = pair(dir.path(), &dir.path().join("reachable.db"), &[]);
+    wait_until(Duration::from_secs(5), || watching(&b) == Some(1.0))
+        .unwrap_or_else(|| panic!("b does not watch a; b's log:\n{}", b.log()));
+    assert_eq!(watching(&a), Some(0.0));
+    assert!(!b.log().contains("cannot watch the leader"), "{}", b.log());
+    drop((a, b));
+
+    // A leader advertising a port nobody listens on: its follower polls,
+    // says so once (the same failure again and again is no news), and the
+    // gauge stays 0.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = pair(
+        dir.path(),
+        &dir.path().join("closed.db"),
+        &["--advertise", &closed],
+    );
+    // Failures at 0, P, 3P, 7P, 15P (the retry pause doubles from P).
+    let warned = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("cannot watch the leader") && l.contains(&closed))
+            .count()
+    };
+    wait_until(Duration::from_secs(5), || warned(&b.log()) > 0)
+        .unwrap_or_else(|| panic!("b did not say it cannot watch; log:\n{}", b.log()));
+    std::thread::sleep(Duration::from_secs(3));
+    let log = b.log();
+    assert_eq!(warned(&log), 1, "{log}");
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("cannot watch the leader")
+            && l.contains("polling the store every 250ms")),
+        "{log}"
+    );
+    assert_eq!(watching(&b), Some(0.0));
+    assert!(a.is_leader() && !b.is_leader());
 }

@@ -147,6 +147,24 @@ impl Cluster {
         self.nodes.remove(i)
     }
 
+    /// Whether `identity`'s last job wrote its `start` line and not yet its
+    /// `end` line.
+    fn job_running(&self, identity: &str) -> bool {
+        let log = std::fs::read_to_string(&self.history).unwrap_or_default();
+        let last = log
+            .lines()
+            .rev()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() >= 3 && f[2] == identity)
+            .filter_map(|f| match f[1] {
+                "start" => Some(true),
+                "end" => Some(false),
+                _ => None,
+            })
+            .next();
+        last == Some(true)
+    }
+
     /// The jobs' history: no two tenures overlap, tokens rise.
     fn check_history(&self) -> history::Summary {
         let log = std::fs::read_to_string(&self.history).unwrap_or_default();
@@ -154,10 +172,41 @@ impl Cluster {
     }
 }
 
-/// Wait until followers have heard the leader's hints at least once: its
-/// renewals come every R.
-fn let_hints_flow() {
-    std::thread::sleep(Duration::from_secs(3));
+/// `leaderd_watching_leader{election="report"}` of `node`, if it answers.
+fn watching(node: &Leaderd) -> Option<f64> {
+    let (_, text) = node.get("/metrics")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("leaderd_watching_leader{election=\"report\"} "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Wait until the leader's job runs (it wrote its `start` line, so it
+/// handles SIGTERM) and every follower hears the leader's hints, as its
+/// metric says: one renewal (R = 2 s) after it found the leader, or after
+/// sitting out a lease when it has just resigned; a relay may add its delay.
+fn let_hints_flow(cluster: &Cluster) {
+    let limit = L * 3;
+    wait_until(limit, || {
+        let leaders = cluster.leaders();
+        leaders.len() == 1
+            && cluster.job_running(&leaders[0])
+            && cluster
+                .nodes
+                .iter()
+                .filter(|n| n.identity != leaders[0])
+                .all(|n| watching(n) == Some(1.0))
+    })
+    .unwrap_or_else(|| {
+        let seen: Vec<_> = cluster
+            .nodes
+            .iter()
+            .map(|n| (n.identity.clone(), watching(n)))
+            .collect();
+        panic!(
+            "the followers do not all watch the leader {:?} within {limit:?}: {seen:?}",
+            cluster.leaders()
+        )
+    });
 }
 
 fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll(store: Store) {
@@ -167,7 +216,7 @@ fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll(store: Store) {
     }
     for round in 0..3 {
         let leader = cluster.one_leader(L * 3 + P);
-        let_hints_flow();
+        let_hints_flow(&cluster);
         let mut old = cluster.remove(&leader);
         old.signal(Signal::SIGTERM);
         let took = wait_until(P, || cluster.leaders().len() == 1)
@@ -212,7 +261,7 @@ fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_
     }
     for round in 0..2 {
         let leader = cluster.one_leader(L * 3 + P);
-        let_hints_flow();
+        let_hints_flow(&cluster);
         // The candidate that follows the leader in name order, every round
         // another one.
         let to = next_candidate(&leader);
@@ -235,7 +284,7 @@ fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_
 
     // Handed to a candidate that does not exist: the others wait one lease
     // (as if it were held), then one of them leads.
-    let_hints_flow();
+    let_hints_flow(&cluster);
     let (code, stderr) = resign(cluster.node(&leader), Some("nobody"));
     assert_eq!(code, Some(0), "{stderr}");
     let took = wait_until(L * 2 + P * 2, || cluster.leaders().len() == 1)
@@ -571,7 +620,7 @@ fn lost_or_late_hints_delay_a_handover_never_make_two_leaders(store: Store) {
         assert_eq!(cluster.one_leader(L * 3), "alpha");
         cluster.start("bravo", &[]);
         cluster.start("charlie", &[]);
-        let_hints_flow();
+        let_hints_flow(&cluster);
         std::thread::sleep(LATE);
 
         let mut alpha = cluster.remove("alpha");
@@ -590,7 +639,7 @@ fn lost_or_late_hints_delay_a_handover_never_make_two_leaders(store: Store) {
         assert_eq!(code, Some(0), "{stderr}");
         wait_until(P * 2, || cluster.leaders() == ["alpha".to_string()])
             .unwrap_or_else(|| panic!("alpha does not lead: {:?}", cluster.leaders()));
-        let_hints_flow();
+        let_hints_flow(&cluster);
         std::thread::sleep(LATE);
         crash_scenario(&mut cluster, "alpha", crash_limit);
         stop.store(true, Ordering::Relaxed);

@@ -259,7 +259,12 @@ fn start_elections(
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let hints = hints::spawn(e.name.clone(), clock.clone(), e.retry_interval);
+            let hints = hints::spawn(
+                e.name.clone(),
+                clock.clone(),
+                e.retry_interval,
+                e.hint_quiet(),
+            );
             let handle = election::spawn_gated(
                 store.clone(),
                 e.clone(),

@@ -334,6 +334,12 @@ impl Engine {
         let quiet = self.cfg.hint_quiet();
         loop {
             let now = self.clock.now();
+            let until = self.hints.quiet_at(quiet);
+            self.state_tx.send_if_modified(|s| {
+                let changed = s.hints_until != until;
+                s.hints_until = until;
+                changed
+            });
             let wake = if self.hints.flowing(now, quiet) && !self.hints.doubted() {
                 let due = self
                     .observed

@@ -285,6 +285,10 @@ pub struct ElectionState {
     /// Campaign rounds completed as a follower (read, and the acquisition
     /// attempt it allowed, if any). `--acquire-timeout 0` gives up after one.
     pub rounds: u64,
+    /// While the leader's events reach this follower: the boot instant at
+    /// which its watch stream counts as quiet (last event + R + P). `None`
+    /// while it polls the store instead.
+    pub hints_until: Option<Instant>,
 }
 
 impl ElectionState {
@@ -293,6 +297,12 @@ impl ElectionState {
     /// state look valid.
     pub fn is_leader_at(&self, now: Instant) -> bool {
         self.role == Role::Leader && self.tenure.as_ref().is_some_and(|t| now < t.stop_at)
+    }
+
+    /// Whether this instance follows with the leader's events flowing at
+    /// `now`, rather than polling the store.
+    pub fn watching_leader_at(&self, now: Instant) -> bool {
+        self.role != Role::Leader && self.hints_until.is_some_and(|until| now < until)
     }
 
     /// Validity left at `now` while leading, else zero.
@@ -326,6 +336,7 @@ impl ElectionState {
             first_observation_done: true,
             finished: false,
             rounds: 1,
+            hints_until: None,
         }
     }
 
@@ -577,6 +588,7 @@ pub fn spawn_gated(
         first_observation_done: false,
         finished: false,
         rounds: 0,
+        hints_until: None,
     });
     let (commands, cmd_rx) = mpsc::channel(8);
     let (events_tx, events) = watch::channel(None);
