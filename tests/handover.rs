@@ -581,10 +581,11 @@ fn lost_or_late_hints_delay_a_handover_never_make_two_leaders(store: Store) {
     const LATE: Duration = Duration::from_secs(3);
     // (how, limit after SIGTERM, limit after kill -9)
     let cases = [
-        // The stream's end sends the followers back to the store.
+        // The end of a stream that spoke sends the followers to the store
+        // at once.
         (
             Spoil::LoseReleases { hold_open: false },
-            P + Duration::from_secs(3),
+            HINT_BOUND,
             L.mul_f64(1.01) + P * 2 + Duration::from_secs(3),
         ),
         // A stream gone quiet: the takeover timer of the last rvn hinted

@@ -354,8 +354,12 @@ impl Engine {
             } else {
                 poll_at
             };
+            let wake = self.hints.deferred_read().map_or(wake, |d| d.min(wake));
             tokio::select! {
-                _ = self.clock.sleep_until(wake) => return None,
+                _ = self.clock.sleep_until(wake) => {
+                    self.hints.waking(self.clock.now());
+                    return None;
+                }
                 _ = gate_opened(&mut self.gate) => return None,
                 hint = self.hints.next() => {
                     let now = self.clock.now();

@@ -64,6 +64,14 @@ impl FakeStream {
         .await;
     }
 
+    /// The stream ends (the leader's connection closed).
+    async fn ended(&self) {
+        self.hints
+            .send(Hint::Ended)
+            .await
+            .expect("the engine takes hints");
+    }
+
     async fn released(&self, rvn: &str) {
         self.send(LeaseEvent::Released {
             election: "report".into(),
@@ -114,6 +122,25 @@ async fn settle() {
     tokio::time::sleep(10 * MS).await;
 }
 
+/// How long until `h` leads, from now.
+async fn time_to_lead(h: &mut ElectionHandle) -> Duration {
+    let t0 = tokio::time::Instant::now();
+    h.state
+        .wait_for(|s| s.role == Role::Leader)
+        .await
+        .expect("the engine runs");
+    t0.elapsed()
+}
+
+/// "a" leads; "b" follows it, its first read done and its watch aimed.
+async fn b_watching_a() -> (MemoryStore, Lease, ElectionHandle, FakeStream) {
+    let store = MemoryStore::new();
+    let lease = held_by_a(&store);
+    let (h, stream) = follower(&store, "b");
+    settle().await;
+    (store, lease, h, stream)
+}
+
 #[tokio::test(start_paused = true)]
 async fn with_hints_flowing_a_follower_reads_a_few_times_a_minute_and_never_takes_over() {
     let store = MemoryStore::new();
@@ -138,35 +165,50 @@ async fn with_hints_flowing_a_follower_reads_a_few_times_a_minute_and_never_take
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_released_hint_makes_the_follower_read_and_take_over_at_once() {
-    let store = MemoryStore::new();
-    let lease = held_by_a(&store);
-    let (mut h, stream) = follower(&store, "b");
-    settle().await;
+/// How a follower hears that the leader released.
+#[derive(Debug, Clone, Copy)]
+enum Told {
+    /// Its `released` event.
+    Released,
+    /// Only the end of its stream: the event was lost.
+    StreamEnded,
+}
+
+/// "a" leads and "b" watches it; after 3 s "a" releases and "b" is `told`:
+/// how long "b" took to lead, and the record then.
+async fn release_told(told: Told) -> (Duration, Lease) {
+    let (store, lease, mut h, stream) = b_watching_a().await;
     stream.renewed(&lease.rvn).await;
     tokio::time::sleep(3 * S).await;
     let released = lease.released();
     store.set("report", Record::Valid(released.clone()));
-    stream.released(&released.rvn).await;
-    let t0 = tokio::time::Instant::now();
-    h.state
-        .wait_for(|s| s.role == Role::Leader)
-        .await
-        .expect("the engine runs");
-    assert!(t0.elapsed() < 10 * MS, "took {:?}", t0.elapsed());
+    match told {
+        Told::Released => stream.released(&released.rvn).await,
+        Told::StreamEnded => stream.ended().await,
+    }
+    let took = time_to_lead(&mut h).await;
     let Record::Valid(now) = store.get("report") else {
         panic!("a record");
     };
-    assert_eq!((now.holder.as_deref(), now.fencing_token), (Some("b"), 8));
+    (took, now)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_hint_makes_the_follower_read_and_take_over_at_once() {
+    for told in [Told::Released, Told::StreamEnded] {
+        let (took, now) = release_told(told).await;
+        assert!(took < 10 * MS, "{told:?}: took {took:?}");
+        assert_eq!(
+            (now.holder.as_deref(), now.fencing_token),
+            (Some("b"), 8),
+            "{told:?}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn forged_released_hints_cost_reads_never_a_takeover() {
-    let store = MemoryStore::new();
-    let lease = held_by_a(&store);
-    let (h, stream) = follower(&store, "b");
-    settle().await;
+    let (store, lease, h, stream) = b_watching_a().await;
     stream.renewed(&lease.rvn).await;
     let (reads_before, _) = store.counts();
     // A flood of "released" carrying the live rvn, for 3 s; the lease
@@ -185,11 +227,33 @@ async fn forged_released_hints_cost_reads_never_a_takeover() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_release_past_the_read_budget_is_acted_on_when_the_budget_allows_it() {
+    let (store, lease, mut h, stream) = b_watching_a().await;
+    stream.renewed(&lease.rvn).await;
+    // Three releases that the store denies spend the reads hints may ask
+    // for within 3 P.
+    let (reads_before, _) = store.counts();
+    for _ in 0..3 {
+        stream.released(&lease.rvn).await;
+        settle().await;
+    }
+    assert_eq!(store.counts().0 - reads_before, 3, "one read per hint");
+    assert!(!leads(&h), "a denied release made a leader");
+    // Then a true one: its read waits for the budget (3 P after the
+    // first), not for the stream to go quiet or the lease to run out.
+    let released = lease.released();
+    store.set("report", Record::Valid(released));
+    stream.released(&lease.rvn).await;
+    let took = time_to_lead(&mut h).await;
+    assert!(
+        took <= 3 * S,
+        "took {took:?} after a release past the budget"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_lies_about_a_dead_leader_delays_the_takeover_but_does_not_prevent_it() {
-    let store = MemoryStore::new();
-    let lease = held_by_a(&store);
-    let (mut h, stream) = follower(&store, "b");
-    settle().await;
+    let (store, lease, mut h, stream) = b_watching_a().await;
     // "a" is dead (its record never changes) but something at its address
     // keeps announcing renewals with made-up rvns, every second.
     let liar = tokio::spawn(async move {

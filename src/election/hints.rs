@@ -6,8 +6,10 @@
 //!   it arrived (the leader sends it after the write succeeded, so the
 //!   write came first), and every takeover stays a conditional write on
 //!   the `rvn` the follower timed;
-//! - `released` and `not_leader` only make the follower read the store at
-//!   once; the store's answer decides (a forged `released` costs one read);
+//! - `released` and `not_leader`, and the end of a stream that spoke, only
+//!   make the follower read the store at once; the store's answer decides
+//!   (a forged `released` costs one read, and a flood of them no more than
+//!   one a retry interval on average);
 //! - a follower whose reads keep finding an `rvn` the stream never named
 //!   stops believing that stream until the record's tenure changes, so a
 //!   stream that lies (or lags) costs polls, not a leaderless election.
@@ -104,6 +106,12 @@ pub(super) enum AfterHint {
 /// How many recently hinted rvns a follower remembers.
 const REMEMBERED: usize = 8;
 
+/// Reads that hints may ask for within `EARLY_READS` retry intervals: a
+/// few handovers in a row (a rolling update) are each acted on at once,
+/// while a flood of hints (forged, replayed) costs one read a retry
+/// interval on average.
+const EARLY_READS: usize = 3;
+
 /// A follower's bookkeeping of the stream it watches.
 #[derive(Debug, Default)]
 pub(super) struct Hints {
@@ -116,9 +124,12 @@ pub(super) struct Hints {
     strikes: u32,
     /// A tenure (holder, fencing token) whose stream is not believed.
     distrusted: Option<(String, u64)>,
-    /// When a hint last made the follower read: at most once per retry
-    /// interval.
-    early_read: Option<Instant>,
+    /// When hints last made the follower read (the latest
+    /// [`EARLY_READS`] times).
+    early_reads: VecDeque<Instant>,
+    /// A read a hint asked for while that budget was spent: (when it was
+    /// asked for, when it is due). Any read after the asking fulfils it.
+    deferred_read: Option<(Instant, Instant)>,
 }
 
 impl Hints {
@@ -137,6 +148,19 @@ impl Hints {
     /// When the flowing stream counts as quiet, if it flows.
     pub(super) fn quiet_at(&self, quiet: Duration) -> Option<Instant> {
         self.last.map(|t| t + quiet)
+    }
+
+    /// When a read that a hint asked for, and that had to wait, is due.
+    pub(super) fn deferred_read(&self) -> Option<Instant> {
+        self.deferred_read.map(|(_, due)| due)
+    }
+
+    /// The follower wakes at `now` to read: if that is the deferred read,
+    /// it spends the budget like any read a hint asked for.
+    pub(super) fn waking(&mut self, now: Instant) {
+        if self.deferred_read.is_some_and(|(_, due)| due <= now) {
+            self.spend_early_read(now);
+        }
     }
 
     /// Whether the last reads found what the stream did not say, so the
@@ -175,6 +199,9 @@ impl Hints {
             .holder
             .as_ref()
             .map(|h| (h.clone(), lease.fencing_token));
+        if self.deferred_read.is_some_and(|(asked, _)| at >= asked) {
+            self.deferred_read = None;
+        }
         if self.distrusted.is_some() && self.distrusted != tenure {
             self.distrusted = None;
         }
@@ -223,8 +250,12 @@ impl Hints {
         mut observe: impl FnMut(&str, Instant, u64),
     ) -> AfterHint {
         let (at, event) = match hint {
+            // A stream that spoke and ended: its leader may have left (its
+            // `released` lost on the way) or died; the store tells which.
             Hint::Ended => {
-                self.last = None;
+                if self.last.take().is_some() {
+                    return self.read_on_a_hint(now, retry);
+                }
                 return AfterHint::Wait;
             }
             Hint::Event { at, event } => (at, event),
@@ -248,15 +279,34 @@ impl Hints {
                 self.hinted.push_back(rvn);
                 AfterHint::Wait
             }
-            // At most one read a retry interval on a hint's word: a flood
-            // of them (forged, replayed) costs no more, and delays nothing.
             LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. } => {
-                if self.early_read.is_some_and(|t| now < t + retry) {
-                    return AfterHint::Wait;
-                }
-                self.early_read = Some(now);
-                AfterHint::ReadNow
+                self.read_on_a_hint(now, retry)
             }
         }
+    }
+
+    /// A read on a hint's word, within a budget: a flood of hints (forged,
+    /// replayed) costs no more, and delays nothing. Past the budget the
+    /// read waits for it, but is not forgotten.
+    fn read_on_a_hint(&mut self, now: Instant, retry: Duration) -> AfterHint {
+        let window = retry * EARLY_READS as u32;
+        if self.early_reads.len() == EARLY_READS {
+            let oldest = self.early_reads[0];
+            if now < oldest + window {
+                if self.deferred_read.is_none() {
+                    self.deferred_read = Some((now, oldest + window));
+                }
+                return AfterHint::Wait;
+            }
+        }
+        self.spend_early_read(now);
+        AfterHint::ReadNow
+    }
+
+    fn spend_early_read(&mut self, now: Instant) {
+        if self.early_reads.len() == EARLY_READS {
+            self.early_reads.pop_front();
+        }
+        self.early_reads.push_back(now);
     }
 }
