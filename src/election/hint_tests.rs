@@ -207,6 +207,20 @@ async fn a_released_hint_makes_the_follower_read_and_take_over_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stream_that_ends_after_saying_why_costs_one_read_not_two() {
+    let (store, lease, h, stream) = b_watching_a().await;
+    stream.renewed(&lease.rvn).await;
+    let (reads_before, _) = store.counts();
+    // A `released` the store denies (the record is still held), then the
+    // end that follows it.
+    stream.released(&lease.rvn).await;
+    stream.ended().await;
+    settle().await;
+    assert_eq!(store.counts().0 - reads_before, 1);
+    assert!(!leads(&h));
+}
+
+#[tokio::test(start_paused = true)]
 async fn forged_released_hints_cost_reads_never_a_takeover() {
     let (store, lease, h, stream) = b_watching_a().await;
     stream.renewed(&lease.rvn).await;

@@ -118,6 +118,9 @@ pub(super) struct Hints {
     feed: Option<HintFeed>,
     /// Arrival of the last event; `None`: no stream flowing.
     last: Option<Instant>,
+    /// The stream's last event was `released` or `not_leader`, after which
+    /// a leader ends its stream: that end is no news.
+    end_told: bool,
     /// The rvns the stream named lately.
     hinted: VecDeque<String>,
     /// Consecutive reads that found an rvn the flowing stream never named.
@@ -181,6 +184,7 @@ impl Hints {
         });
         if changed {
             self.last = None;
+            self.end_told = false;
             self.hinted.clear();
             self.strikes = 0;
         }
@@ -253,7 +257,8 @@ impl Hints {
             // A stream that spoke and ended: its leader may have left (its
             // `released` lost on the way) or died; the store tells which.
             Hint::Ended => {
-                if self.last.take().is_some() {
+                let spoke = self.last.take().is_some();
+                if spoke && !std::mem::take(&mut self.end_told) {
                     return self.read_on_a_hint(now, retry);
                 }
                 return AfterHint::Wait;
@@ -272,6 +277,7 @@ impl Hints {
         self.last = Some(at);
         match event {
             LeaseEvent::Renewed { rvn, lease_ms, .. } => {
+                self.end_told = false;
                 observe(&rvn, at, lease_ms);
                 if self.hinted.len() == REMEMBERED {
                     self.hinted.pop_front();
@@ -280,6 +286,7 @@ impl Hints {
                 AfterHint::Wait
             }
             LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. } => {
+                self.end_told = true;
                 self.read_on_a_hint(now, retry)
             }
         }
