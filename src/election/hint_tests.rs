@@ -3,7 +3,7 @@
 //! never made to lead by what it is told.
 
 use super::*;
-use crate::lease::memory::MemoryStore;
+use crate::lease::memory::{Fault, MemoryStore};
 use crate::lease::new_rvn;
 
 const S: Duration = Duration::from_secs(1);
@@ -262,6 +262,26 @@ async fn a_release_past_the_read_budget_is_acted_on_when_the_budget_allows_it() 
     assert!(
         took <= 3 * S,
         "took {took:?} after a release past the budget"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deferred_read_that_fails_is_retried_with_back_off_not_in_a_loop() {
+    let (store, lease, h, stream) = b_watching_a().await;
+    stream.renewed(&lease.rvn).await;
+    // Three releases spend the budget; the fourth's read is deferred to
+    // 3 P after the first, and by then the store refuses every request.
+    for _ in 0..4 {
+        stream.released(&lease.rvn).await;
+        settle().await;
+    }
+    store.set_fault(Fault::Unreachable);
+    let before = h.state.borrow().rounds;
+    tokio::time::sleep(10 * S).await;
+    let rounds = h.state.borrow().rounds - before;
+    assert!(
+        rounds <= 10,
+        "{rounds} reads in 10 s while the store refuses"
     );
 }
 

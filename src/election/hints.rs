@@ -159,9 +159,12 @@ impl Hints {
     }
 
     /// The follower wakes at `now` to read: if that is the deferred read,
-    /// it spends the budget like any read a hint asked for.
+    /// the read fulfils it whatever it finds (a failed one is retried with
+    /// back-off, like any other) and spends the budget like any read a
+    /// hint asked for.
     pub(super) fn waking(&mut self, now: Instant) {
         if self.deferred_read.is_some_and(|(_, due)| due <= now) {
+            self.deferred_read = None;
             self.spend_early_read(now);
         }
     }
