@@ -125,11 +125,13 @@ fn led_in(body: &str) -> Option<BTreeMap<String, u64>> {
 }
 
 struct Cluster {
+    /// Declared before `dir`: fields drop in order, and a failing test
+    /// prints each instance's log as it drops, from files in `dir`.
+    nodes: BTreeMap<String, Leaderd>,
     dir: tempfile::TempDir,
     config: PathBuf,
     store_args: Vec<String>,
     env: Vec<(String, String)>,
-    nodes: BTreeMap<String, Leaderd>,
     /// Where the sampler finds each running instance.
     ports: Arc<Mutex<BTreeMap<String, u16>>>,
     samples: Arc<Mutex<Samples>>,
