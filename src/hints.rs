@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::FutureExt;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
@@ -163,7 +164,7 @@ async fn run(
     hints: mpsc::Sender<Hint>,
 ) {
     let retry_interval = pacing.retry_interval;
-    let mut pause = retry_interval;
+    let mut backoff = pauses(retry_interval);
     let mut reported = Reported::default();
     loop {
         let Some(address) = target.borrow_and_update().clone() else {
@@ -181,39 +182,56 @@ async fn run(
                     return;
                 }
                 let _ = hints.try_send(Hint::Ended);
-                pause = retry_interval;
+                backoff = pauses(retry_interval);
                 reported.retarget();
                 continue;
             }
         };
         let _ = hints.try_send(Hint::Ended);
-        match outcome {
-            Ok(true) => pause = retry_interval,
+        let pause = match outcome {
+            Ok(true) => {
+                backoff = pauses(retry_interval);
+                retry_interval
+            }
             Ok(false) => {
                 // Not the leader there: a moment after a change of leader
-                // that is expected; if it persists, the advertised address
-                // is not the leader's own (a load balancer, a copied value).
+                // (or a follower that read the record before its writer
+                // had finished taking office) that is expected; if it
+                // persists, the advertised address is not the leader's own
+                // (a load balancer, a copied value).
                 let e =
                     "the stream told of no lease: the instance there does not lead this election";
                 let _ = reported.failed(&election, &address, e, retry_interval);
-                pause = (pause * 2).min(MAX_PAUSE);
+                backoff.next().expect("pauses never run out")
             }
             Err(e) => {
                 let _ = reported.failed(&election, &address, &e, retry_interval);
-                pause = (pause * 2).min(MAX_PAUSE);
+                backoff.next().expect("pauses never run out")
             }
-        }
+        };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             changed = target.changed() => {
                 if changed.is_err() {
                     return;
                 }
-                pause = retry_interval;
+                backoff = pauses(retry_interval);
                 reported.retarget();
             }
         }
     }
+}
+
+/// The pauses after failed attempts to watch one address: the retry
+/// interval, then doubling up to [`MAX_PAUSE`] (or the retry interval, if
+/// that is longer). Never runs out.
+fn pauses(retry_interval: Duration) -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(retry_interval)
+        .with_max_delay(MAX_PAUSE.max(retry_interval))
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
 }
 
 /// One stream: `Ok(true)` when it ended after telling that the lease is
@@ -327,6 +345,24 @@ mod tests {
         assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
         assert!(!r.failed("web", "10.0.0.1:9777", refused, P));
         assert!(r.failed("web", "10.0.0.1:9777", refused, P));
+    }
+
+    #[test]
+    fn a_failed_attempt_is_retried_after_the_retry_interval_then_less_and_less_often() {
+        let secs =
+            |p: &mut dyn Iterator<Item = Duration>| p.next().map(|d| d.as_secs_f64().round());
+        // The first retry after one retry interval (it once waited two: a
+        // follower that connected a moment before the leader took office
+        // missed its hints for 2 P).
+        let mut p = pauses(P);
+        let seen: Vec<_> = (0..7).map(|_| secs(&mut p)).collect();
+        let want = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0].map(Some);
+        assert_eq!(seen, want);
+        // A retry interval longer than the cap is never shortened.
+        let mut p = pauses(Duration::from_secs(45));
+        assert_eq!([secs(&mut p), secs(&mut p)], [Some(45.0), Some(45.0)]);
+        // It never runs out.
+        assert!(pauses(P).nth(10_000).is_some());
     }
 
     #[test]

@@ -49,12 +49,14 @@ enum Store {
 }
 
 struct Cluster {
+    /// Declared before `dir`: fields drop in order, and a failing test
+    /// prints each instance's log as it drops, from files in `dir`.
+    nodes: Vec<Leaderd>,
     dir: tempfile::TempDir,
     history: std::path::PathBuf,
     /// The store arguments and environment every instance gets.
     store_args: Vec<String>,
     store_env: Vec<(String, String)>,
-    nodes: Vec<Leaderd>,
 }
 
 impl Cluster {
@@ -184,8 +186,11 @@ fn watching(node: &Leaderd) -> Option<f64> {
 /// handles SIGTERM) and every follower hears the leader's hints, as its
 /// metric says: one renewal (R = 2 s) after it found the leader, or after
 /// sitting out a lease when it has just resigned; a relay may add its delay.
+/// A follower that asked a moment before the leader took office (or whose
+/// first attempt timed out on a busy machine) tries again after P, then 2P:
+/// the limit lets two attempts fail.
 fn let_hints_flow(cluster: &Cluster) {
-    let limit = L * 3;
+    let limit = P * 3 + L;
     wait_until(limit, || {
         let leaders = cluster.leaders();
         leaders.len() == 1
