@@ -766,6 +766,7 @@ async fn watch_events(
         )
         .into_response();
     };
+    let open = app.metrics.watch_stream_opened(&name);
     let leading = entry.state.borrow().is_leader_at(app.clock.now());
     let first = match events.borrow_and_update().clone() {
         Some(e @ LeaseEvent::Renewed { .. }) if leading => e,
@@ -774,10 +775,11 @@ async fn watch_events(
         },
     };
     // State: the events to follow (none once the stream has said its
-    // last), the first line if not sent yet, and the slot it holds.
+    // last), the first line if not sent yet, and the slot and the count it
+    // holds.
     let lines = futures_util::stream::unfold(
-        (Some(events), Some(first), slot),
-        |(events, first, slot)| async move {
+        (Some(events), Some(first), (slot, open)),
+        |(events, first, held)| async move {
             let (event, mut events) = match (first, events) {
                 (Some(e), events) => (e, events),
                 (None, Some(mut events)) => {
@@ -797,7 +799,7 @@ async fn watch_events(
             line.push(b'\n');
             Some((
                 Ok::<_, std::convert::Infallible>(line),
-                (events, None, slot),
+                (events, None, held),
             ))
         },
     );

@@ -62,6 +62,7 @@ pub struct Metrics {
     fair_share: IntGaugeVec,
     members: IntGaugeVec,
     watching_leader: IntGaugeVec,
+    watch_streams: IntGaugeVec,
     /// Serialises renders: each one sets the leadership gauges, then gathers;
     /// two interleaved renders could otherwise mix their readings.
     render_lock: Mutex<()>,
@@ -73,6 +74,16 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// One open watch stream, counted in `leaderd_watch_streams` while it lives.
+#[derive(Debug)]
+pub struct OpenWatchStream(IntGauge);
+
+impl Drop for OpenWatchStream {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -228,6 +239,11 @@ impl Metrics {
             "1 while this instance follows and the leader's events reach it (its watch stream spoke within R + P), 0 while it leads or polls the store instead (computed at scrape time).",
             &["election"],
         );
+        let watch_streams = r.int_gauge(
+            "leaderd_watch_streams",
+            "Watch streams this instance serves for the election (the followers that hear of its renewals while it leads).",
+            &["election"],
+        );
         let build_info = IntGauge::with_opts(
             Opts::new(
                 "leaderd_build_info",
@@ -260,6 +276,7 @@ impl Metrics {
             fair_share,
             members,
             watching_leader,
+            watch_streams,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
         }
@@ -291,6 +308,14 @@ impl Metrics {
         self.child_kills_total.with_label_values(&[election]).inc();
     }
 
+    /// A watch stream of `election` opened; it counts until the returned
+    /// guard drops (when the stream ends or its client goes away).
+    pub fn watch_stream_opened(&self, election: &str) -> OpenWatchStream {
+        let gauge = self.watch_streams.with_label_values(&[election]);
+        gauge.inc();
+        OpenWatchStream(gauge)
+    }
+
     /// Create the series of `election` that have a fixed label set, at zero,
     /// so they exist before the first event. Idempotent.
     fn touch(&self, election: &str) {
@@ -308,6 +333,7 @@ impl Metrics {
         self.child_kills_total.with_label_values(&[election]);
         self.child_start_failures_total
             .with_label_values(&[election]);
+        self.watch_streams.with_label_values(&[election]);
     }
 
     /// Every metric in the Prometheus text format, with the leadership gauges
@@ -630,7 +656,7 @@ mod tests {
         assert_eq!(families, sorted, "families out of order");
         assert!(families.contains(&"leaderd_build_info"), "{families:?}");
         // Without balance: no fair share, no member count.
-        assert_eq!(families.len(), 13, "families with a series: {families:?}");
+        assert_eq!(families.len(), 14, "families with a series: {families:?}");
         assert_eq!(sample(&text, "leaderd_elections_led"), Some(4.0));
         let share = Share {
             led: 4,

@@ -174,12 +174,18 @@ impl Cluster {
     }
 }
 
+/// `name{election="report"}` of `node`, if it answers.
+fn gauge(node: &Leaderd, name: &str) -> Option<f64> {
+    let (_, text) = node.get("/metrics")?;
+    let prefix = format!("{name}{{election=\"report\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `leaderd_watching_leader{election="report"}` of `node`, if it answers.
 fn watching(node: &Leaderd) -> Option<f64> {
-    let (_, text) = node.get("/metrics")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("leaderd_watching_leader{election=\"report\"} "))
-        .and_then(|v| v.trim().parse().ok())
+    gauge(node, "leaderd_watching_leader")
 }
 
 /// Wait until the leader's job runs (it wrote its `start` line, so it
@@ -212,6 +218,15 @@ fn let_hints_flow(cluster: &Cluster) {
             cluster.leaders()
         )
     });
+    // The leader counts them too (a stream whose follower has just gone
+    // may count until the leader's next event finds it closed).
+    let leader = cluster.leaders()[0].clone();
+    let streams = gauge(cluster.node(&leader), "leaderd_watch_streams");
+    let followers = (cluster.nodes.len() - 1) as f64;
+    assert!(
+        streams.is_some_and(|n| n >= followers),
+        "the leader {leader} counts {streams:?} watch streams, {followers} followers watch it"
+    );
 }
 
 fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll(store: Store) {

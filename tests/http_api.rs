@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::{Clock, Instant};
-use leaderd::election::{ElectionState, Role};
+use leaderd::election::{ElectionState, LeaseEvent, Role};
 use leaderd::http::{AppState, ResignError, ResignRequest, router};
 use leaderd::metrics::Metrics;
 use serde_json::Value;
@@ -577,6 +577,114 @@ async fn metrics_endpoint_serves_promtool_clean_text_computed_now() {
         "{}",
         a.text
     );
+}
+
+fn renewed(rvn: &str) -> LeaseEvent {
+    LeaseEvent::Renewed {
+        election: "report".into(),
+        holder: "web-1".into(),
+        rvn: rvn.into(),
+        fencing_token: 42,
+        lease_ms: 10_000,
+    }
+}
+
+/// The next line of a watch stream as JSON; `None` once the stream ended.
+async fn next_event(body: &mut Body) -> Option<Value> {
+    let frame = body.frame().await?.expect("the stream does not fail");
+    let data = frame.into_data().expect("a data frame");
+    let text = std::str::from_utf8(&data).expect("UTF-8");
+    assert!(text.ends_with('\n'), "one event per line: {text:?}");
+    Some(serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}")))
+}
+
+/// `GET /v1/elections/report/watch`, its body still streaming.
+async fn open_watch(app: &Router) -> axum::response::Response {
+    app.clone()
+        .oneshot(get("/v1/elections/report/watch"))
+        .await
+        .expect("infallible")
+}
+
+/// `leaderd_watch_streams{election="report"}` as `GET /metrics` shows it.
+async fn watch_streams(app: &Router) -> Option<f64> {
+    let text = call(app, get("/metrics")).await.text;
+    text.lines()
+        .find_map(|l| l.strip_prefix("leaderd_watch_streams{election=\"report\"} "))
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaders_watch_stream_tells_each_renewal_then_its_release_and_counts_while_open() {
+    let (events, rx) = watch::channel(Some(renewed("r1")));
+    let f = fixture(leader, follower, |s| s.with_watch("report", rx));
+    assert_eq!(watch_streams(&f.app).await, Some(0.0));
+
+    let res = open_watch(&f.app).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "application/x-ndjson");
+    let mut body = res.into_body();
+    // At once: the current state.
+    let first = next_event(&mut body).await.expect("a first event");
+    assert_eq!(
+        first,
+        serde_json::json!({"event": "renewed", "election": "report", "holder": "web-1",
+            "rvn": "r1", "fencing_token": 42, "lease_ms": 10_000})
+    );
+    assert_eq!(watch_streams(&f.app).await, Some(1.0));
+
+    events.send_replace(Some(renewed("r2")));
+    assert_eq!(next_event(&mut body).await.expect("an event")["rvn"], "r2");
+    events.send_replace(Some(LeaseEvent::Released {
+        election: "report".into(),
+        rvn: "r3".into(),
+        fencing_token: 42,
+        successor: Some("web-3".into()),
+    }));
+    let released = next_event(&mut body).await.expect("an event");
+    assert_eq!(released["event"], "released", "{released}");
+    assert_eq!(released["rvn"], "r3");
+    assert_eq!(released["successor"], "web-3");
+    // Its last word: the stream ends, and no longer counts.
+    assert_eq!(next_event(&mut body).await, None);
+    assert_eq!(watch_streams(&f.app).await, Some(0.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_stream_counts_until_its_client_goes_away() {
+    let (_events, rx) = watch::channel(Some(renewed("r1")));
+    let f = fixture(leader, follower, |s| s.with_watch("report", rx));
+    let res = open_watch(&f.app).await;
+    let mut body = res.into_body();
+    assert!(next_event(&mut body).await.is_some());
+    assert_eq!(watch_streams(&f.app).await, Some(1.0));
+    drop(body);
+    assert_eq!(watch_streams(&f.app).await, Some(0.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_followers_watch_stream_says_not_leader_and_ends() {
+    // A value left from when it led is not news any more.
+    let (_events, rx) = watch::channel(Some(renewed("r1")));
+    let f = fixture(follower, follower, |s| s.with_watch("report", rx));
+    let res = open_watch(&f.app).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut body = res.into_body();
+    assert_eq!(
+        next_event(&mut body).await,
+        Some(serde_json::json!({"event": "not_leader", "election": "report"}))
+    );
+    assert_eq!(next_event(&mut body).await, None);
+    assert_eq!(watch_streams(&f.app).await, Some(0.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_of_an_unknown_election_is_a_json_404() {
+    let (_events, rx) = watch::channel(Some(renewed("r1")));
+    let f = fixture(leader, follower, |s| s.with_watch("report", rx));
+    call(&f.app, get("/v1/elections/nope/watch"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "unknown_election");
 }
 
 /// A real socket: requests are served, and shutdown is bounded even while a
