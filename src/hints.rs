@@ -189,20 +189,9 @@ async fn run(
         };
         let _ = hints.try_send(Hint::Ended);
         let pause = match outcome {
-            Ok(true) => {
+            Ok(()) => {
                 backoff = pauses(retry_interval);
                 retry_interval
-            }
-            Ok(false) => {
-                // Not the leader there: a moment after a change of leader
-                // (or a follower that read the record before its writer
-                // had finished taking office) that is expected; if it
-                // persists, the advertised address is not the leader's own
-                // (a load balancer, a copied value).
-                let e =
-                    "the stream told of no lease: the instance there does not lead this election";
-                let _ = reported.failed(&election, &address, e, retry_interval);
-                backoff.next().expect("pauses never run out")
             }
             Err(e) => {
                 let _ = reported.failed(&election, &address, &e, retry_interval);
@@ -234,9 +223,12 @@ fn pauses(retry_interval: Duration) -> impl Iterator<Item = Duration> {
         .build()
 }
 
-/// One stream: `Ok(true)` when it ended after telling that the lease is
-/// held (a stream worth opening again soon), `Ok(false)` when it ended
-/// without (this address does not lead).
+/// One stream: `Ok` when it ended after telling that the lease is held (a
+/// stream worth opening again soon). A stream that ended without is an
+/// error too: a moment after a change of leader (or for a follower that
+/// read the record before its writer had finished taking office) that is
+/// expected; if it persists, the advertised address is not the leader's
+/// own (a load balancer, a copied value).
 async fn stream(
     address: &str,
     election: &str,
@@ -244,7 +236,7 @@ async fn stream(
     quiet: Duration,
     hints: &mpsc::Sender<Hint>,
     reported: &mut Reported,
-) -> Result<bool, String> {
+) -> Result<(), String> {
     let (mut sender, conn) = connect(address, CONNECT_TIMEOUT).await?;
     let request = Request::get(watch_path(election))
         .header(HOST, address)
@@ -298,7 +290,14 @@ async fn stream(
                 line.clear();
             }
         }
-        Ok(held)
+        if held {
+            Ok(())
+        } else {
+            Err(
+                "the stream told of no lease: the instance there does not lead this election"
+                    .into(),
+            )
+        }
     };
     let mut events = std::pin::pin!(events);
     tokio::select! {
