@@ -89,11 +89,7 @@ fn bad_advertise_values_are_config_errors() {
 
 /// `leaderd_watching_leader{election="web"}` of `node`, if it answers.
 fn watching(node: &Leaderd) -> Option<f64> {
-    let (status, text) = node.get("/metrics")?;
-    assert_eq!(status, 200, "{text}");
-    text.lines()
-        .find_map(|l| l.strip_prefix("leaderd_watching_leader{election=\"web\"} "))
-        .map(|v| v.trim().parse().expect("a number"))
+    node.metric("leaderd_watching_leader{election=\"web\"}")
 }
 
 /// A pair on one SQLite file with short timing (P = 250 ms): `a` leads

@@ -143,13 +143,8 @@ fn app_check(node: &Leaderd) -> Option<String> {
 
 /// A sample of a metric without labels, or labelled by `election="job"`.
 fn metric(node: &Leaderd, name: &str) -> Option<f64> {
-    let (_, text) = node.get("/metrics")?;
-    text.lines()
-        .find(|l| {
-            l.starts_with(&format!("{name} "))
-                || l.starts_with(&format!("{name}{{election=\"job\"}} "))
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    node.metric(name)
+        .or_else(|| node.metric(&format!("{name}{{election=\"job\"}}")))
 }
 
 fn check_history(history: &Path) -> common::history::Summary {

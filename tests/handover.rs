@@ -176,11 +176,7 @@ impl Cluster {
 
 /// `name{election="report"}` of `node`, if it answers.
 fn gauge(node: &Leaderd, name: &str) -> Option<f64> {
-    let (_, text) = node.get("/metrics")?;
-    let prefix = format!("{name}{{election=\"report\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
+    node.metric(&format!("{name}{{election=\"report\"}}"))
 }
 
 /// `leaderd_watching_leader{election="report"}` of `node`, if it answers.

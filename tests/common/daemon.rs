@@ -108,6 +108,23 @@ impl Leaderd {
         http(self.port, "GET", path, &[])
     }
 
+    /// One sample of `GET /metrics`, `series` written as in the text
+    /// (`leaderd_is_leader{election="web"}`, or a name alone); `None` when
+    /// the instance does not answer or has no such series.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (status, text) = self.get("/metrics")?;
+        assert_eq!(status, 200, "{text}");
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))?;
+        Some(
+            value
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{series}: {value:?} is not a number ({e})")),
+        )
+    }
+
     /// GET `/leader`: (status, parsed JSON body).
     pub fn leader(&self) -> Option<(u16, serde_json::Value)> {
         let (status, body) = self.get("/leader")?;
