@@ -10,6 +10,8 @@
 //! (milliseconds) cannot be mistaken for one through a poll (up to 8 s).
 
 mod common;
+#[path = "handover/forged.rs"]
+mod forged;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -57,10 +59,18 @@ struct Cluster {
     /// The store arguments and environment every instance gets.
     store_args: Vec<String>,
     store_env: Vec<(String, String)>,
+    /// The timing flags every instance gets.
+    timing: Vec<String>,
 }
 
 impl Cluster {
+    /// Instances with the timing of [`TIMING`].
     fn new(store: Store) -> Cluster {
+        Cluster::with_timing(store, &TIMING)
+    }
+
+    /// Instances with these timing flags.
+    fn with_timing(store: Store, timing: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let history = dir.path().join("history.log");
         let (store_args, store_env) = match store {
@@ -96,13 +106,14 @@ impl Cluster {
             history,
             store_args,
             store_env,
+            timing: timing.iter().map(|s| s.to_string()).collect(),
             nodes: Vec::new(),
         }
     }
 
     fn start(&mut self, identity: &str, extra: &[&str]) {
         let mut args = self.store_args.clone();
-        args.extend(TIMING.iter().map(|s| s.to_string()));
+        args.extend(self.timing.iter().cloned());
         args.extend(extra.iter().map(|s| s.to_string()));
         args.extend(["--election".into(), "report".into()]);
         let mut env = self.store_env.clone();
@@ -743,3 +754,5 @@ macro_rules! handover_tests {
 
 handover_tests!(sqlite, Store::Sqlite);
 handover_tests!(dynamodb_local, Store::DynamoDbLocal);
+forged::forged_hint_tests!(sqlite_forged, Store::Sqlite);
+forged::forged_hint_tests!(dynamodb_local_forged, Store::DynamoDbLocal);

@@ -83,6 +83,8 @@ pub(super) struct Engine {
     pub(super) events: watch::Sender<Option<LeaseEvent>>,
     /// When the last read of the record was answered (or failed).
     pub(super) last_read: Instant,
+    /// When that read was sent.
+    pub(super) last_read_sent: Instant,
 }
 
 /// Resolves once a closed gate opens; never for an open gate or none, so
@@ -250,6 +252,7 @@ impl Engine {
             .read(self.name(), self.cfg.request_budget())
             .await;
         let end = self.clock.now();
+        self.last_read_sent = start;
         self.last_read = end;
         let outcome = match &res {
             Ok(_) => Outcome::Ok,
@@ -340,13 +343,22 @@ impl Engine {
                 s.hints_until = until;
                 changed
             });
+            // The end of the takeover wait of the rvn the store showed last:
+            // hints never move it (only a read does), so whatever a stream
+            // says, a lease left unchanged is read again then, and taken.
+            let due = self
+                .observed
+                .as_ref()
+                .map(|o| o.first_seen + self.cfg.takeover_wait(o.lease_ms));
+            // Already read since it passed: back to the round's own schedule.
+            let due = due.filter(|d| self.last_read < *d);
             let wake = if self.hints.flowing(now, quiet) && !self.hints.doubted() {
-                let due = self
-                    .observed
-                    .as_ref()
-                    .map(|o| o.first_seen + self.cfg.takeover_wait(o.lease_ms));
+                // Past the due, the read waits for the next renewal the
+                // stream tells of (so that it finds a fresh rvn, timed from
+                // its hint), a slack at most.
+                let due_read = due.map(|d| d + self.cfg.due_read_slack());
                 let confirm = self.last_read + self.cfg.hint_confirm_interval();
-                [due, self.hints.quiet_at(quiet), Some(confirm)]
+                [due_read, self.hints.quiet_at(quiet), Some(confirm)]
                     .into_iter()
                     .flatten()
                     .min()
@@ -363,17 +375,10 @@ impl Engine {
                 _ = gate_opened(&mut self.gate) => return None,
                 hint = self.hints.next() => {
                     let now = self.clock.now();
-                    let retry = self.cfg.retry_interval;
-                    let mut learned = None;
-                    let after = self.hints.take(hint, now, retry, |rvn, at, lease_ms| {
-                        learned = Some((rvn.to_owned(), at, lease_ms));
-                    });
-                    if let Some((rvn, at, lease_ms)) = learned {
-                        // The timer of an rvn starts when it was learned.
-                        self.expired(&rvn, lease_ms, at);
-                    }
-                    if after == AfterHint::ReadNow {
-                        return None;
+                    match self.hints.take(hint, now, self.cfg.retry_interval) {
+                        AfterHint::ReadNow => return None,
+                        AfterHint::Renewed if due.is_some_and(|d| now >= d) => return None,
+                        AfterHint::Renewed | AfterHint::Wait => {}
                     }
                 }
                 cmd = self.commands.recv() => {
@@ -473,11 +478,16 @@ impl Engine {
                     None,
                 );
                 let me = self.cfg.identity.clone();
+                // Before the stream is judged: a stream found lying is
+                // dropped with what it named, but an rvn cannot be named
+                // before it was written, whoever named it.
+                let learned = self.hints.learned_at(&current.rvn);
+                let sent = self.last_read_sent;
                 self.hints
-                    .after_read(&current, &me, at, self.cfg.hint_quiet());
+                    .after_read(&current, &me, sent, at, self.cfg.hint_quiet());
                 let ours = current.holder.as_deref() == Some(me.as_str())
                     && self.own_rvns.contains(&current.rvn);
-                let expired = self.expired(&current.rvn, current.lease_ms, at);
+                let expired = self.expired(&current.rvn, current.lease_ms, at, learned);
                 // Released to anyone or to us; a lease handed to someone
                 // else waits like a held one.
                 let free = current.free_for(&me) || ours || expired;
@@ -516,7 +526,7 @@ impl Engine {
         self.observed_ok(at, None, m.fencing_token, Some(m.problem.clone()));
         let key = format!("malformed:{}", m.fingerprint);
         let lease_ms = self.cfg.lease_duration.as_millis() as u64;
-        if !self.expired(&key, lease_ms, at) || !self.may_campaign() {
+        if !self.expired(&key, lease_ms, at, None) || !self.may_campaign() {
             return Round::Wait(at + self.cfg.retry_interval);
         }
         // Treat an unreadable token as absent: unix ms keeps the new token
@@ -532,21 +542,32 @@ impl Engine {
         )
     }
 
-    /// Track `key` (an rvn); true once it has stayed unchanged for the wait
-    /// its holder's `lease_ms` calls for. Time starts when the response that
-    /// first showed it arrived.
-    pub(super) fn expired(&mut self, key: &str, lease_ms: u64, at: Instant) -> bool {
-        match &self.observed {
+    /// Track `key` (an rvn, as the store showed it with the lease
+    /// `lease_ms` it promises); true once it has stayed unchanged for the
+    /// wait that lease calls for. Time starts when the response that first
+    /// showed it arrived, or earlier if the key was `learned` earlier (a
+    /// hint named it: it was written before). Only a store read calls this:
+    /// a hint never starts, restarts or stretches a timer.
+    pub(super) fn expired(
+        &mut self,
+        key: &str,
+        lease_ms: u64,
+        at: Instant,
+        learned: Option<Instant>,
+    ) -> bool {
+        match &mut self.observed {
             Some(obs) if obs.key == key => {
-                at - obs.first_seen >= self.cfg.takeover_wait(obs.lease_ms)
+                obs.lease_ms = lease_ms;
+                at - obs.first_seen >= self.cfg.takeover_wait(lease_ms)
             }
             _ => {
+                let first_seen = learned.map_or(at, |l| l.min(at));
                 self.observed = Some(Observed {
                     key: key.to_owned(),
-                    first_seen: at,
+                    first_seen,
                     lease_ms,
                 });
-                false
+                at - first_seen >= self.cfg.takeover_wait(lease_ms)
             }
         }
     }

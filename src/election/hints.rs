@@ -1,18 +1,33 @@
 //! Hints: what a leader tells its followers after each write, and how a
 //! follower uses what it is told.
 //!
-//! A hint is advice to act sooner, never a reason to lead:
-//! - a `renewed` hint starts the takeover timer of its `rvn` at the moment
-//!   it arrived (the leader sends it after the write succeeded, so the
-//!   write came first), and every takeover stays a conditional write on
-//!   the `rvn` the follower timed;
+//! A hint is advice to act sooner, never a reason to lead. Of all a hint
+//! says, only its `rvn` and the instant it arrived enter the timing:
+//! - a `renewed` hint tells when its `rvn` was first learned (the leader
+//!   sends it after the write succeeded, so the write came first, and an
+//!   `rvn` is random: nobody can name one before it was written). When a
+//!   read later finds that `rvn` in the store, its takeover timer counts
+//!   from the earlier of the hint's arrival and the read. The lease it
+//!   runs for is the store's `lease_ms`, never the hint's, and a hint
+//!   naming another `rvn` never restarts the timer of the one the store
+//!   shows: a stream that alternates `rvn`s cannot keep an expired lease
+//!   alive;
+//! - hints never push a follower's reads past the end of the takeover
+//!   wait of the `rvn` the store showed last (plus a short slack to catch
+//!   the next renewal): whatever a stream says, a dead leader's lease is
+//!   read, and taken, within L·(1+D) plus a few P;
+//! - every takeover stays a conditional write on the `rvn` the follower
+//!   read and timed;
 //! - `released` and `not_leader`, and the end of a stream that spoke, only
 //!   make the follower read the store at once; the store's answer decides
 //!   (a forged `released` costs one read, and a flood of them no more than
 //!   one a retry interval on average);
-//! - a follower whose reads keep finding an `rvn` the stream never named
-//!   stops believing that stream until the record's tenure changes, so a
-//!   stream that lies (or lags) costs polls, not a leaderless election.
+//! - a follower whose reads keep finding an `rvn` the stream never named,
+//!   or find an older `rvn` than one the stream named before the read was
+//!   sent (a leader names each `rvn` only after writing it, and reads are
+//!   strongly consistent, so that is a lie), stops believing that stream
+//!   until the record's tenure changes: a stream that lies (or lags) costs
+//!   polls, not a leaderless election.
 //!
 //! The transport (an HTTP stream, `crate::hints`) is outside the engine:
 //! it gets the address to watch and hands back what arrived.
@@ -97,8 +112,12 @@ pub struct HintFeed {
 /// What a follower does after a hint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum AfterHint {
-    /// Go on waiting (the wake-up time may have moved).
+    /// Go on waiting.
     Wait,
+    /// A `renewed` hint arrived: a follower past the takeover wait of the
+    /// `rvn` it read last reads now (to find the renewal, or the lease
+    /// still unchanged); others go on waiting.
+    Renewed,
     /// Read the store now.
     ReadNow,
 }
@@ -121,8 +140,9 @@ pub(super) struct Hints {
     /// The stream's last event was `released` or `not_leader`, after which
     /// a leader ends its stream: that end is no news.
     end_told: bool,
-    /// The rvns the stream named lately.
-    hinted: VecDeque<String>,
+    /// The rvns the stream named lately, in the order it first named them,
+    /// each with the instant it was first named.
+    hinted: VecDeque<(String, Instant)>,
     /// Consecutive reads that found an rvn the flowing stream never named.
     strikes: u32,
     /// A tenure (holder, fencing token) whose stream is not believed.
@@ -198,10 +218,27 @@ impl Hints {
         self.aim(None);
     }
 
-    /// A read at `at` found `lease`: watch its holder's advertised address
-    /// (unless it is `me` or its stream is not believed), and check the
-    /// stream against what the store says.
-    pub(super) fn after_read(&mut self, lease: &Lease, me: &str, at: Instant, quiet: Duration) {
+    /// When the stream first named `rvn`, if it did lately: its takeover
+    /// timer may count from then (an rvn cannot be named before it was
+    /// written).
+    pub(super) fn learned_at(&self, rvn: &str) -> Option<Instant> {
+        self.hinted
+            .iter()
+            .find(|(r, _)| r == rvn)
+            .map(|(_, at)| *at)
+    }
+
+    /// A read sent at `sent` and answered at `at` found `lease`: watch its
+    /// holder's advertised address (unless it is `me` or its stream is not
+    /// believed), and check the stream against what the store says.
+    pub(super) fn after_read(
+        &mut self,
+        lease: &Lease,
+        me: &str,
+        sent: Instant,
+        at: Instant,
+        quiet: Duration,
+    ) {
         let tenure = lease
             .holder
             .as_ref()
@@ -213,12 +250,18 @@ impl Hints {
             self.distrusted = None;
         }
         if self.flowing(at, quiet) && lease.holder.is_some() {
-            if self.hinted.contains(&lease.rvn) {
-                self.strikes = 0;
-            } else {
-                self.strikes += 1;
+            match self.hinted.iter().position(|(r, _)| *r == lease.rvn) {
+                // The stream named a newer rvn before this read was sent,
+                // yet the store still holds an older one: the stream lies.
+                Some(i) if self.hinted.iter().skip(i + 1).any(|(_, t)| *t <= sent) => {
+                    self.strikes = 2;
+                }
+                Some(_) => self.strikes = 0,
+                // Not named (yet): a renewal whose hint is on its way, or
+                // a stream that hides the real renewals.
+                None => self.strikes += 1,
             }
-            if self.strikes >= 2 {
+            if self.strikes >= 2 && self.distrusted != tenure {
                 tracing::warn!(election = %lease.election, holder = ?lease.holder, address = ?lease.holder_meta.as_ref().and_then(|m| m.address.as_deref()), "the leader's watch stream does not match the lease store; polling the store instead for this tenure");
                 self.distrusted = tenure.clone();
             }
@@ -246,16 +289,10 @@ impl Hints {
         }
     }
 
-    /// Take `hint` in: `observe` is handed each `renewed` rvn with its
-    /// arrival time and lease. `now` and `retry` pace the reads hints ask
-    /// for.
-    pub(super) fn take(
-        &mut self,
-        hint: Hint,
-        now: Instant,
-        retry: Duration,
-        mut observe: impl FnMut(&str, Instant, u64),
-    ) -> AfterHint {
+    /// Take `hint` in. Of a `renewed` event only its rvn and arrival are
+    /// kept (everything else it says is the sender's word); `now` and
+    /// `retry` pace the reads hints ask for.
+    pub(super) fn take(&mut self, hint: Hint, now: Instant, retry: Duration) -> AfterHint {
         let (at, event) = match hint {
             // A stream that spoke and ended: its leader may have left (its
             // `released` lost on the way) or died; the store tells which.
@@ -279,14 +316,16 @@ impl Hints {
         }
         self.last = Some(at);
         match event {
-            LeaseEvent::Renewed { rvn, lease_ms, .. } => {
+            LeaseEvent::Renewed { rvn, .. } => {
                 self.end_told = false;
-                observe(&rvn, at, lease_ms);
-                if self.hinted.len() == REMEMBERED {
-                    self.hinted.pop_front();
+                // Named again (a replay): it was learned when first named.
+                if !self.hinted.iter().any(|(r, _)| *r == rvn) {
+                    if self.hinted.len() == REMEMBERED {
+                        self.hinted.pop_front();
+                    }
+                    self.hinted.push_back((rvn, at));
                 }
-                self.hinted.push_back(rvn);
-                AfterHint::Wait
+                AfterHint::Renewed
             }
             LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. } => {
                 self.end_told = true;

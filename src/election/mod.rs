@@ -154,10 +154,22 @@ impl ElectionConfig {
         self.renew_interval + self.retry_interval
     }
 
-    /// While hints flow, how often a follower still reads the store to
-    /// check them: 2·L (3 reads a minute at the defaults, instead of 60/P).
+    /// While hints flow, the longest a follower goes without reading the
+    /// store: 2·L. It reads sooner at the end of the takeover wait of the
+    /// rvn it read last (see [`Self::due_read_slack`]), about once a lease.
     pub fn hint_confirm_interval(&self) -> Duration {
         self.lease_duration * 2
+    }
+
+    /// While hints flow, a follower past the takeover wait of the rvn it
+    /// read last reads when the next renewal is told, or this much later
+    /// at most: min(R, 2·P). Reading just after a renewal finds an rvn
+    /// timed from its hint, so the next such read is a whole lease away
+    /// (60/L reads a minute, 6 at the defaults); and a dead leader's lease
+    /// is taken at most L·(1+D) + 2·P after its last write, whatever the
+    /// stream says.
+    pub fn due_read_slack(&self) -> Duration {
+        self.renew_interval.min(self.retry_interval * 2)
     }
 }
 
@@ -613,6 +625,7 @@ pub fn spawn_gated(
         hints: Hints::new(hints),
         events: events_tx,
         last_read: now,
+        last_read_sent: now,
     };
     let task = tokio::spawn(engine.run(delay));
     ElectionHandle {

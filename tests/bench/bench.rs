@@ -766,10 +766,10 @@ fn report_cost(
     hints: Hints,
 ) {
     let leader_floor = 60.0 / R.as_secs_f64();
-    // With hints flowing, a follower reads the store once per 2·L to check
-    // them; without, once per P.
+    // With hints flowing, a follower reads the store once per lease (when
+    // the lease it read last would run out); without, once per P.
     let (follower_floor, floor_words) = match hints {
-        Hints::On => (60.0 / (2.0 * L.as_secs_f64()), "60/(2·L) reads"),
+        Hints::On => (60.0 / L.as_secs_f64(), "60/L reads"),
         Hints::Off => (60.0 / P.as_secs_f64(), "60/P reads"),
     };
     let minutes = window.as_secs_f64() / 60.0;
@@ -816,9 +816,9 @@ fn report_cost(
     }
     let _ = writeln!(
         out,
-        "\nFloor: a leader must write once per R ({leader_floor:.0}/min) to keep its lease. A follower that hears the leader's hints reads the store only to check them, once per 2·L ({:.0}/min); without hints it reads once per P ({:.0}/min). \
+        "\nFloor: a leader must write once per R ({leader_floor:.0}/min) to keep its lease. A follower that hears the leader's hints reads the store once per lease, when the lease it read last would run out ({:.0}/min: hints never spare that read, so that no stream can keep a dead leader's lease from moving); without hints it reads once per P ({:.0}/min). \
          Reads and writes are both charged per request in DynamoDB on-demand mode (a strongly consistent read of an item under 4 KB is one read request unit, a write under 1 KB one write request unit).\n",
-        60.0 / (2.0 * L.as_secs_f64()),
+        60.0 / L.as_secs_f64(),
         60.0 / P.as_secs_f64()
     );
     if hints == Hints::On {
