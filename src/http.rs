@@ -20,11 +20,15 @@
 //!   for APIs that are not enabled). With a token: no or malformed
 //!   `Authorization: Bearer` → 401 with `WWW-Authenticate: Bearer`, wrong
 //!   token → 403, and only then is the election looked up (so names are not
-//!   probed without a token). 200 once the daemon has stepped down, 202 when
-//!   it is still at it when the request's time is up.
+//!   probed without a token). Nothing of the body is read before the token
+//!   is checked: a refused resign costs no memory whatever it sends. 200
+//!   once the daemon has stepped down, 202 when it is still at it when the
+//!   request's time is up.
 //! - Resign takes an optional JSON body `{"to": "IDENTITY"}`: the lease is
 //!   handed to that candidate (see `Lease::handed_to`). An empty body, or
 //!   none, hands it to whoever is fastest.
+//! - Every request body is cut off at [`MAX_BODY_BYTES`], whatever its
+//!   encoding (`Content-Length` or chunked): 413 `payload_too_large`.
 //! - The watch stream is newline-delimited JSON, one [`LeaseEvent`] per
 //!   line: while this instance leads, its last write at once, then one
 //!   event after every write; it ends after `released` or `not_leader`
@@ -41,12 +45,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -69,9 +75,17 @@ pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 /// Default for [`AppState::request_timeout`].
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest request body accepted (by `Content-Length`); no endpoint reads a
-/// body, so anything big is a mistake or an attack.
-pub const MAX_BODY_BYTES: u64 = 64 * 1024;
+/// Largest request body accepted, by `Content-Length` or as it is read (a
+/// chunked body is cut off there). Only resign reads a body, a few bytes of
+/// JSON, so anything big is a mistake or an attack.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Resign bodies read at once; more wait for their turn within the
+/// request's time. Resign is rare and its body a few bytes, but each
+/// reader may hold up to [`MAX_BODY_BYTES`] plus its connection's buffer:
+/// hundreds of authorised resigns sending big bodies at once must not add
+/// up to hundreds of times that.
+pub const RESIGN_READERS: usize = 4;
 
 /// Longest election name echoed back in an error message.
 const ECHO_LIMIT: usize = 128;
@@ -152,6 +166,8 @@ pub struct AppState {
     pub app_check: Option<watch::Receiver<Verdict>>,
     /// Watch streams open at once: half the connection limit.
     pub watch_slots: Arc<Semaphore>,
+    /// Resign bodies read at once: [`RESIGN_READERS`].
+    pub resign_readers: Arc<Semaphore>,
     /// This daemon's share when `balance` is on, shown by `/status` and the
     /// metrics. `None`: balance is off.
     pub balance: Option<watch::Receiver<Share>>,
@@ -179,6 +195,7 @@ impl AppState {
             job_health: None,
             app_check: None,
             watch_slots: Arc::new(Semaphore::new((connection_limit() / 2).max(1))),
+            resign_readers: Arc::new(Semaphore::new(RESIGN_READERS)),
             balance: None,
         }
     }
@@ -395,6 +412,12 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// before the connection is closed.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most a connection buffers of what it reads (and of an answer not yet
+/// sent): a request head must fit (431 otherwise), and a body streams
+/// through in pieces this big at most. hyper's default (about 400 KiB)
+/// let each of hundreds of connections sending bodies fast hold that much.
+pub const CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Most connections served at once; fewer when the process may open few
 /// files (see [`connection_limit`]). A connection beyond the limit is
 /// closed as soon as it is accepted.
@@ -440,7 +463,8 @@ pub async fn serve_with_drain(
     let connections = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(CONNECTION_BUFFER_BYTES);
     let mut accept_trouble = AcceptTrouble::default();
     tokio::pin!(shutdown);
     loop {
@@ -516,22 +540,39 @@ impl AcceptTrouble {
     }
 }
 
+/// 503 `busy`: other resigns take all the daemon's time for them.
+fn busy() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "busy",
+        "earlier resign requests are still being handled; try again",
+    )
+}
+
+fn payload_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// Runs around every request: rejects oversized bodies, bounds the time, and
 /// forbids caching (leadership changes from one moment to the next).
+///
+/// A body announced bigger than [`MAX_BODY_BYTES`] is refused at once; any
+/// other is wrapped so that reading past the limit fails (a chunked body
+/// announces no length), whoever reads it.
 async fn guard(State(app): State<Shared>, req: Request, next: Next) -> Response {
     let too_big = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > MAX_BODY_BYTES);
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64);
+    let req = req.map(|body| Body::new(Limited::new(body, MAX_BODY_BYTES)));
     let mut res = if too_big {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
-        )
-        .into_response()
+        payload_too_large().into_response()
     } else {
         // One second over the request timeout: the resign handler answers
         // 202 at the timeout itself; this is the backstop for everything else.
@@ -858,6 +899,34 @@ struct ResignOrder {
     to: Option<String>,
 }
 
+/// The body of a request, read to its end; 413 past [`MAX_BODY_BYTES`]
+/// (however it is sent), 400 when the client breaks off or garbles it.
+/// Each piece is copied out as it arrives, so a body sent in many small
+/// chunks holds no more than its own bytes.
+async fn read_body(mut body: Body) -> Result<Vec<u8>, ApiError> {
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if e.into_inner().is::<LengthLimitError>() {
+                payload_too_large()
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "the request body could not be read",
+                )
+            }
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > MAX_BODY_BYTES {
+                return Err(payload_too_large());
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(read)
+}
+
 /// The successor a resign's body names: `Ok(None)` for no body, an empty
 /// one, or no `to`; an error answer for anything else that is not
 /// `{"to": "IDENTITY"}` with a valid identity other than `me`.
@@ -885,28 +954,44 @@ fn successor_of(body: &[u8], me: &str) -> Result<Option<String>, ApiError> {
     }
 }
 
-async fn resign(
-    State(app): State<Shared>,
-    headers: HeaderMap,
-    election: Result<Path<String>, PathRejection>,
-    body: axum::body::Bytes,
-) -> Response {
+/// The refusal of a resign whose `headers` do not carry the admin token
+/// (resign disabled, no token, a wrong one); `None` when they do. Decided
+/// on the head alone.
+fn refusal(app: &AppState, headers: &HeaderMap) -> Option<Response> {
     let Some(expected) = app.admin_token() else {
-        return ApiError::new(
-            StatusCode::NOT_FOUND,
-            "resign_disabled",
-            "resign is disabled: no admin token is configured",
-        )
-        .into_response();
+        return Some(
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "resign_disabled",
+                "resign is disabled: no admin token is configured",
+            )
+            .into_response(),
+        );
     };
-    let Some(given) = bearer(&headers) else {
-        return unauthorized();
+    let Some(given) = bearer(headers) else {
+        return Some(unauthorized());
     };
     // Constant time in the token's content (a length mismatch is still told
     // apart, which reveals only the length).
     if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "wrong admin token")
-            .into_response();
+        return Some(
+            ApiError::new(StatusCode::FORBIDDEN, "forbidden", "wrong admin token").into_response(),
+        );
+    }
+    None
+}
+
+async fn resign(
+    State(app): State<Shared>,
+    election: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    // Reading the body counts against the request's time too.
+    let deadline = tokio::time::Instant::now() + app.request_timeout;
+    // The token first, from the head: the body of a request that is refused
+    // is never read (a client without the token cannot make us buffer it).
+    if let Some(refused) = refusal(&app, request.headers()) {
+        return refused;
     }
     let name = match election {
         Ok(Path(name)) => name,
@@ -916,12 +1001,21 @@ async fn resign(
         return ApiError::unknown_election(&name).into_response();
     };
     let me = entry.state.borrow().identity.clone();
+    let Ok(Ok(reading)) = tokio::time::timeout_at(deadline, app.resign_readers.acquire()).await
+    else {
+        return busy().into_response();
+    };
+    let body = read_body(request.into_body()).await;
+    drop(reading);
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
     let to = match successor_of(&body, &me) {
         Ok(to) => to,
         Err(e) => return e.into_response(),
     };
 
-    let deadline = tokio::time::Instant::now() + app.request_timeout;
     let (done, answer) = oneshot::channel();
     let request = ResignRequest {
         election: name.clone(),
@@ -938,14 +1032,7 @@ async fn resign(
             )
             .into_response();
         }
-        Err(_) => {
-            return ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                "earlier resign requests are still being handled; try again",
-            )
-            .into_response();
-        }
+        Err(_) => return busy().into_response(),
     }
     tracing::info!(election = %name, to = to.as_deref().unwrap_or("(anyone)"), "resign requested over HTTP");
     match tokio::time::timeout_at(deadline, answer).await {
