@@ -26,7 +26,8 @@
 //!   request's time is up.
 //! - Resign takes an optional JSON body `{"to": "IDENTITY"}`: the lease is
 //!   handed to that candidate (see `Lease::handed_to`). An empty body, or
-//!   none, hands it to whoever is fastest.
+//!   none, hands it to whoever is fastest; any other JSON (an array, a
+//!   string, `null`) is 400.
 //! - Every request body is cut off at [`MAX_BODY_BYTES`], whatever its
 //!   encoding (`Content-Length` or chunked): 413 `payload_too_large`.
 //! - The watch stream is newline-delimited JSON, one [`LeaseEvent`] per
@@ -56,7 +57,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -899,6 +900,18 @@ struct ResignOrder {
     to: Option<String>,
 }
 
+/// What a JSON value is, for a message.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 /// The body of a request, read to its end; 413 past [`MAX_BODY_BYTES`]
 /// (however it is sent), 400 when the client breaks off or garbles it.
 /// Each piece is copied out as it arrives, so a body sent in many small
@@ -935,11 +948,19 @@ fn successor_of(body: &[u8], me: &str) -> Result<Option<String>, ApiError> {
         return Ok(None);
     }
     let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message);
-    let order: ResignOrder = serde_json::from_slice(body).map_err(|e| {
+    let not_an_order = |why: String| {
         bad(format!(
-            "the body must be empty or {{\"to\": \"IDENTITY\"}}: {e}"
+            "the body must be empty or {{\"to\": \"IDENTITY\"}}: {why}"
         ))
-    })?;
+    };
+    // An object, and only an object: serde would also read a struct from a
+    // sequence, taking `["B"]` for `{"to": "B"}`.
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| not_an_order(e.to_string()))?;
+    if !value.is_object() {
+        return Err(not_an_order(format!("found {}", json_kind(&value))));
+    }
+    let order = ResignOrder::deserialize(value).map_err(|e| not_an_order(e.to_string()))?;
     match order.to {
         None => Ok(None),
         Some(to) if !crate::config::is_valid_identity(&to) => Err(bad(format!(

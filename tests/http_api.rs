@@ -616,6 +616,32 @@ async fn a_streamed_resign_body_past_the_limit_is_a_json_413() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn resign_bodies_other_than_an_object_are_400() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let auth = format!("Bearer {TOKEN}");
+    for body in [
+        r#"["web-2"]"#,
+        r#""web-2""#,
+        "null",
+        "42",
+        "true",
+        r#"{"to": ["web-2"]}"#,
+        r#"{"to": "web-2", "x": 1}"#,
+        "{",
+    ] {
+        let mut req = resign_req("/leader/report/resign", Some(&auth));
+        *req.body_mut() = Body::from(body);
+        call(&f.app, req)
+            .await
+            .assert_error(StatusCode::BAD_REQUEST, "bad_request");
+    }
+    assert!(
+        f.resigns.try_recv().is_err(),
+        "a bad body reached the daemon"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn resign_when_the_daemon_is_gone_is_503() {
     let f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
     drop(f.resigns);

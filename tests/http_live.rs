@@ -372,6 +372,26 @@ fn parse_answer(raw: &[u8]) -> Option<(u16, String, String)> {
     Some((status, content_type, body.to_owned()))
 }
 
+/// Resign bodies that are JSON but not an object are 400 `bad_request` and
+/// change nothing (serde would read `["b"]` as `{"to": "b"}`).
+#[test]
+fn resign_bodies_that_are_not_json_objects_are_400_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = start(dir.path(), "a");
+    wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");
+    let auth = [("Authorization", "Bearer s3cret")];
+    for body in [r#"["b"]"#, r#""b""#, "null", "42", "[]", r#"{"to": ["b"]}"#] {
+        let (status, content_type, text) =
+            request(a.port, "POST", "/leader/web/resign", &auth, body.as_bytes())
+                .expect("an answer");
+        assert_eq!(status, 400, "{body}: {text}");
+        assert_eq!(content_type, "application/json", "{body}: {text}");
+        assert_eq!(json(&text)["error"], "bad_request", "{body}: {text}");
+        assert!(a.is_leader(), "{body} made a step down:\n{}", a.log());
+    }
+    assert!(!a.log().contains("resign requested"), "{}", a.log());
+}
+
 /// Connections in the resign flood.
 const FLOOD: usize = 200;
 /// Each flood connection's chunked body: 2 MiB in 64 KiB chunks.
