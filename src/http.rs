@@ -23,7 +23,9 @@
 //!   probed without a token). Nothing of the body is read before the token
 //!   is checked: a refused resign costs no memory whatever it sends. 200
 //!   once the daemon has stepped down, 202 when it is still at it when the
-//!   request's time is up.
+//!   request's time is up; 409 `resign_in_progress` while an earlier resign
+//!   is stepping down (the earlier one's `to` wins), 503 `shutting_down`
+//!   after SIGTERM.
 //! - Resign takes an optional JSON body `{"to": "IDENTITY"}`: the lease is
 //!   handed to that candidate (see `Lease::handed_to`). An empty body, or
 //!   none, hands it to whoever is fastest; any other JSON (an array, a
@@ -99,8 +101,30 @@ pub struct ResignRequest {
     pub election: String,
     /// The candidate to hand the lease to; `None`: whoever is fastest.
     pub to: Option<String>,
-    /// `Ok` once stepped down; why not otherwise.
-    pub done: oneshot::Sender<Result<(), ResignError>>,
+    /// How it stepped down once it has; why not otherwise.
+    pub done: oneshot::Sender<Result<Resigned, ResignError>>,
+}
+
+/// How a resign stepped down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resigned {
+    /// The lease was released; this instance sits out one lease, then
+    /// campaigns again.
+    SittingOut,
+    /// The daemon was told to shut down while it stepped down: the lease
+    /// was released (to the resign's `to`) as it exited.
+    Exiting,
+}
+
+impl Resigned {
+    fn message(self) -> &'static str {
+        match self {
+            Resigned::SittingOut => "stepped down; sitting out one lease before campaigning again",
+            Resigned::Exiting => {
+                "stepped down; the lease was released as the daemon is shutting down"
+            }
+        }
+    }
 }
 
 /// Why a resign did not happen.
@@ -109,9 +133,33 @@ pub enum ResignError {
     /// This instance does not lead the election: nothing was changed.
     #[error("this instance does not lead election `{0}`; nothing was changed")]
     NotLeader(String),
+    /// An earlier resign of the election is still stepping down: this one
+    /// changed nothing, and the earlier one's successor stands.
+    #[error(
+        "an earlier resign of election `{election}` is still stepping down (handing the lease to {}); this one changed nothing",
+        successor_text(.to)
+    )]
+    InProgress {
+        /// The election.
+        election: String,
+        /// The earlier resign's successor.
+        to: Option<String>,
+    },
+    /// The daemon is shutting down (it releases every lease as it exits):
+    /// this resign changed nothing.
+    #[error(
+        "the daemon is shutting down and releases its leases as it exits; this resign changed nothing"
+    )]
+    ShuttingDown,
     /// Something else went wrong (one line).
     #[error("{0}")]
     Failed(String),
+}
+
+/// A resign's successor in a message.
+fn successor_text(to: &Option<String>) -> String {
+    to.as_deref()
+        .map_or_else(|| "whoever is fastest".to_owned(), |to| format!("`{to}`"))
 }
 
 /// One election as the HTTP server sees it.
@@ -1057,29 +1105,29 @@ async fn resign(
     }
     tracing::info!(election = %name, to = to.as_deref().unwrap_or("(anyone)"), "resign requested over HTTP");
     match tokio::time::timeout_at(deadline, answer).await {
-        Ok(Ok(Ok(()))) => (
+        Ok(Ok(Ok(how))) => (
             StatusCode::OK,
             Json(ResignBody {
                 election: &name,
                 status: "resigned",
                 to: to.as_deref(),
-                message: "stepped down; sitting out one lease before campaigning again",
+                message: how.message(),
             }),
         )
             .into_response(),
-        Ok(Ok(Err(e @ ResignError::NotLeader(_)))) => {
-            ApiError::new(StatusCode::CONFLICT, "not_leader", e.to_string()).into_response()
+        Ok(Ok(Err(e))) => {
+            let (status, code) = match e {
+                ResignError::NotLeader(_) => (StatusCode::CONFLICT, "not_leader"),
+                ResignError::InProgress { .. } => (StatusCode::CONFLICT, "resign_in_progress"),
+                ResignError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+                ResignError::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "resign_failed"),
+            };
+            ApiError::new(status, code, e.to_string()).into_response()
         }
-        Ok(Ok(Err(e @ ResignError::Failed(_)))) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "resign_failed",
-            e.to_string(),
-        )
-        .into_response(),
         Ok(Err(_)) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "resign_failed",
-            "the daemon dropped the resign request",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the daemon stopped before it answered the resign",
         )
         .into_response(),
         Err(_) => (

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::{Clock, Instant};
 use leaderd::election::{ElectionState, LeaseEvent, Role};
-use leaderd::http::{AppState, ResignError, ResignRequest, router};
+use leaderd::http::{AppState, ResignError, ResignRequest, Resigned, router};
 use leaderd::metrics::Metrics;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -462,7 +462,7 @@ async fn resign_with_the_token_reaches_the_daemon() {
         let mut seen = Vec::new();
         while let Some(req) = f.resigns.recv().await {
             let answer = if req.election == "report" {
-                Ok(())
+                Ok(Resigned::SittingOut)
             } else {
                 Err(ResignError::Failed("election is shutting down".to_owned()))
             };
@@ -608,7 +608,7 @@ async fn a_streamed_resign_body_past_the_limit_is_a_json_413() {
     let daemon = tokio::spawn(async move {
         let req = f.resigns.recv().await.expect("a resign request");
         assert_eq!(req.to.as_deref(), Some("x"));
-        let _ = req.done.send(Ok(()));
+        let _ = req.done.send(Ok(Resigned::SittingOut));
     });
     let a = call(&f.app, req).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
@@ -639,6 +639,49 @@ async fn resign_bodies_other_than_an_object_are_400() {
         f.resigns.try_recv().is_err(),
         "a bad body reached the daemon"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_resign_outcome_has_its_answer() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let outcomes = vec![
+        Ok(Resigned::Exiting),
+        Err(ResignError::InProgress {
+            election: "report".into(),
+            to: Some("web-2".into()),
+        }),
+        Err(ResignError::ShuttingDown),
+    ];
+    let daemon = tokio::spawn(async move {
+        for outcome in outcomes {
+            let req = f.resigns.recv().await.expect("a resign request");
+            let _ = req.done.send(outcome);
+        }
+        // Dropped unanswered: the daemon ended.
+        let req = f.resigns.recv().await.expect("a resign request");
+        drop(req);
+    });
+    let auth = format!("Bearer {TOKEN}");
+    let a = call(&f.app, resign_req("/leader/report/resign", Some(&auth))).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.json()["status"], "resigned");
+    assert!(
+        a.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shutting down")),
+        "{}",
+        a.text
+    );
+    let a = call(&f.app, resign_req("/leader/report/resign", Some(&auth))).await;
+    a.assert_error(StatusCode::CONFLICT, "resign_in_progress");
+    assert!(a.json()["message"].as_str().unwrap().contains("`web-2`"));
+    call(&f.app, resign_req("/leader/report/resign", Some(&auth)))
+        .await
+        .assert_error(StatusCode::SERVICE_UNAVAILABLE, "shutting_down");
+    call(&f.app, resign_req("/leader/report/resign", Some(&auth)))
+        .await
+        .assert_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    daemon.await.expect("the daemon task ran");
 }
 
 #[tokio::test(start_paused = true)]

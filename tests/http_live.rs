@@ -392,6 +392,211 @@ fn resign_bodies_that_are_not_json_objects_are_400_and_change_nothing() {
     assert!(!a.log().contains("resign requested"), "{}", a.log());
 }
 
+/// A job that needs 3 s to stop after its stop signal.
+const SLOW_TO_STOP: &str = "trap 'sleep 3; exit 0' TERM; while :; do sleep 0.1; done";
+
+/// Where the leases of a test live.
+#[derive(Debug, Clone, Copy)]
+enum Store {
+    /// A SQLite file in the test's directory.
+    Sqlite,
+    /// A table of its own in the shared DynamoDB Local.
+    DynamoDbLocal,
+}
+
+impl Store {
+    /// The arguments and environment that select this store.
+    fn setup(self, dir: &std::path::Path) -> (Vec<String>, Vec<(String, String)>) {
+        match self {
+            Store::Sqlite => (
+                vec![
+                    "--store-path".into(),
+                    dir.join("l.db").to_str().expect("utf-8 path").into(),
+                ],
+                vec![],
+            ),
+            Store::DynamoDbLocal => {
+                let emulator = common::emulators::shared_dynamodb_local();
+                (
+                    vec![
+                        "--store".into(),
+                        "dynamodb".into(),
+                        "--endpoint-url".into(),
+                        emulator.endpoint.clone(),
+                        "--table".into(),
+                        common::unique_name("resign"),
+                        "--region".into(),
+                        "us-east-1".into(),
+                    ],
+                    vec![("LEADERD_STORE__CREATE_TABLE".into(), "true".into())],
+                )
+            }
+        }
+    }
+}
+
+/// An instance "a" with the admin token, leading election `web` and
+/// running [`SLOW_TO_STOP`]. The lease (10 s) outlasts the job's stop: the
+/// lease's own deadline never cuts it short.
+fn leader_with_a_slow_job(dir: &std::path::Path, store: Store) -> Leaderd {
+    let (mut args, mut env) = store.setup(dir);
+    env.push(("LEADERD_HTTP__ADMIN_TOKEN".into(), "s3cret".into()));
+    args.extend(
+        [
+            "--lease-duration",
+            "10s",
+            "--renew-interval",
+            "2s",
+            "--retry-interval",
+            "250ms",
+            "--election",
+            "web",
+        ]
+        .map(String::from),
+    );
+    let a = Leaderd::start(Spec {
+        identity: "a",
+        args,
+        env,
+        command: vec!["sh".into(), "-c".into(), SLOW_TO_STOP.into()],
+        dir,
+    });
+    wait_until(Duration::from_secs(20), || {
+        a.is_leader() && a.log().contains("child started")
+    })
+    .unwrap_or_else(|| panic!("a does not lead with its job:\n{}", a.log()));
+    a
+}
+
+/// `leaderd resign web --to TO` against `node`, started and left running.
+fn resign_cli(node: &Leaderd, to: &str) -> std::process::Child {
+    std::process::Command::new(common::daemon::leaderd_bin())
+        .args(["resign", "web", "--to", to, "--url"])
+        .arg(format!("http://127.0.0.1:{}", node.port))
+        .env("LEADERD_HTTP__ADMIN_TOKEN", "s3cret")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start leaderd resign")
+}
+
+/// The exit code, stdout and stderr of a `leaderd resign` started by
+/// [`resign_cli`]; it must end within 20 s.
+fn resign_outcome(mut cli: std::process::Child) -> (Option<i32>, String, String) {
+    wait_until(Duration::from_secs(20), || {
+        matches!(cli.try_wait(), Ok(Some(_)))
+    })
+    .unwrap_or_else(|| {
+        let _ = cli.kill();
+        panic!("leaderd resign hung");
+    });
+    let out = cli.wait_with_output().expect("resign's output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits until `node` is stopping its job for a resign.
+fn wait_for_step_down(node: &Leaderd) {
+    wait_until(Duration::from_secs(10), || {
+        node.log()
+            .contains("stopping the child before releasing the lease")
+    })
+    .unwrap_or_else(|| panic!("the resign did not start stopping the job:\n{}", node.log()));
+}
+
+/// SIGTERM while a resign waits for the job to stop: the resign is answered
+/// (200: it stepped down as the daemon exited), its `to` is the successor
+/// named by the release at exit, and the daemon exits once the job is gone
+/// rather than after the HTTP drain waiting for its own pending answer.
+fn sigterm_during_a_resign_answers_it_keeps_its_successor_and_exits_with_the_job(store: Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut a = leader_with_a_slow_job(dir.path(), store);
+    let cli = resign_cli(&a, "b");
+    wait_for_step_down(&a);
+    let sigterm = std::time::Instant::now();
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = a
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("a did not exit:\n{}", a.log()));
+    let took = sigterm.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", a.log());
+    let (code, stdout, stderr) = resign_outcome(cli);
+    assert_eq!(code, Some(0), "stdout: {stdout} stderr: {stderr}");
+    assert!(stdout.contains("shutting down"), "{stdout}");
+    let log = a.log();
+    let release = log
+        .lines()
+        .find(|l| l.contains("released the lease"))
+        .unwrap_or_else(|| panic!("no release logged:\n{log}"));
+    assert!(release.contains("successor=\"b\""), "{release}");
+    assert!(
+        !log.contains("still open after the drain time"),
+        "waited on its own resign:\n{log}"
+    );
+    // The job needs under 3 s from the resign's stop signal; the HTTP drain
+    // alone would add 5 s.
+    assert!(
+        took < Duration::from_secs(5),
+        "exited {took:?} after SIGTERM:\n{log}"
+    );
+}
+
+#[test]
+fn sigterm_during_a_resign_on_sqlite() {
+    sigterm_during_a_resign_answers_it_keeps_its_successor_and_exits_with_the_job(Store::Sqlite);
+}
+
+#[test]
+fn sigterm_during_a_resign_on_dynamodb_local() {
+    sigterm_during_a_resign_answers_it_keeps_its_successor_and_exits_with_the_job(
+        Store::DynamoDbLocal,
+    );
+}
+
+/// A second resign while the first one waits for the job: the second is 409
+/// `resign_in_progress` at once and changes nothing (the first one's `to`
+/// wins); the first is answered 200 once the lease is released.
+#[test]
+fn a_second_resign_during_a_step_down_is_409_and_the_first_one_is_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = leader_with_a_slow_job(dir.path(), Store::Sqlite);
+    let first = resign_cli(&a, "b");
+    wait_for_step_down(&a);
+    let (status, _, text) = request(
+        a.port,
+        "POST",
+        "/leader/web/resign",
+        &[("Authorization", "Bearer s3cret")],
+        br#"{"to": "c"}"#,
+    )
+    .expect("an answer");
+    assert_eq!(status, 409, "{text}");
+    assert_eq!(json(&text)["error"], "resign_in_progress", "{text}");
+    assert!(
+        json(&text)["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("`b`"),
+        "{text}"
+    );
+    // The command line tool: 77, nothing changed.
+    let (code, stdout, stderr) = resign_outcome(resign_cli(&a, "c"));
+    assert_eq!(code, Some(77), "stdout: {stdout} stderr: {stderr}");
+
+    let (code, stdout, stderr) = resign_outcome(first);
+    assert_eq!(code, Some(0), "stdout: {stdout} stderr: {stderr}");
+    let log = a.log();
+    let release = log
+        .lines()
+        .find(|l| l.contains("released the lease"))
+        .unwrap_or_else(|| panic!("no release logged:\n{log}"));
+    assert!(release.contains("successor=\"b\""), "{release}");
+}
+
 /// Connections in the resign flood.
 const FLOOD: usize = 200;
 /// Each flood connection's chunked body: 2 MiB in 64 KiB chunks.
