@@ -8,8 +8,9 @@
 //! up, or stepped down as the daemon shut down: it says so); 77 nothing
 //! changed: this daemon does not lead the election, or an earlier resign of
 //! it is still under way (409 either way); 64 a usage problem (no token, a
-//! wrong token, resign disabled, an unknown election, a bad `--to`); 69 the
-//! daemon cannot be reached or is shutting down (503); 70 anything else.
+//! token no header can carry, a wrong token, resign disabled, an unknown
+//! election, a bad `--to`); 69 the daemon cannot be reached or is shutting
+//! down (503); 70 anything else.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;

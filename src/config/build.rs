@@ -341,6 +341,32 @@ pub(super) fn build_listen(raw: &RawConfig) -> Result<SocketAddr, ConfigError> {
     })
 }
 
+/// `http.admin_token`: empty or unset = resign disabled. Otherwise printable
+/// ASCII with no space at either end: the token travels in an
+/// `Authorization: Bearer` header, which carries only ASCII and whose token
+/// is read without the spaces around it, so any other token could never be
+/// presented and resign would refuse every caller (401 or 403). The value is
+/// never echoed: it is a secret.
+pub(super) fn build_admin_token(raw: &RawConfig) -> Result<Option<String>, ConfigError> {
+    let Some(token) = raw.http.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let why = if !token.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        "has characters other than printable ASCII"
+    } else if token.starts_with(' ') || token.ends_with(' ') {
+        "starts or ends with a space"
+    } else {
+        return Ok(Some(token.to_owned()));
+    };
+    Err(ConfigError::invalid(
+        "http.admin_token",
+        format!(
+            "{} {why}: an `Authorization: Bearer` header cannot carry it, so resign would refuse every caller (use printable ASCII without spaces at either end; the value is not shown)",
+            raw.label("http.admin_token")
+        ),
+    ))
+}
+
 pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
     let Some(id) = &raw.identity else {
         return Ok(default_identity());
@@ -526,7 +552,7 @@ pub(super) fn build(
     };
     let http = HttpConfig {
         listen,
-        admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
+        admin_token: build_admin_token(&raw)?,
         advertise,
     };
 
