@@ -899,6 +899,15 @@ fn bad_store_listen_identity_and_log_values() {
     );
     let c = load_ok(None, &[("LEADERD_HTTP__ADMIN_TOKEN", "a b~!")], &[]);
     assert_eq!(c.http.admin_token.as_deref(), Some("a b~!"));
+    for advertise in ["0.0.0.0:9777", "[::]:9777", "[::ffff:0.0.0.0]:9777"] {
+        let text = load_err(
+            None,
+            &[("LEADERD_HTTP__ADVERTISE", advertise)],
+            &[],
+            "http.advertise",
+        );
+        assert!(text.contains("unspecified address"), "{text}");
+    }
     load_err(Some("[log]\nlevel = \"info,=[\"\n"), &[], &[], "log.level");
 }
 

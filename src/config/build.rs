@@ -729,7 +729,8 @@ fn http_probe(url: &str, label: &str) -> Result<Probe, ConfigError> {
 }
 
 /// `http.advertise`: `HOST:PORT` with a port above 0 and a host that
-/// resolves (other instances will connect to it).
+/// resolves to addresses other instances can connect to: not the
+/// unspecified address (`0.0.0.0`, `::`), which is only good for listening.
 fn check_advertise(addr: &str, label: &str) -> Result<String, ConfigError> {
     use std::net::ToSocketAddrs;
     let bad = |why: String| {
@@ -750,10 +751,15 @@ fn check_advertise(addr: &str, label: &str) -> Result<String, ConfigError> {
             match addr
                 .as_str()
                 .to_socket_addrs()
-                .map(|mut found| found.next())
+                .map(|found| found.collect::<Vec<_>>())
             {
-                Ok(Some(_)) => Ok(addr),
-                Ok(None) => Err(bad("resolves to no address".into())),
+                Ok(found) if found.is_empty() => Err(bad("resolves to no address".into())),
+                Ok(found) if found.iter().any(|a| a.ip().to_canonical().is_unspecified()) => {
+                    Err(bad(
+                        "is an unspecified address (0.0.0.0 or ::), good for listening only: other instances cannot connect to it (name this host's own address, like 10.0.3.7:9777)".into(),
+                    ))
+                }
+                Ok(_) => Ok(addr),
                 Err(e) => Err(bad(format!("does not resolve: {e}"))),
             }
         }
