@@ -20,11 +20,18 @@
 //!   for APIs that are not enabled). With a token: no or malformed
 //!   `Authorization: Bearer` → 401 with `WWW-Authenticate: Bearer`, wrong
 //!   token → 403, and only then is the election looked up (so names are not
-//!   probed without a token). 200 once the daemon has stepped down, 202 when
-//!   it is still at it when the request's time is up.
+//!   probed without a token). Nothing of the body is read before the token
+//!   is checked: a refused resign costs no memory whatever it sends. 200
+//!   once the daemon has stepped down, 202 when it is still at it when the
+//!   request's time is up; 409 `resign_in_progress` while an earlier resign
+//!   is stepping down (the earlier one's `to` wins), 503 `shutting_down`
+//!   after SIGTERM.
 //! - Resign takes an optional JSON body `{"to": "IDENTITY"}`: the lease is
 //!   handed to that candidate (see `Lease::handed_to`). An empty body, or
-//!   none, hands it to whoever is fastest.
+//!   none, hands it to whoever is fastest; any other JSON (an array, a
+//!   string, `null`) is 400.
+//! - Every request body is cut off at [`MAX_BODY_BYTES`], whatever its
+//!   encoding (`Content-Length` or chunked): 413 `payload_too_large`.
 //! - The watch stream is newline-delimited JSON, one [`LeaseEvent`] per
 //!   line: while this instance leads, its last write at once, then one
 //!   event after every write; it ends after `released` or `not_leader`
@@ -41,16 +48,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -69,9 +78,17 @@ pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 /// Default for [`AppState::request_timeout`].
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest request body accepted (by `Content-Length`); no endpoint reads a
-/// body, so anything big is a mistake or an attack.
-pub const MAX_BODY_BYTES: u64 = 64 * 1024;
+/// Largest request body accepted, by `Content-Length` or as it is read (a
+/// chunked body is cut off there). Only resign reads a body, a few bytes of
+/// JSON, so anything big is a mistake or an attack.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Resign bodies read at once; more wait for their turn within the
+/// request's time. Resign is rare and its body a few bytes, but each
+/// reader may hold up to [`MAX_BODY_BYTES`] plus its connection's buffer:
+/// hundreds of authorised resigns sending big bodies at once must not add
+/// up to hundreds of times that.
+pub const RESIGN_READERS: usize = 4;
 
 /// Longest election name echoed back in an error message.
 const ECHO_LIMIT: usize = 128;
@@ -84,8 +101,30 @@ pub struct ResignRequest {
     pub election: String,
     /// The candidate to hand the lease to; `None`: whoever is fastest.
     pub to: Option<String>,
-    /// `Ok` once stepped down; why not otherwise.
-    pub done: oneshot::Sender<Result<(), ResignError>>,
+    /// How it stepped down once it has; why not otherwise.
+    pub done: oneshot::Sender<Result<Resigned, ResignError>>,
+}
+
+/// How a resign stepped down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resigned {
+    /// The lease was released; this instance sits out one lease, then
+    /// campaigns again.
+    SittingOut,
+    /// The daemon was told to shut down while it stepped down: the lease
+    /// was released (to the resign's `to`) as it exited.
+    Exiting,
+}
+
+impl Resigned {
+    fn message(self) -> &'static str {
+        match self {
+            Resigned::SittingOut => "stepped down; sitting out one lease before campaigning again",
+            Resigned::Exiting => {
+                "stepped down; the lease was released as the daemon is shutting down"
+            }
+        }
+    }
 }
 
 /// Why a resign did not happen.
@@ -94,9 +133,33 @@ pub enum ResignError {
     /// This instance does not lead the election: nothing was changed.
     #[error("this instance does not lead election `{0}`; nothing was changed")]
     NotLeader(String),
+    /// An earlier resign of the election is still stepping down: this one
+    /// changed nothing, and the earlier one's successor stands.
+    #[error(
+        "an earlier resign of election `{election}` is still stepping down (handing the lease to {}); this one changed nothing",
+        successor_text(.to)
+    )]
+    InProgress {
+        /// The election.
+        election: String,
+        /// The earlier resign's successor.
+        to: Option<String>,
+    },
+    /// The daemon is shutting down (it releases every lease as it exits):
+    /// this resign changed nothing.
+    #[error(
+        "the daemon is shutting down and releases its leases as it exits; this resign changed nothing"
+    )]
+    ShuttingDown,
     /// Something else went wrong (one line).
     #[error("{0}")]
     Failed(String),
+}
+
+/// A resign's successor in a message.
+fn successor_text(to: &Option<String>) -> String {
+    to.as_deref()
+        .map_or_else(|| "whoever is fastest".to_owned(), |to| format!("`{to}`"))
 }
 
 /// One election as the HTTP server sees it.
@@ -152,6 +215,8 @@ pub struct AppState {
     pub app_check: Option<watch::Receiver<Verdict>>,
     /// Watch streams open at once: half the connection limit.
     pub watch_slots: Arc<Semaphore>,
+    /// Resign bodies read at once: [`RESIGN_READERS`].
+    pub resign_readers: Arc<Semaphore>,
     /// This daemon's share when `balance` is on, shown by `/status` and the
     /// metrics. `None`: balance is off.
     pub balance: Option<watch::Receiver<Share>>,
@@ -179,6 +244,7 @@ impl AppState {
             job_health: None,
             app_check: None,
             watch_slots: Arc::new(Semaphore::new((connection_limit() / 2).max(1))),
+            resign_readers: Arc::new(Semaphore::new(RESIGN_READERS)),
             balance: None,
         }
     }
@@ -395,6 +461,12 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// before the connection is closed.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most a connection buffers of what it reads (and of an answer not yet
+/// sent): a request head must fit (431 otherwise), and a body streams
+/// through in pieces this big at most. hyper's default (about 400 KiB)
+/// let each of hundreds of connections sending bodies fast hold that much.
+pub const CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Most connections served at once; fewer when the process may open few
 /// files (see [`connection_limit`]). A connection beyond the limit is
 /// closed as soon as it is accepted.
@@ -440,7 +512,8 @@ pub async fn serve_with_drain(
     let connections = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(CONNECTION_BUFFER_BYTES);
     let mut accept_trouble = AcceptTrouble::default();
     tokio::pin!(shutdown);
     loop {
@@ -516,22 +589,39 @@ impl AcceptTrouble {
     }
 }
 
+/// 503 `busy`: other resigns take all the daemon's time for them.
+fn busy() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "busy",
+        "earlier resign requests are still being handled; try again",
+    )
+}
+
+fn payload_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// Runs around every request: rejects oversized bodies, bounds the time, and
 /// forbids caching (leadership changes from one moment to the next).
+///
+/// A body announced bigger than [`MAX_BODY_BYTES`] is refused at once; any
+/// other is wrapped so that reading past the limit fails (a chunked body
+/// announces no length), whoever reads it.
 async fn guard(State(app): State<Shared>, req: Request, next: Next) -> Response {
     let too_big = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > MAX_BODY_BYTES);
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64);
+    let req = req.map(|body| Body::new(Limited::new(body, MAX_BODY_BYTES)));
     let mut res = if too_big {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
-        )
-        .into_response()
+        payload_too_large().into_response()
     } else {
         // One second over the request timeout: the resign handler answers
         // 202 at the timeout itself; this is the backstop for everything else.
@@ -858,6 +948,46 @@ struct ResignOrder {
     to: Option<String>,
 }
 
+/// What a JSON value is, for a message.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The body of a request, read to its end; 413 past [`MAX_BODY_BYTES`]
+/// (however it is sent), 400 when the client breaks off or garbles it.
+/// Each piece is copied out as it arrives, so a body sent in many small
+/// chunks holds no more than its own bytes.
+async fn read_body(mut body: Body) -> Result<Vec<u8>, ApiError> {
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if e.into_inner().is::<LengthLimitError>() {
+                payload_too_large()
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "the request body could not be read",
+                )
+            }
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > MAX_BODY_BYTES {
+                return Err(payload_too_large());
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(read)
+}
+
 /// The successor a resign's body names: `Ok(None)` for no body, an empty
 /// one, or no `to`; an error answer for anything else that is not
 /// `{"to": "IDENTITY"}` with a valid identity other than `me`.
@@ -866,11 +996,19 @@ fn successor_of(body: &[u8], me: &str) -> Result<Option<String>, ApiError> {
         return Ok(None);
     }
     let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message);
-    let order: ResignOrder = serde_json::from_slice(body).map_err(|e| {
+    let not_an_order = |why: String| {
         bad(format!(
-            "the body must be empty or {{\"to\": \"IDENTITY\"}}: {e}"
+            "the body must be empty or {{\"to\": \"IDENTITY\"}}: {why}"
         ))
-    })?;
+    };
+    // An object, and only an object: serde would also read a struct from a
+    // sequence, taking `["B"]` for `{"to": "B"}`.
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| not_an_order(e.to_string()))?;
+    if !value.is_object() {
+        return Err(not_an_order(format!("found {}", json_kind(&value))));
+    }
+    let order = ResignOrder::deserialize(value).map_err(|e| not_an_order(e.to_string()))?;
     match order.to {
         None => Ok(None),
         Some(to) if !crate::config::is_valid_identity(&to) => Err(bad(format!(
@@ -885,28 +1023,44 @@ fn successor_of(body: &[u8], me: &str) -> Result<Option<String>, ApiError> {
     }
 }
 
-async fn resign(
-    State(app): State<Shared>,
-    headers: HeaderMap,
-    election: Result<Path<String>, PathRejection>,
-    body: axum::body::Bytes,
-) -> Response {
+/// The refusal of a resign whose `headers` do not carry the admin token
+/// (resign disabled, no token, a wrong one); `None` when they do. Decided
+/// on the head alone.
+fn refusal(app: &AppState, headers: &HeaderMap) -> Option<Response> {
     let Some(expected) = app.admin_token() else {
-        return ApiError::new(
-            StatusCode::NOT_FOUND,
-            "resign_disabled",
-            "resign is disabled: no admin token is configured",
-        )
-        .into_response();
+        return Some(
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "resign_disabled",
+                "resign is disabled: no admin token is configured",
+            )
+            .into_response(),
+        );
     };
-    let Some(given) = bearer(&headers) else {
-        return unauthorized();
+    let Some(given) = bearer(headers) else {
+        return Some(unauthorized());
     };
     // Constant time in the token's content (a length mismatch is still told
     // apart, which reveals only the length).
     if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "wrong admin token")
-            .into_response();
+        return Some(
+            ApiError::new(StatusCode::FORBIDDEN, "forbidden", "wrong admin token").into_response(),
+        );
+    }
+    None
+}
+
+async fn resign(
+    State(app): State<Shared>,
+    election: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    // Reading the body counts against the request's time too.
+    let deadline = tokio::time::Instant::now() + app.request_timeout;
+    // The token first, from the head: the body of a request that is refused
+    // is never read (a client without the token cannot make us buffer it).
+    if let Some(refused) = refusal(&app, request.headers()) {
+        return refused;
     }
     let name = match election {
         Ok(Path(name)) => name,
@@ -916,12 +1070,21 @@ async fn resign(
         return ApiError::unknown_election(&name).into_response();
     };
     let me = entry.state.borrow().identity.clone();
+    let Ok(Ok(reading)) = tokio::time::timeout_at(deadline, app.resign_readers.acquire()).await
+    else {
+        return busy().into_response();
+    };
+    let body = read_body(request.into_body()).await;
+    drop(reading);
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
     let to = match successor_of(&body, &me) {
         Ok(to) => to,
         Err(e) => return e.into_response(),
     };
 
-    let deadline = tokio::time::Instant::now() + app.request_timeout;
     let (done, answer) = oneshot::channel();
     let request = ResignRequest {
         election: name.clone(),
@@ -938,40 +1101,33 @@ async fn resign(
             )
             .into_response();
         }
-        Err(_) => {
-            return ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                "earlier resign requests are still being handled; try again",
-            )
-            .into_response();
-        }
+        Err(_) => return busy().into_response(),
     }
     tracing::info!(election = %name, to = to.as_deref().unwrap_or("(anyone)"), "resign requested over HTTP");
     match tokio::time::timeout_at(deadline, answer).await {
-        Ok(Ok(Ok(()))) => (
+        Ok(Ok(Ok(how))) => (
             StatusCode::OK,
             Json(ResignBody {
                 election: &name,
                 status: "resigned",
                 to: to.as_deref(),
-                message: "stepped down; sitting out one lease before campaigning again",
+                message: how.message(),
             }),
         )
             .into_response(),
-        Ok(Ok(Err(e @ ResignError::NotLeader(_)))) => {
-            ApiError::new(StatusCode::CONFLICT, "not_leader", e.to_string()).into_response()
+        Ok(Ok(Err(e))) => {
+            let (status, code) = match e {
+                ResignError::NotLeader(_) => (StatusCode::CONFLICT, "not_leader"),
+                ResignError::InProgress { .. } => (StatusCode::CONFLICT, "resign_in_progress"),
+                ResignError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+                ResignError::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "resign_failed"),
+            };
+            ApiError::new(status, code, e.to_string()).into_response()
         }
-        Ok(Ok(Err(e @ ResignError::Failed(_)))) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "resign_failed",
-            e.to_string(),
-        )
-        .into_response(),
         Ok(Err(_)) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "resign_failed",
-            "the daemon dropped the resign request",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the daemon stopped before it answered the resign",
         )
         .into_response(),
         Err(_) => (

@@ -70,6 +70,9 @@ fn bad_advertise_values_are_config_errors() {
         ("10.0.0.1", "is not HOST:PORT"),
         ("10.0.0.1:0", "has port 0"),
         ("no-such-host.invalid:9777", "does not resolve"),
+        ("0.0.0.0:9777", "unspecified address"),
+        ("[::]:9777", "unspecified address"),
+        (":::9777", "unspecified address"),
     ] {
         let mut cmd = Command::new(leaderd_bin());
         cmd.args(["run", "--listen", "127.0.0.1:0", "--store-path"])
@@ -84,6 +87,36 @@ fn bad_advertise_values_are_config_errors() {
             "{value}: {stderr}"
         );
         assert_eq!(stderr.trim().lines().count(), 1, "{value}: {stderr}");
+    }
+}
+
+/// An unspecified address is refused from the environment and the file
+/// too, naming the key.
+#[test]
+fn an_unspecified_advertise_address_is_refused_wherever_it_is_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("leaderd.toml");
+    std::fs::write(&file, "[http]\nadvertise = \"0.0.0.0:9777\"\n").expect("write config");
+    let run = || {
+        let mut cmd = Command::new(leaderd_bin());
+        cmd.args(["run", "--listen", "127.0.0.1:0", "--store-path"])
+            .arg(dir.path().join("leases.db"));
+        cmd
+    };
+    let mut from_env = run();
+    from_env.env("LEADERD_HTTP__ADVERTISE", "[::]:9777");
+    let mut from_file = run();
+    from_file.arg("--config").arg(&file);
+    for (what, mut cmd) in [("environment", from_env), ("file", from_file)] {
+        let (out, ended) = output_within(&mut cmd, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(ended, "{what}: kept running");
+        assert_eq!(out.status.code(), Some(64), "{what}: {stderr}");
+        assert!(
+            stderr.contains("http.advertise") && stderr.contains("unspecified address"),
+            "{what}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{what}: {stderr}");
     }
 }
 

@@ -333,3 +333,65 @@ fn oversized_names_are_rejected_and_not_echoed_whole() {
         assert!(stderr.len() < 1_000, "{} bytes echoed", stderr.len());
     }
 }
+
+/// Admin tokens no `Authorization: Bearer` header can carry (not ASCII,
+/// spaces at either end) are config errors for the daemon and for
+/// `leaderd resign` alike, from the environment or the file; the value is
+/// never echoed. They used to start fine and refuse every resign (401 for
+/// `pässwort`, 403 for ` s3cret `).
+#[test]
+fn admin_tokens_that_could_never_authenticate_are_config_errors() {
+    let bad = ["pässwort", " s3cret", "s3cret ", " ", "tab\there"];
+    for token in bad {
+        let env = [("LEADERD_HTTP__ADMIN_TOKEN", token)];
+        let (code, stderr, running) = run_briefly(
+            &["run", "--listen", "127.0.0.1:0"],
+            &env,
+            Duration::from_secs(5),
+        );
+        assert!(!running, "{token:?}: leaderd started: {stderr}");
+        assert_eq!(code, Some(64), "{token:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{token:?}: {stderr}");
+        assert!(lines[0].contains("http.admin_token"), "{token:?}: {stderr}");
+        assert!(
+            token.trim().is_empty() || !lines[0].contains(token.trim()),
+            "{token:?} echoed: {stderr}"
+        );
+
+        // `leaderd resign` reads the same token: the same error, before it
+        // talks to anyone (nothing listens on port 9).
+        let out = leaderd(&["resign", "web", "--url", "http://127.0.0.1:9"], &env);
+        assert_config_error(&out, &["http.admin_token"]);
+    }
+    with_file("[http]\nadmin_token = \"pässwort\"\n", |p| {
+        assert_config_error(
+            &leaderd(
+                &[
+                    "resign",
+                    "web",
+                    "--config",
+                    p,
+                    "--url",
+                    "http://127.0.0.1:9",
+                ],
+                &[],
+            ),
+            &["http.admin_token", "printable ASCII"],
+        );
+        let (code, stderr, running) = run_briefly(
+            &["run", "--config", p, "--listen", "127.0.0.1:0"],
+            &[],
+            Duration::from_secs(5),
+        );
+        assert!(!running && code == Some(64), "{stderr}");
+        assert!(stderr.contains("http.admin_token"), "{stderr}");
+    });
+    // Spaces inside are carried, and accepted.
+    let (code, stderr, running) = run_briefly(
+        &["run", "--listen", "127.0.0.1:0"],
+        &[("LEADERD_HTTP__ADMIN_TOKEN", "correct horse")],
+        Duration::from_millis(1_500),
+    );
+    assert!(running, "leaderd exited ({code:?}): {stderr}");
+}

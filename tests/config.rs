@@ -882,6 +882,32 @@ fn bad_store_listen_identity_and_log_values() {
     );
     load_err(None, &[("LEADERD_IDENTITY", "")], &[], "identity");
     load_err(Some("[log]\nlevel = \"verbose\"\n"), &[], &[], "log.level");
+    for token in ["pässwort", " s3cret", "s3cret ", "\ts3cret"] {
+        let text = load_err(
+            None,
+            &[("LEADERD_HTTP__ADMIN_TOKEN", token)],
+            &[],
+            "http.admin_token",
+        );
+        assert!(!text.contains(token.trim()), "the token is echoed: {text}");
+    }
+    load_err(
+        Some("[http]\nadmin_token = \" \"\n"),
+        &[],
+        &[],
+        "http.admin_token",
+    );
+    let c = load_ok(None, &[("LEADERD_HTTP__ADMIN_TOKEN", "a b~!")], &[]);
+    assert_eq!(c.http.admin_token.as_deref(), Some("a b~!"));
+    for advertise in ["0.0.0.0:9777", "[::]:9777", "[::ffff:0.0.0.0]:9777"] {
+        let text = load_err(
+            None,
+            &[("LEADERD_HTTP__ADVERTISE", advertise)],
+            &[],
+            "http.advertise",
+        );
+        assert!(text.contains("unspecified address"), "{text}");
+    }
     load_err(Some("[log]\nlevel = \"info,=[\"\n"), &[], &[], "log.level");
 }
 

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::{Clock, Instant};
 use leaderd::election::{ElectionState, LeaseEvent, Role};
-use leaderd::http::{AppState, ResignError, ResignRequest, router};
+use leaderd::http::{AppState, ResignError, ResignRequest, Resigned, router};
 use leaderd::metrics::Metrics;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -462,7 +462,7 @@ async fn resign_with_the_token_reaches_the_daemon() {
         let mut seen = Vec::new();
         while let Some(req) = f.resigns.recv().await {
             let answer = if req.election == "report" {
-                Ok(())
+                Ok(Resigned::SittingOut)
             } else {
                 Err(ResignError::Failed("election is shutting down".to_owned()))
             };
@@ -532,6 +532,156 @@ async fn resign_answers_202_when_stepping_down_outlasts_the_request() {
     // The request was delivered (the daemon just had not answered).
     let req = f.resigns.try_recv().expect("the resign was sent");
     assert_eq!(req.election, "report");
+}
+
+/// A resign request with the body `chunks` streamed in pieces (no
+/// `Content-Length`, as a chunked request arrives), and a flag set once
+/// anything reads the body.
+fn streamed_resign(
+    auth: Option<&str>,
+    chunks: Vec<Vec<u8>>,
+) -> (Request<Body>, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let read = Arc::new(AtomicBool::new(false));
+    let flag = read.clone();
+    use futures_util::StreamExt;
+    let stream = futures_util::stream::iter(chunks).map(move |c| {
+        flag.store(true, Ordering::SeqCst);
+        Ok::<_, std::convert::Infallible>(c)
+    });
+    let mut b = Request::post("/leader/report/resign");
+    if let Some(a) = auth {
+        b = b.header(header::AUTHORIZATION, a);
+    }
+    (b.body(Body::from_stream(stream)).unwrap(), read)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_resign_never_reads_its_body() {
+    use std::sync::atomic::Ordering;
+    let big = || vec![vec![b' '; 1024 * 1024]; 3];
+    let cases = [
+        (None, None, StatusCode::NOT_FOUND, "resign_disabled"),
+        (Some(TOKEN), None, StatusCode::UNAUTHORIZED, "unauthorized"),
+        (
+            Some(TOKEN),
+            Some("Bearer wrong"),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+    ];
+    for (configured, auth, status, code) in cases {
+        let mut f = fixture(leader, follower, |s| {
+            s.with_admin_token(configured.map(str::to_owned))
+        });
+        let (req, read) = streamed_resign(auth, big());
+        call(&f.app, req).await.assert_error(status, code);
+        assert!(!read.load(Ordering::SeqCst), "{code}: the body was read");
+        assert!(f.resigns.try_recv().is_err());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_resign_body_past_the_limit_is_a_json_413() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let auth = format!("Bearer {TOKEN}");
+    let limit = leaderd::http::MAX_BODY_BYTES;
+    // In one piece, in small pieces, and one byte over in the last piece.
+    for chunks in [
+        vec![vec![b' '; 3 * 1024 * 1024]],
+        vec![vec![b' '; 1000]; 100],
+        vec![vec![b' '; limit], vec![b' ']],
+    ] {
+        let (req, _) = streamed_resign(Some(&auth), chunks);
+        call(&f.app, req)
+            .await
+            .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    }
+    assert!(
+        f.resigns.try_recv().is_err(),
+        "an oversized resign was sent"
+    );
+    // At the limit (whitespace around the JSON) it is read.
+    let mut body = vec![b' '; limit - 10];
+    body.extend_from_slice(br#"{"to":"x"}"#);
+    let (req, _) = streamed_resign(Some(&auth), vec![body]);
+    let daemon = tokio::spawn(async move {
+        let req = f.resigns.recv().await.expect("a resign request");
+        assert_eq!(req.to.as_deref(), Some("x"));
+        let _ = req.done.send(Ok(Resigned::SittingOut));
+    });
+    let a = call(&f.app, req).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    daemon.await.expect("the daemon task ran");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resign_bodies_other_than_an_object_are_400() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let auth = format!("Bearer {TOKEN}");
+    for body in [
+        r#"["web-2"]"#,
+        r#""web-2""#,
+        "null",
+        "42",
+        "true",
+        r#"{"to": ["web-2"]}"#,
+        r#"{"to": "web-2", "x": 1}"#,
+        "{",
+    ] {
+        let mut req = resign_req("/leader/report/resign", Some(&auth));
+        *req.body_mut() = Body::from(body);
+        call(&f.app, req)
+            .await
+            .assert_error(StatusCode::BAD_REQUEST, "bad_request");
+    }
+    assert!(
+        f.resigns.try_recv().is_err(),
+        "a bad body reached the daemon"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_resign_outcome_has_its_answer() {
+    let mut f = fixture(leader, follower, |s| s.with_admin_token(Some(TOKEN.into())));
+    let outcomes = vec![
+        Ok(Resigned::Exiting),
+        Err(ResignError::InProgress {
+            election: "report".into(),
+            to: Some("web-2".into()),
+        }),
+        Err(ResignError::ShuttingDown),
+    ];
+    let daemon = tokio::spawn(async move {
+        for outcome in outcomes {
+            let req = f.resigns.recv().await.expect("a resign request");
+            let _ = req.done.send(outcome);
+        }
+        // Dropped unanswered: the daemon ended.
+        let req = f.resigns.recv().await.expect("a resign request");
+        drop(req);
+    });
+    let auth = format!("Bearer {TOKEN}");
+    let a = call(&f.app, resign_req("/leader/report/resign", Some(&auth))).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.json()["status"], "resigned");
+    assert!(
+        a.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shutting down")),
+        "{}",
+        a.text
+    );
+    let a = call(&f.app, resign_req("/leader/report/resign", Some(&auth))).await;
+    a.assert_error(StatusCode::CONFLICT, "resign_in_progress");
+    assert!(a.json()["message"].as_str().unwrap().contains("`web-2`"));
+    call(&f.app, resign_req("/leader/report/resign", Some(&auth)))
+        .await
+        .assert_error(StatusCode::SERVICE_UNAVAILABLE, "shutting_down");
+    call(&f.app, resign_req("/leader/report/resign", Some(&auth)))
+        .await
+        .assert_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    daemon.await.expect("the daemon task ran");
 }
 
 #[tokio::test(start_paused = true)]

@@ -5,10 +5,12 @@
 //! configuration (`http.admin_token`, or `LEADERD_HTTP__ADMIN_TOKEN`).
 //!
 //! Exit codes: 0 stepped down (or still at it when the daemon's time was
-//! up: it says so); 77 this daemon does not lead the election (nothing
-//! changed); 64 a usage problem (no token, a wrong token, resign disabled,
-//! an unknown election, a bad `--to`); 69 the daemon cannot be reached or
-//! is shutting down; 70 anything else.
+//! up, or stepped down as the daemon shut down: it says so); 77 nothing
+//! changed: this daemon does not lead the election, or an earlier resign of
+//! it is still under way (409 either way); 64 a usage problem (no token, a
+//! token no header can carry, a wrong token, resign disabled, an unknown
+//! election, a bad `--to`); 69 the daemon cannot be reached or is shutting
+//! down (503); 70 anything else.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;

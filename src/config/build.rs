@@ -341,6 +341,32 @@ pub(super) fn build_listen(raw: &RawConfig) -> Result<SocketAddr, ConfigError> {
     })
 }
 
+/// `http.admin_token`: empty or unset = resign disabled. Otherwise printable
+/// ASCII with no space at either end: the token travels in an
+/// `Authorization: Bearer` header, which carries only ASCII and whose token
+/// is read without the spaces around it, so any other token could never be
+/// presented and resign would refuse every caller (401 or 403). The value is
+/// never echoed: it is a secret.
+pub(super) fn build_admin_token(raw: &RawConfig) -> Result<Option<String>, ConfigError> {
+    let Some(token) = raw.http.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let why = if !token.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        "has characters other than printable ASCII"
+    } else if token.starts_with(' ') || token.ends_with(' ') {
+        "starts or ends with a space"
+    } else {
+        return Ok(Some(token.to_owned()));
+    };
+    Err(ConfigError::invalid(
+        "http.admin_token",
+        format!(
+            "{} {why}: an `Authorization: Bearer` header cannot carry it, so resign would refuse every caller (use printable ASCII without spaces at either end; the value is not shown)",
+            raw.label("http.admin_token")
+        ),
+    ))
+}
+
 pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
     let Some(id) = &raw.identity else {
         return Ok(default_identity());
@@ -526,7 +552,7 @@ pub(super) fn build(
     };
     let http = HttpConfig {
         listen,
-        admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
+        admin_token: build_admin_token(&raw)?,
         advertise,
     };
 
@@ -703,7 +729,8 @@ fn http_probe(url: &str, label: &str) -> Result<Probe, ConfigError> {
 }
 
 /// `http.advertise`: `HOST:PORT` with a port above 0 and a host that
-/// resolves (other instances will connect to it).
+/// resolves to addresses other instances can connect to: not the
+/// unspecified address (`0.0.0.0`, `::`), which is only good for listening.
 fn check_advertise(addr: &str, label: &str) -> Result<String, ConfigError> {
     use std::net::ToSocketAddrs;
     let bad = |why: String| {
@@ -724,10 +751,15 @@ fn check_advertise(addr: &str, label: &str) -> Result<String, ConfigError> {
             match addr
                 .as_str()
                 .to_socket_addrs()
-                .map(|mut found| found.next())
+                .map(|found| found.collect::<Vec<_>>())
             {
-                Ok(Some(_)) => Ok(addr),
-                Ok(None) => Err(bad("resolves to no address".into())),
+                Ok(found) if found.is_empty() => Err(bad("resolves to no address".into())),
+                Ok(found) if found.iter().any(|a| a.ip().to_canonical().is_unspecified()) => {
+                    Err(bad(
+                        "is an unspecified address (0.0.0.0 or ::), good for listening only: other instances cannot connect to it (name this host's own address, like 10.0.3.7:9777)".into(),
+                    ))
+                }
+                Ok(_) => Ok(addr),
                 Err(e) => Err(bad(format!("does not resolve: {e}"))),
             }
         }

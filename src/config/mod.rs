@@ -381,7 +381,7 @@ impl ResignConfig {
         let raw = extract(config, process_env()?)?;
         Ok(ResignConfig {
             listen: build_listen(&raw)?,
-            admin_token: raw.http.admin_token.clone().filter(|t| !t.is_empty()),
+            admin_token: build_admin_token(&raw)?,
         })
     }
 }

@@ -24,7 +24,7 @@ use crate::config::{ChildConfig, Config, Mode};
 use crate::election::{self, AfterRelease, ElectionHandle, ElectionState, Role};
 use crate::exit;
 use crate::hints;
-use crate::http::{self, AppState, ResignError, ResignRequest};
+use crate::http::{self, AppState, ResignError, ResignRequest, Resigned};
 use crate::lease::{self, HolderMeta, LeaseStore, StoreError};
 use crate::metrics::Metrics;
 use crate::notify::{self, Notifier};
@@ -939,6 +939,24 @@ impl Daemon {
     }
 
     async fn on_resign(&mut self, req: ResignRequest) {
+        if self.shutdown.is_some() {
+            // Every lease is released as the daemon exits, to whoever is
+            // fastest (or to the successor of a resign already under way).
+            let _ = req.done.send(Err(ResignError::ShuttingDown));
+            return;
+        }
+        if let Some(StepDown::Resign(earlier)) = &self.pending_step_down
+            && earlier.election == req.election
+        {
+            // The first resign stands, its successor with it: replacing it
+            // would leave its caller without an answer.
+            tracing::info!(election = %req.election, to = req.to.as_deref().unwrap_or("(anyone)"), "resign refused: an earlier resign is still stepping down");
+            let _ = req.done.send(Err(ResignError::InProgress {
+                election: req.election.clone(),
+                to: earlier.to.clone(),
+            }));
+            return;
+        }
         let leading = self
             .handles
             .get(&req.election)
@@ -1046,7 +1064,7 @@ impl Daemon {
             .hand_over(AfterRelease::SitOut(sit_out), req.to.clone())
             .await;
         let _ = req.done.send(if released {
-            Ok(())
+            Ok(Resigned::SittingOut)
         } else {
             Err(ResignError::NotLeader(req.election.clone()))
         });
@@ -1062,13 +1080,46 @@ impl Daemon {
     }
 
     /// Final step of every exit path: the child is gone; give up every lease.
+    /// A resign that was waiting for the child (SIGTERM came meanwhile) is
+    /// honoured by the release, its successor named, and answered; resigns
+    /// still queued are answered `ShuttingDown`. Nothing is left waiting for
+    /// an answer, so the HTTP drain that follows has nothing of ours to
+    /// wait for.
     async fn release_all(&mut self) {
         if let Some(b) = self.balancer.take() {
             b.leave().await;
         }
         self.kill_child().await;
-        let releases = self.handles.values().map(|h| h.release(AfterRelease::Exit));
-        futures_util::future::join_all(releases).await;
+        let resign = match self.pending_step_down.take() {
+            Some(StepDown::Resign(req)) => Some(req),
+            Some(StepDown::AppFailing) | None => None,
+        };
+        let releases = self.handles.iter().map(|(name, h)| {
+            let successor = resign
+                .as_ref()
+                .filter(|r| r.election == *name)
+                .and_then(|r| r.to.clone());
+            async move { (name, h.hand_over(AfterRelease::Exit, successor).await) }
+        });
+        let released = futures_util::future::join_all(releases).await;
+        if let Some(req) = resign {
+            let done = released
+                .iter()
+                .any(|(name, released)| **name == req.election && *released);
+            tracing::info!(election = %req.election, released = done, "answering the resign that was under way at shutdown");
+            let _ = req.done.send(if done {
+                Ok(Resigned::Exiting)
+            } else {
+                Err(ResignError::Failed(format!(
+                    "the daemon is shutting down and could not release the lease of election `{}` (lost, or the store failed): it expires on its own",
+                    req.election
+                )))
+            });
+        }
+        self.resign_rx.close();
+        while let Ok(req) = self.resign_rx.try_recv() {
+            let _ = req.done.send(Err(ResignError::ShuttingDown));
+        }
     }
 }
 
