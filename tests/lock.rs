@@ -2,12 +2,15 @@
 //! acquire, renew and release; `--no-wait` on a held lock; a waiter that
 //! takes a lock nobody renews only after its lease · (1 + D); a stale token
 //! that neither renews nor releases the new holder's lock; a CLI lock and
-//! `leaderd run` keeping each other out; bad input as clear errors.
+//! `leaderd run` keeping each other out; a token that cannot be written to
+//! stdout (a full disk, a closed pipe) gives the lock up again; bad input as
+//! clear errors.
 
 mod common;
 
+use std::io::Read as _;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
@@ -53,8 +56,8 @@ impl Store {
         store
     }
 
-    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, run to its end (60 s at most).
-    fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
+    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, not started yet.
+    fn command(&self, subcommand: &[&str], extra: &[&str]) -> Command {
         let mut cmd = Command::new(leaderd_bin());
         cmd.args(subcommand)
             .args(&self.args)
@@ -62,6 +65,12 @@ impl Store {
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
             .env("AWS_EC2_METADATA_DISABLED", "true");
+        cmd
+    }
+
+    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, run to its end (60 s at most).
+    fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
+        let mut cmd = self.command(subcommand, extra);
         let (out, ended) = output_within(&mut cmd, Duration::from_secs(60));
         assert!(ended, "leaderd {subcommand:?} did not end");
         out
@@ -375,4 +384,86 @@ fn a_bad_clock_drift_is_a_config_error() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Where a command's stdout goes when it cannot be written.
+#[derive(Debug, Clone, Copy)]
+enum Sink {
+    /// `/dev/full`: every write fails with ENOSPC.
+    Full,
+    /// A pipe whose reader is gone before anything is written: EPIPE.
+    ClosedPipe,
+}
+
+/// Run `cmd` with its stdout on `sink`: (exit code, stderr).
+fn run_into(mut cmd: Command, sink: Sink) -> (Option<i32>, String) {
+    cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+    match sink {
+        Sink::Full => cmd.stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("open /dev/full"),
+        ),
+        Sink::ClosedPipe => cmd.stdout(Stdio::piped()),
+    };
+    let mut child = cmd.spawn().expect("start leaderd");
+    // Closed long before leaderd has read its configuration and the store.
+    drop(child.stdout.take());
+    let from = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if from.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("leaderd did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut said = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut said)
+        .expect("read stderr");
+    let status = child.wait().expect("wait");
+    (status.code(), said.trim().to_owned())
+}
+
+/// `acquire` and `renew` whose token cannot reach stdout: exit 74 with one
+/// line that says so, and the lock is released again, so that someone else
+/// takes it at once (not after the 15 minutes nobody could renew).
+fn an_undeliverable_token_leaves_the_lock_free(store: &Store) {
+    for sink in [Sink::Full, Sink::ClosedPipe] {
+        let (code, said) = run_into(store.command(&["lock", "acquire", "gate"], &[]), sink);
+        assert_eq!(code, Some(74), "acquire into {sink:?}: {said}");
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains("cannot write the token") && said.contains("released the lock again"),
+            "{said}"
+        );
+        let taken = acquire(store, "gate", &["--no-wait"]);
+
+        // A renew's new token lost: the old one is stale, so nobody could
+        // renew or release the lock; it is released too.
+        let (code, said) = run_into(store.command(&["lock", "renew", "gate", &taken], &[]), sink);
+        assert_eq!(code, Some(74), "renew into {sink:?}: {said}");
+        assert!(said.contains("released the lock again"), "{said}");
+        assert_eq!(holder(store, "gate"), None, "renew into {sink:?}");
+        let out = store.lock("renew", &["gate", &taken]);
+        assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+        let again = acquire(store, "gate", &["--no-wait"]);
+        let out = store.lock("release", &["gate", &again]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn an_undeliverable_token_leaves_the_lock_free_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    an_undeliverable_token_leaves_the_lock_free(&Store::sqlite(dir.path()));
+}
+
+#[test]
+fn an_undeliverable_token_leaves_the_lock_free_on_dynamodb_local() {
+    an_undeliverable_token_leaves_the_lock_free(&Store::dynamodb());
 }

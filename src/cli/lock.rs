@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::tool;
 use super::{
     LockAcquireArgs, LockReleaseArgs, LockRenewArgs, LockStatusArgs, StatusArgs, ToolError,
 };
@@ -245,8 +246,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
             Ok(record) => match waiter.plan(&record, at) {
                 Ok((lease, cond)) => match store.write(&lease, &cond, BUDGET).await {
                     Ok(WriteOutcome::Applied) => {
-                        println!("{}", token_of(&lease));
-                        return Ok(());
+                        return hand_out(store.as_ref(), &args.name, &lease).await;
                     }
                     // Someone else wrote first: look again at once.
                     Ok(WriteOutcome::ConditionFailed { .. }) => clock.now(),
@@ -346,6 +346,41 @@ async fn write_ours(
     }
 }
 
+/// Print `lease`'s token on stdout, the one way its holder learns it. When
+/// that fails (a full disk, a closed pipe) the lock is released again at
+/// once: a token nobody has must not keep the lock held for its lease, and
+/// nobody could renew or release it. Exits [`exit::IOERR`] then.
+async fn hand_out(store: &dyn LeaseStore, name: &str, lease: &Lease) -> Result<(), ToolError> {
+    let token = token_of(lease);
+    let Err(e) = tool::print(&format!("{token}\n")) else {
+        return Ok(());
+    };
+    let undo = Condition::HeldBy {
+        rvn: token.rvn.clone(),
+        holder: token.holder.clone(),
+    };
+    let outcome = match store.write(&lease.released(), &undo, BUDGET).await {
+        Ok(WriteOutcome::Applied) => "released the lock again".to_owned(),
+        // Taken over already (a lease shorter than the store's answer): not
+        // ours to release any more.
+        Ok(WriteOutcome::ConditionFailed { .. }) => {
+            "the lock changed hands meanwhile; nothing else was changed".to_owned()
+        }
+        // The token goes to stderr, the one place left to tell it.
+        Err(release_error) => format!(
+            "releasing the lock failed too ({release_error}): it stays held for its lease of {} unless released with token {token}",
+            text::duration(Duration::from_millis(lease.lease_ms))
+        ),
+    };
+    Err(ToolError::new(
+        exit::IOERR,
+        format!(
+            "lock {}: cannot write the token to stdout ({e}); {outcome}",
+            text::echo_plain(name)
+        ),
+    ))
+}
+
 /// `leaderd lock renew NAME TOKEN`.
 pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
@@ -361,8 +396,9 @@ pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
         None,
     );
     write_ours(store.as_ref(), &args.name, &next, &token).await?;
-    println!("{}", token_of(&next));
-    Ok(())
+    // The old token is stale now: if the new one cannot be delivered,
+    // nobody could renew or release the lock, so `hand_out` releases it.
+    hand_out(store.as_ref(), &args.name, &next).await
 }
 
 /// `leaderd lock release NAME TOKEN`.

@@ -175,12 +175,17 @@ pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
     let rows = collect(store.as_ref(), &args.elections, BUDGET)
         .await
         .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))?;
-    if args.json {
-        println!("{}", render_json(&rows));
+    let text = if args.json {
+        format!("{}\n", render_json(&rows))
     } else {
-        print!("{}", render_text(&rows));
-    }
-    Ok(())
+        render_text(&rows)
+    };
+    tool::print(&text).map_err(|e| {
+        ToolError::new(
+            exit::IOERR,
+            format!("cannot write the status to stdout: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]

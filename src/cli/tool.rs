@@ -1,5 +1,8 @@
-//! What the one-shot subcommands (`status`, `table`) share: their error,
-//! which carries the exit code, and how they load their configuration.
+//! What the one-shot subcommands (`status`, `table`, `lock`) share: their
+//! error, which carries the exit code, how they load their configuration
+//! and print.
+
+use std::io::Write as _;
 
 use super::StoreArgs;
 use crate::config::ToolConfig;
@@ -30,4 +33,13 @@ pub(crate) fn config(args: &StoreArgs) -> Result<ToolConfig, ToolError> {
         eprintln!("leaderd: warning: {w}");
     }
     Ok(cfg)
+}
+
+/// `text` on stdout, flushed: an error instead of `print!`'s panic when
+/// stdout is a full disk or a closed pipe (like every Rust program, leaderd
+/// ignores SIGPIPE, so a closed pipe is EPIPE).
+pub(crate) fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
 }
