@@ -122,21 +122,22 @@ fn lease_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Who holds what a waiter sees, for the line it prints on each change.
-fn holder_line(name: &str, record: &Record) -> Option<String> {
+/// What keeps the lock from being taken at once, as one clause naming the
+/// lock: who holds it, or that its record is malformed. `None` when nothing
+/// does.
+fn obstacle(name: &str, record: &Record) -> Option<String> {
+    let name = text::echo_plain(name);
     match record {
         Record::Valid(l) => l.holder.as_ref().map(|h| {
             format!(
-                "lock {} is held by {} (fencing token {}, lease {}); waiting",
-                text::echo_plain(name),
+                "lock {name} is held by {} (fencing token {}, lease {})",
                 text::echo_plain(h),
                 l.fencing_token,
                 text::duration(Duration::from_millis(l.lease_ms))
             )
         }),
         Record::Malformed(m) => Some(format!(
-            "lock {}: the record is malformed ({}); waiting for it to stay unchanged for a lease before overwriting it",
-            text::echo_plain(name),
+            "lock {name}: the record is malformed ({}); it is overwritten only once it stayed unchanged for a lease",
             m.problem
         )),
         Record::Absent => None,
@@ -217,29 +218,28 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         drift: cfg.max_clock_drift,
         seen: None,
     };
+    // What a waiter says on stderr, each line once until it changes. With
+    // --no-wait nothing is waited for: the final error says why.
     let mut said: Option<String> = None;
-    let mut say = |line: Option<String>| {
-        if line.is_some() && line != said {
-            eprintln!("leaderd: {}", line.as_deref().unwrap_or_default());
-        }
-        if line.is_some() {
-            said = line;
+    let mut say = |line: String| {
+        if !args.no_wait && said.as_ref() != Some(&line) {
+            eprintln!("leaderd: {line}");
+            said = Some(line);
         }
     };
     loop {
         let res = store.read(&args.name, BUDGET).await;
         let at = clock.now();
-        // The store's error, when this round ended on one.
+        // Why this round did not take the lock: the store's error, or what
+        // stands in the way.
         let mut failed: Option<String> = None;
+        let mut blocked: Option<String> = None;
         let next = match res {
             Err(e) => {
-                // With --no-wait the final error says it.
-                if !args.no_wait {
-                    say(Some(format!(
-                        "cannot read lock {}: {e}; retrying",
-                        text::echo_plain(&args.name)
-                    )));
-                }
+                say(format!(
+                    "cannot read lock {}: {e}; retrying",
+                    text::echo_plain(&args.name)
+                ));
                 failed = Some(e.to_string());
                 at + cfg.retry_interval
             }
@@ -249,21 +249,27 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
                         return hand_out(store.as_ref(), &args.name, &lease).await;
                     }
                     // Someone else wrote first: look again at once.
-                    Ok(WriteOutcome::ConditionFailed { .. }) => clock.now(),
+                    Ok(WriteOutcome::ConditionFailed { .. }) => {
+                        blocked = Some(format!(
+                            "lock {} changed while it was being taken",
+                            text::echo_plain(&args.name)
+                        ));
+                        clock.now()
+                    }
                     Err(e) => {
-                        // With --no-wait the final error says it.
-                        if !args.no_wait {
-                            say(Some(format!(
-                                "cannot take lock {}: {e}; retrying",
-                                text::echo_plain(&args.name)
-                            )));
-                        }
+                        say(format!(
+                            "cannot take lock {}: {e}; retrying",
+                            text::echo_plain(&args.name)
+                        ));
                         failed = Some(e.to_string());
                         clock.now() + cfg.retry_interval
                     }
                 },
                 Err(due) => {
-                    say(holder_line(&args.name, &record));
+                    blocked = obstacle(&args.name, &record);
+                    if let Some(b) = &blocked {
+                        say(format!("{b}; waiting"));
+                    }
                     due.min(at + cfg.retry_interval)
                 }
             },
@@ -271,20 +277,19 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         if let Some(d) = deadline
             && next > d
         {
-            // Not acquired (75) either way; say when the store was why.
-            let cause = failed.map_or_else(String::new, |e| format!(": the store failed: {e}"));
+            // Not acquired (75) either way; say why.
             let waited = if args.no_wait {
                 String::new()
             } else {
                 format!(" within {}", text::duration(d.saturating_since(started)))
             };
-            return Err(ToolError::new(
-                exit::TEMPFAIL,
-                format!(
-                    "lock {} not acquired{waited}{cause}",
-                    text::echo_plain(&args.name)
-                ),
-            ));
+            let name = text::echo_plain(&args.name);
+            let message = match (failed, blocked) {
+                (Some(e), _) => format!("lock {name} not acquired{waited}: the store failed: {e}"),
+                (None, Some(b)) => format!("{b}; not acquired{waited}"),
+                (None, None) => format!("lock {name} not acquired{waited}"),
+            };
+            return Err(ToolError::new(exit::TEMPFAIL, message));
         }
         clock.sleep_until(next).await;
     }
