@@ -2,9 +2,10 @@
 //! acquire, renew and release; `--no-wait` on a held lock; a waiter that
 //! takes a lock nobody renews only after its lease · (1 + D); a stale token
 //! that neither renews nor releases the new holder's lock; a CLI lock and
-//! `leaderd run` keeping each other out; a token that cannot be written to
-//! stdout (a full disk, a closed pipe) gives the lock up again; bad input as
-//! clear errors.
+//! `leaderd run` keeping each other out; a lock a daemon handed to a named
+//! successor, which others wait one lease for; a token that cannot be
+//! written to stdout (a full disk, a closed pipe) gives the lock up again;
+//! bad input as clear errors.
 
 mod common;
 
@@ -474,4 +475,117 @@ fn an_undeliverable_token_leaves_the_lock_free_on_sqlite() {
 #[test]
 fn an_undeliverable_token_leaves_the_lock_free_on_dynamodb_local() {
     an_undeliverable_token_leaves_the_lock_free(&Store::dynamodb());
+}
+
+const ADMIN_TOKEN: &str = "lock-test-admin";
+
+/// `leaderd run` for `election` on `store` with a 3 s lease, leading once
+/// this returns.
+fn leading_daemon(store: &Store, dir: &Path, election: &str) -> Leaderd {
+    let mut args = store.args.clone();
+    args.extend(
+        [
+            "--lease-duration",
+            "3s",
+            "--retry-interval",
+            "250ms",
+            "--kill-grace",
+            "500ms",
+            "--election",
+            election,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let node = Leaderd::start(Spec {
+        identity: "daemon",
+        args,
+        env: vec![("LEADERD_HTTP__ADMIN_TOKEN".into(), ADMIN_TOKEN.into())],
+        command: vec![],
+        dir,
+    });
+    node.wait_http(Duration::from_secs(20));
+    wait_until(Duration::from_secs(10), || node.is_leader())
+        .unwrap_or_else(|| panic!("the daemon does not lead; log:\n{}", node.log()));
+    node
+}
+
+/// `leaderd resign ELECTION --to TO` against `node`, then stop `node`
+/// (it does not lead any more: it writes nothing on its way out).
+fn hand_over_and_stop(mut node: Leaderd, election: &str, to: &str) {
+    let mut cmd = Command::new(leaderd_bin());
+    cmd.args(["resign", election, "--to", to, "--url"])
+        .arg(format!("http://127.0.0.1:{}", node.port))
+        .env("LEADERD_HTTP__ADMIN_TOKEN", ADMIN_TOKEN);
+    let (out, ended) = output_within(&mut cmd, Duration::from_secs(30));
+    assert!(ended, "leaderd resign hung");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(20))
+        .expect("the daemon exits");
+}
+
+/// A lock a daemon handed to a named successor (`resign --to`) follows the
+/// daemon's rule: anyone else waits one lease (3 s · (1 + 1 %) on its own
+/// clock) as if it were held, and `--no-wait` does not get it; the
+/// successor itself (`LEADERD_IDENTITY`) takes it at once.
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(store: &Store, dir: &Path) {
+    let node = leading_daemon(store, dir, "handed");
+    hand_over_and_stop(node, "handed", "nobody");
+    let row = status_json(store, "handed");
+    assert_eq!(row["state"], "released", "{row}");
+    let released_token = row["fencing_token"].as_u64().expect("fencing token");
+
+    for _ in 0..2 {
+        let out = store.lock("acquire", &["handed", "--no-wait"]);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(75), "{said}");
+        assert!(said.contains("handed to nobody"), "{said}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let started = Instant::now();
+    let out = store.lock("acquire", &["handed", "--wait", "30s"]);
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    eprintln!("the waiter took the lock handed to nobody after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(3030),
+        "taken after {waited:?}: before a lease passed"
+    );
+    assert!(
+        waited <= Duration::from_secs(5),
+        "taken after {waited:?}: too late"
+    );
+    let token = stdout(&out);
+    assert!(
+        token.starts_with(&format!("{}.", released_token + 1)),
+        "{token}"
+    );
+    let out = store.lock("release", &["handed", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Handed to B: B takes it at once.
+    let node = leading_daemon(store, dir, "handed");
+    hand_over_and_stop(node, "handed", "B");
+    let mut cmd = store.command(&["lock", "acquire", "handed", "--no-wait"], &[]);
+    cmd.env("LEADERD_IDENTITY", "B");
+    let (out, ended) = output_within(&mut cmd, Duration::from_secs(30));
+    assert!(ended);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(holder(store, "handed").as_deref(), Some("B"));
+}
+
+#[test]
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(
+        &Store::sqlite(dir.path()),
+        dir.path(),
+    );
+}
+
+#[test]
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_dynamodb_local() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(&Store::dynamodb(), dir.path());
 }

@@ -4,9 +4,12 @@
 //!
 //! A lock is an election's record like any other, so a lock taken here keeps
 //! `leaderd run` from leading the same name and the reverse. Waiting follows
-//! the daemon's rule: a held record is taken over only once its `rvn` stayed
-//! unchanged for its lease · (1 + D) on this process's own clock, with a write
-//! conditional on that `rvn`. No wall clock is compared.
+//! the daemon's rule ([`Lease::free_for`]): a released record is taken at
+//! once, unless a daemon's resign handed it to someone else (`successor`),
+//! who alone may take it at once; a held or handed record is taken over only
+//! once its `rvn` stayed unchanged for its lease · (1 + D) on this process's
+//! own clock, with a write conditional on that `rvn`. No wall clock is
+//! compared.
 //!
 //! The token printed by `acquire` and `renew` names the write it came from
 //! (fencing token, `rvn`, holder). `renew` and `release` write only under the
@@ -122,19 +125,27 @@ fn lease_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// What keeps the lock from being taken at once, as one clause naming the
-/// lock: who holds it, or that its record is malformed. `None` when nothing
-/// does.
-fn obstacle(name: &str, record: &Record) -> Option<String> {
+/// What keeps `identity` from taking the lock at once, as one clause naming
+/// the lock: who holds it, whom it was handed to, or that its record is
+/// malformed. `None` when nothing does.
+fn obstacle(name: &str, identity: &str, record: &Record) -> Option<String> {
     let name = text::echo_plain(name);
     match record {
-        Record::Valid(l) => l.holder.as_ref().map(|h| {
-            format!(
+        Record::Valid(l) if l.free_for(identity) => None,
+        Record::Valid(l) => Some(match (&l.holder, &l.successor) {
+            (Some(h), _) => format!(
                 "lock {name} is held by {} (fencing token {}, lease {})",
                 text::echo_plain(h),
                 l.fencing_token,
                 text::duration(Duration::from_millis(l.lease_ms))
-            )
+            ),
+            // Not free for us, not held: handed to someone else.
+            (None, s) => format!(
+                "lock {name} was handed to {} (fencing token {}); anyone else waits one lease of {}",
+                text::echo_plain(s.as_deref().unwrap_or_default()),
+                l.fencing_token,
+                text::duration(Duration::from_millis(l.lease_ms))
+            ),
         }),
         Record::Malformed(m) => Some(format!(
             "lock {name}: the record is malformed ({}); it is overwritten only once it stayed unchanged for a lease",
@@ -167,7 +178,9 @@ impl Waiter {
     fn plan(&mut self, record: &Record, at: Instant) -> Result<(Lease, Condition), Instant> {
         let (key, lease_ms, previous_token, cond) = match record {
             Record::Absent => return Ok((self.take(clock::unix_ms()), Condition::NotExists)),
-            Record::Valid(l) if l.holder.is_none() => {
+            // The daemon's rule: released to anyone or to us. A record
+            // handed to someone else is waited on like a held one.
+            Record::Valid(l) if l.free_for(&self.identity) => {
                 let cond = Condition::RvnIs(l.rvn.clone());
                 return Ok((self.take(l.fencing_token + 1), cond));
             }
@@ -266,7 +279,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
                     }
                 },
                 Err(due) => {
-                    blocked = obstacle(&args.name, &record);
+                    blocked = obstacle(&args.name, &waiter.identity, &record);
                     if let Some(b) = &blocked {
                         say(format!("{b}; waiting"));
                     }
