@@ -312,7 +312,7 @@ fn a_cli_lock_and_the_daemon_exclude_each_other_on_dynamodb_local() {
 
 fn bad_input(store: &Store) {
     let token = acquire(store, "tidy", &[]);
-    let cases: [(&str, Vec<&str>, i32, &str); 7] = [
+    let cases: [(&str, Vec<&str>, i32, &str); 11] = [
         (
             "renew",
             vec!["tidy", "not-a-token"],
@@ -345,6 +345,31 @@ fn bad_input(store: &Store) {
             "cannot be used with",
         ),
         ("acquire", vec!["a/b", "--no-wait"], 64, "NAME"),
+        // Under 10 ms a lease is stored as 0 ms, which anyone takes at once.
+        (
+            "acquire",
+            vec!["tidy", "--no-wait", "--lease-duration", "500us"],
+            64,
+            "--lease-duration",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--no-wait", "--lease-duration", "1ns"],
+            64,
+            "shorter than the minimum of 10ms",
+        ),
+        (
+            "renew",
+            vec!["tidy", &token, "--lease-duration", "9ms"],
+            64,
+            "shorter than the minimum of 10ms",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--lease-duration", "25h"],
+            64,
+            "longer than the limit of 24h",
+        ),
     ];
     for (action, args, code, says) in cases {
         let out = store.lock(action, &args);
