@@ -312,7 +312,7 @@ fn a_cli_lock_and_the_daemon_exclude_each_other_on_dynamodb_local() {
 
 fn bad_input(store: &Store) {
     let token = acquire(store, "tidy", &[]);
-    let cases: [(&str, Vec<&str>, i32, &str); 11] = [
+    let cases: [(&str, Vec<&str>, i32, &str); 14] = [
         (
             "renew",
             vec!["tidy", "not-a-token"],
@@ -370,6 +370,11 @@ fn bad_input(store: &Store) {
             64,
             "longer than the limit of 24h",
         ),
+        // No election (so no lock) is named with `/` or `#`; member records
+        // are never shown or taken.
+        ("status", vec!["#member/Q"], 64, "\"#member/Q\""),
+        ("release", vec!["#member/Q", &token], 64, "\"#member/Q\""),
+        ("renew", vec!["a/b", &token], 64, "\"a/b\""),
     ];
     for (action, args, code, says) in cases {
         let out = store.lock(action, &args);
@@ -383,6 +388,23 @@ fn bad_input(store: &Store) {
             stderr(&out).contains(says),
             "{action} {args:?}: {}",
             stderr(&out)
+        );
+    }
+    // `leaderd status` checks the names it is given the same way.
+    for name in ["a/b", "#member/Q"] {
+        let out = store.leaderd(&["status", name], &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "status {name}: {}",
+            stderr(&out)
+        );
+        assert!(stdout(&out).is_empty(), "status {name}: {}", stdout(&out));
+        let said = stderr(&out);
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains(&format!("{name:?}")) && said.contains("not a valid election name"),
+            "{said}"
         );
     }
     // None of that touched the lock.

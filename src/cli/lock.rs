@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::tool;
+use super::tool::{self, check_name};
 use super::{
     LockAcquireArgs, LockReleaseArgs, LockRenewArgs, LockStatusArgs, StatusArgs, ToolError,
 };
@@ -430,7 +430,7 @@ pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
 
 /// `leaderd lock status NAME`: `leaderd status NAME`.
 pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
-    check_name(&args.name)?;
+    // `status` checks the name.
     super::status::run(StatusArgs {
         store: args.store,
         elections: vec![args.name],
@@ -441,10 +441,6 @@ pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
 
 fn parse_token(s: &str) -> Result<LockToken, ToolError> {
     s.parse().map_err(|e| ToolError::new(exit::USAGE, e))
-}
-
-fn check_name(name: &str) -> Result<(), ToolError> {
-    crate::config::check_lock_name(name).map_err(|e| ToolError::new(e.exit_code(), e.to_string()))
 }
 
 #[cfg(test)]

@@ -168,6 +168,9 @@ const BUDGET: Duration = Duration::from_secs(10);
 /// `leaderd status`: read the store (never create or change anything) and
 /// print every election found in it, or the ones named.
 pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
+    for name in &args.elections {
+        tool::check_name(name)?;
+    }
     let cfg = tool::config(&args.store)?;
     let store = crate::lease::open_to_read(&cfg.store.spec())
         .await
