@@ -537,3 +537,38 @@ fn a_command_probe_passes_on_exit_0_only() {
         );
     }
 }
+
+/// A command probe that hangs (`sh -c 'sleep M & exec sleep M'`) fails at
+/// its timeout (300 ms) and is killed whole each time: never more than the
+/// two processes of one probe alive, none after leaderd exits.
+#[test]
+fn a_command_probe_that_hangs_fails_at_its_timeout_and_is_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = marker();
+    let script = format!("sleep {m} & exec sleep {m}");
+    let mut node = start_with_command_probe(dir.path(), "h", &["sh", "-c", &script], "300ms");
+    wait_until(Duration::from_secs(10), || {
+        app_check(&node).as_deref() == Some("fail")
+    })
+    .unwrap_or_else(|| panic!("the check does not fail; log:\n{}", node.log()));
+    let from = Instant::now();
+    let mut most = 0;
+    while from.elapsed() < Duration::from_secs(2) {
+        most = most.max(procfs::with_arg(&m).len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        (1..=2).contains(&most),
+        "{most} processes of hanging probes alive at once"
+    );
+    assert!(
+        node.log().contains("no answer within 300ms"),
+        "{}",
+        node.log()
+    );
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(20))
+        .expect("leaderd exits on SIGTERM");
+    let left = wait_until(Duration::from_secs(2), || procfs::with_arg(&m).is_empty());
+    assert!(left.is_some(), "left behind: {:?}", procfs::with_arg(&m));
+}
