@@ -9,7 +9,7 @@
 //! hangs never delays a renewal. The elections read the verdict as a gate
 //! (`election::spawn_gated`); the daemon steps down when it turns bad.
 
-use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +17,10 @@ use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
+use crate::supervisor::{self, ChildExit, ChildSpec, Streams, SupervisorError};
 use crate::text;
 
 /// Defaults of `[app_check]`, as Kubernetes' probes have them except the
@@ -224,44 +226,33 @@ async fn probe(probe: &Probe, client: &HttpClient) -> Result<(), String> {
     }
 }
 
-/// Run the check command in a process group of its own; when the probe's
-/// timeout drops this future, the whole group is killed and reaped.
+/// Run the check command the way the job is run: under a guard process
+/// (see [`crate::supervisor`]), in a process group of its own. Whatever it
+/// leaves behind (`sh -c 'sleep 300 & exit 0'`) is SIGKILLed with its group
+/// once it exited: [`supervisor::Child::wait`] resolves only when every
+/// member and orphan is gone. When the probe's timeout drops this future,
+/// or leaderd ends however it ends (even by SIGKILL), the guard's control
+/// socket closes and the guard kills them all.
 async fn run_command(argv: &[String]) -> Result<(), String> {
-    let (program, args) = argv.split_first().expect("validated: not empty");
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0);
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", text::echo(program)))?;
-    let group = KillGroupOnDrop(child.id());
-    let status = child.wait().await;
-    // Ended on its own: its group id may be reused soon, never signal it.
-    std::mem::forget(group);
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("the command ended with {s}")),
-        Err(e) => Err(format!("cannot wait for the command: {e}")),
-    }
-}
-
-/// Kills the process group of a check command that is given up on, so its
-/// own children do not outlive it.
-struct KillGroupOnDrop(Option<u32>);
-
-impl Drop for KillGroupOnDrop {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+    let spec = ChildSpec {
+        command: argv.to_vec(),
+        env: Vec::new(),
+        // Never sent: no deadline and no stop; the guard only ever kills.
+        stop_signal: Signal::SIGKILL,
+        // The running binary, as for the job (still right after an upgrade
+        // replaced the file).
+        guard_exe: PathBuf::from("/proc/self/exe"),
+    };
+    let mut child = supervisor::spawn_with(&spec, None, Streams::Null)
+        .await
+        .map_err(|e| match e {
+            SupervisorError::Spawn(failure) => format!("cannot run {}", failure.message),
+            e => format!("cannot run the command: {e}"),
+        })?;
+    match child.wait().await {
+        ChildExit::Exited(0) => Ok(()),
+        ChildExit::Exited(code) => Err(format!("the command ended with exit code {code}")),
+        end => Err(format!("the command ended: {end}")),
     }
 }
 
@@ -312,49 +303,6 @@ mod tests {
         assert_eq!(t.count(false, &cfg), None, "no repeated change");
     }
 
-    struct Count(std::sync::Mutex<Vec<bool>>);
-    impl Report for Count {
-        fn probed(&self, up: bool) {
-            self.0.lock().unwrap().push(up);
-        }
-        fn verdict(&self, _: Verdict) {}
-    }
-
-    #[tokio::test]
-    async fn a_command_that_hangs_fails_after_the_timeout_and_is_killed() {
-        let dir = tempfile::tempdir().unwrap();
-        let pid_file = dir.path().join("pid");
-        let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
-        let cfg = AppCheckConfig {
-            probe: Probe::Command(vec!["sh".into(), "-c".into(), script]),
-            interval: Duration::from_millis(100),
-            timeout: Duration::from_millis(300),
-            failure_threshold: 1,
-            success_threshold: 1,
-        };
-        let report = Arc::new(Count(Default::default()));
-        let mut rx = spawn(cfg, report.clone());
-        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v == Verdict::Fail))
-            .await
-            .expect("a verdict within 5 s")
-            .expect("the task runs");
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        // Killed and reaped: the pid no longer names a live process.
-        let gone = async {
-            while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), gone)
-            .await
-            .expect("the hanging command is killed");
-        assert_eq!(report.0.lock().unwrap().first(), Some(&false));
-    }
-
     #[tokio::test]
     async fn http_and_tcp_probes_pass_on_an_answer_and_fail_without_one() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -396,13 +344,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("cannot connect"), "{err}");
-        let err = probe(&Probe::Command(vec!["false".into()]), &client)
-            .await
-            .unwrap_err();
-        assert!(err.contains("ended with"), "{err}");
-        assert_eq!(
-            probe(&Probe::Command(vec!["true".into()]), &client).await,
-            Ok(())
-        );
+        // Command probes need the leaderd binary (their guard): see
+        // tests/app_check.rs.
     }
 }

@@ -17,6 +17,11 @@ pub const UNAVAILABLE: i32 = 69;
 pub const SOFTWARE: i32 = 70;
 /// The lease was not acquired within `--acquire-timeout`.
 pub const TEMPFAIL: i32 = 75;
+/// `leaderd lock acquire|renew`: the token could not be written to stdout
+/// (a full disk, a closed pipe), so the lock was given up again; also
+/// `leaderd status` when its output cannot be written. sysexits' code for an
+/// output error: scripts tell it from "not acquired" (75).
+pub const IOERR: i32 = 74;
 /// `leaderd lock renew|release`: the lock is not the token's any more (it
 /// was released, taken over, or never existed); nothing was changed.
 pub const NOT_OURS: i32 = 77;

@@ -18,8 +18,9 @@
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
-//! - [`supervisor`]: the child process: start, signal, stop, reap; its
-//!   guard, the separate process that owns the child's kill deadline.
+//! - [`supervisor`]: the child process (the job, an app check's command):
+//!   start, signal, stop, reap; its guard, the separate process that owns
+//!   the child's kill deadline and kills what the child leaves behind.
 //! - [`reaper`]: zombie reaping when leaderd runs as PID 1.
 //! - [`daemon`]: wiring for `leaderd run`.
 //! - [`exit`]: the process exit codes.

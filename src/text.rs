@@ -8,13 +8,36 @@ use std::time::Duration;
 /// How many characters of a user's value an error or a log line repeats.
 pub const ECHO_CHARS: usize = 64;
 
-/// A duration as the configuration writes it: `0s`, `1h 30m`, `250ms`.
-/// Cut to whole milliseconds (a computed `9s 699ms 999us 870ns` says nothing
-/// more than `9s 699ms`), unless it is shorter than one.
+/// A duration as the configuration writes it: `0s`, `1h 30m`, `250ms`,
+/// `24h`. Hours are the largest unit, so every part reads number-unit
+/// with no space, as the configuration accepts it (humantime's own
+/// formatting writes `1day`). Cut to whole milliseconds (a computed
+/// `9s 699ms 999us 870ns` says nothing more than `9s 699ms`), unless it is
+/// shorter than one.
 pub fn duration(d: Duration) -> String {
     let ms = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let shown = if ms.is_zero() { d } else { ms };
-    humantime::format_duration(shown).to_string()
+    let secs = shown.as_secs();
+    let nanos = u64::from(shown.subsec_nanos());
+    let parts = [
+        (secs / 3600, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+        (nanos / 1_000_000, "ms"),
+        (nanos / 1_000 % 1_000, "us"),
+        (nanos % 1_000, "ns"),
+    ];
+    let mut out = String::new();
+    for (n, unit) in parts.into_iter().filter(|(n, _)| *n > 0) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        let _ = write!(out, "{n}{unit}");
+    }
+    if out.is_empty() {
+        out.push_str("0s");
+    }
+    out
 }
 
 /// `s` cut to `max` characters, with `…` when cut.
@@ -86,7 +109,19 @@ mod tests {
         assert_eq!(duration(Duration::from_nanos(9_699_999_870)), "9s 699ms");
         assert_eq!(duration(Duration::from_secs(5400)), "1h 30m");
         assert_eq!(duration(Duration::from_micros(250)), "250us");
+        assert_eq!(duration(Duration::from_nanos(1)), "1ns");
+        // Hours are the largest unit: no `1day` (nor `1 day`).
+        assert_eq!(duration(Duration::from_secs(24 * 3600)), "24h");
+        assert_eq!(duration(Duration::from_secs(2 * 86_400 + 61)), "48h 1m 1s");
         assert_eq!(duration(Duration::MAX), duration(Duration::MAX));
+        // What it writes, the configuration reads back.
+        for d in [
+            Duration::from_millis(10),
+            Duration::from_secs(86_400),
+            Duration::from_millis(5_400_250),
+        ] {
+            assert_eq!(humantime::parse_duration(&duration(d)), Ok(d));
+        }
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! hands over; when every app fails nobody leads and no job runs; an instance
 //! whose app fails from the start never leads, even when the leader dies; a
 //! check that hangs fails after its timeout and never delays a renewal. The
-//! jobs write a shared history that the checker proves free of overlap.
+//! jobs write a shared history that the checker proves free of overlap. A
+//! command probe leaves no process behind: not after each probe, not after
+//! leaderd ends mid-probe. Command probes pass on exit 0 and fail otherwise.
 
 mod common;
 
@@ -12,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
+use common::procfs;
+use nix::sys::signal::Signal;
 
 /// L = 4 s, R = 2 s, P = 500 ms, G = 500 ms.
 const TIMING: [&str; 8] = [
@@ -403,4 +407,168 @@ fn bad_app_check_settings_are_config_errors() {
             "{flags:?} {env:?}: {stderr}"
         );
     }
+}
+
+/// A `sleep` argument no other process has: a number of seconds just above
+/// a minute (so a process a broken build leaks ends soon) whose digits are
+/// this test's own.
+fn marker() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .subsec_nanos();
+    format!("60.{}{nanos:09}", std::process::id())
+}
+
+/// An instance on SQLite that probes with `command` every 200 ms (its
+/// timeout `timeout`); no job.
+fn start_with_command_probe(dir: &Path, id: &str, command: &[&str], timeout: &str) -> Leaderd {
+    let command = serde_json::to_string(command).expect("JSON array");
+    let mut args = vec![
+        "--store-path".to_owned(),
+        dir.join("leases.db").display().to_string(),
+        "--election".to_owned(),
+        "job".to_owned(),
+    ];
+    args.extend(TIMING.iter().map(|s| s.to_string()));
+    let node = Leaderd::start(Spec {
+        identity: id,
+        args,
+        env: vec![
+            ("LEADERD_APP_CHECK__COMMAND".into(), command),
+            ("LEADERD_APP_CHECK__INTERVAL".into(), "200ms".into()),
+            ("LEADERD_APP_CHECK__TIMEOUT".into(), timeout.into()),
+            ("LEADERD_APP_CHECK__FAILURE_THRESHOLD".into(), "1".into()),
+        ],
+        command: vec![],
+        dir,
+    });
+    node.wait_http(Duration::from_secs(20));
+    node
+}
+
+/// `sh -c 'sleep M & exit 0'`: the probe passes, and what it started in the
+/// background is killed with its process group after every probe, so at
+/// most the one of the probe under way lives; none outlives leaderd.
+#[test]
+fn a_command_probe_leaves_no_process_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = marker();
+    let script = format!("sleep {m} & exit 0");
+    let mut node = start_with_command_probe(dir.path(), "a", &["sh", "-c", &script], "1s");
+    wait_until(Duration::from_secs(10), || {
+        app_check(&node).as_deref() == Some("pass")
+    })
+    .unwrap_or_else(|| panic!("the check does not pass; log:\n{}", node.log()));
+    // 2 s at 200 ms: ten probes, each of which left its `sleep` running
+    // before the fix.
+    let from = Instant::now();
+    let mut most = 0;
+    while from.elapsed() < Duration::from_secs(2) {
+        most = most.max(procfs::with_arg(&m).len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("at most {most} `sleep {m}` alive at once while probing");
+    assert!(
+        most <= 1,
+        "{most} background processes of the probes alive at once; log:\n{}",
+        node.log()
+    );
+    assert_eq!(app_check(&node).as_deref(), Some("pass"), "still passing");
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(20))
+        .expect("leaderd exits on SIGTERM");
+    let left = wait_until(Duration::from_secs(2), || procfs::with_arg(&m).is_empty());
+    assert!(
+        left.is_some(),
+        "left behind after leaderd exited: {:?}",
+        procfs::with_arg(&m)
+    );
+}
+
+/// A probe under way (`sh -c 'sleep M & exec sleep M'`, timeout 30 s) when
+/// leaderd ends, by SIGTERM and by SIGKILL: none of its processes outlives
+/// leaderd.
+#[test]
+fn a_command_probe_under_way_dies_with_leaderd() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (round, signal) in [Signal::SIGTERM, Signal::SIGKILL].into_iter().enumerate() {
+        let m = marker();
+        let script = format!("sleep {m} & exec sleep {m}");
+        let id = format!("n{round}");
+        let mut node = start_with_command_probe(dir.path(), &id, &["sh", "-c", &script], "30s");
+        wait_until(Duration::from_secs(10), || procfs::with_arg(&m).len() == 2)
+            .unwrap_or_else(|| panic!("{signal}: the probe does not run; log:\n{}", node.log()));
+        assert_eq!(app_check(&node).as_deref(), Some("unknown"), "{signal}");
+        node.signal(signal);
+        node.wait_exit(Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{signal}: leaderd does not exit"));
+        let left = wait_until(Duration::from_secs(2), || procfs::with_arg(&m).is_empty());
+        assert!(
+            left.is_some(),
+            "{signal}: the probe outlived leaderd: {:?}; log:\n{}",
+            procfs::with_arg(&m),
+            node.log()
+        );
+    }
+}
+
+/// A command probe passes on exit 0 and fails on any other end, saying
+/// how it ended; a command that cannot start fails saying why.
+#[test]
+fn a_command_probe_passes_on_exit_0_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases: [(&[&str], &str, &str); 3] = [
+        (&["true"], "pass", ""),
+        (&["sh", "-c", "exit 3"], "fail", "exit code 3"),
+        (&["./no-such-check"], "fail", "cannot run ./no-such-check"),
+    ];
+    for (round, (command, verdict, says)) in cases.into_iter().enumerate() {
+        let id = format!("c{round}");
+        let node = start_with_command_probe(dir.path(), &id, command, "1s");
+        wait_until(Duration::from_secs(10), || {
+            app_check(&node).as_deref() == Some(verdict)
+        })
+        .unwrap_or_else(|| panic!("{command:?}: not {verdict}; log:\n{}", node.log()));
+        assert!(
+            node.log().contains(says),
+            "{command:?}: log:\n{}",
+            node.log()
+        );
+    }
+}
+
+/// A command probe that hangs (`sh -c 'sleep M & exec sleep M'`) fails at
+/// its timeout (300 ms) and is killed whole each time: never more than the
+/// two processes of one probe alive, none after leaderd exits.
+#[test]
+fn a_command_probe_that_hangs_fails_at_its_timeout_and_is_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = marker();
+    let script = format!("sleep {m} & exec sleep {m}");
+    let mut node = start_with_command_probe(dir.path(), "h", &["sh", "-c", &script], "300ms");
+    wait_until(Duration::from_secs(10), || {
+        app_check(&node).as_deref() == Some("fail")
+    })
+    .unwrap_or_else(|| panic!("the check does not fail; log:\n{}", node.log()));
+    let from = Instant::now();
+    let mut most = 0;
+    while from.elapsed() < Duration::from_secs(2) {
+        most = most.max(procfs::with_arg(&m).len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        (1..=2).contains(&most),
+        "{most} processes of hanging probes alive at once"
+    );
+    assert!(
+        node.log().contains("no answer within 300ms"),
+        "{}",
+        node.log()
+    );
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(20))
+        .expect("leaderd exits on SIGTERM");
+    let left = wait_until(Duration::from_secs(2), || procfs::with_arg(&m).is_empty());
+    assert!(left.is_some(), "left behind: {:?}", procfs::with_arg(&m));
 }

@@ -289,6 +289,38 @@ fn absurd_durations_are_config_errors_never_panics() {
     }
 }
 
+/// A limit in a message reads as the configuration writes durations (`24h`,
+/// like `1h 30m` and `250ms`), never `1day`: from the configuration's
+/// checks and from the flags' own.
+#[test]
+fn limits_are_written_as_the_configuration_reads_them() {
+    let (code, stderr, running) = run_briefly(
+        &["run", "--listen", "127.0.0.1:0"],
+        &[("LEADERD_CHILD__SHUTDOWN_GRACE", "25h")],
+        Duration::from_secs(5),
+    );
+    assert!(!running, "accepted: {stderr}");
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("= 25h is longer than the limit of 24h"),
+        "{stderr}"
+    );
+    let cases: [&[&str]; 3] = [
+        &["lock", "acquire", "x", "--lease-duration", "2days"],
+        &["lock", "acquire", "x", "--wait", "2days"],
+        &["table", "create", "--wait", "2days"],
+    ];
+    for args in cases {
+        let out = leaderd(args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("longer than the limit of 24h"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_port_in_use_is_a_usage_error_naming_the_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");

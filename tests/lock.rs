@@ -2,12 +2,16 @@
 //! acquire, renew and release; `--no-wait` on a held lock; a waiter that
 //! takes a lock nobody renews only after its lease · (1 + D); a stale token
 //! that neither renews nor releases the new holder's lock; a CLI lock and
-//! `leaderd run` keeping each other out; bad input as clear errors.
+//! `leaderd run` keeping each other out; a lock a daemon handed to a named
+//! successor, which others wait one lease for; a token that cannot be
+//! written to stdout (a full disk, a closed pipe) gives the lock up again;
+//! bad input as clear errors.
 
 mod common;
 
+use std::io::Read as _;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
@@ -53,8 +57,8 @@ impl Store {
         store
     }
 
-    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, run to its end (60 s at most).
-    fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
+    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, not started yet.
+    fn command(&self, subcommand: &[&str], extra: &[&str]) -> Command {
         let mut cmd = Command::new(leaderd_bin());
         cmd.args(subcommand)
             .args(&self.args)
@@ -62,6 +66,12 @@ impl Store {
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
             .env("AWS_EC2_METADATA_DISABLED", "true");
+        cmd
+    }
+
+    /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, run to its end (60 s at most).
+    fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
+        let mut cmd = self.command(subcommand, extra);
         let (out, ended) = output_within(&mut cmd, Duration::from_secs(60));
         assert!(ended, "leaderd {subcommand:?} did not end");
         out
@@ -125,7 +135,15 @@ fn cycle(store: &Store) {
 
     let out = store.lock("acquire", &["deploy", "--no-wait"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
-    assert!(stderr(&out).contains("held by"), "{}", stderr(&out));
+    // One line: who holds it, and that it was not acquired; --no-wait never
+    // says it waits.
+    let said = stderr(&out);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains("held by") && said.contains("not acquired"),
+        "{said}"
+    );
+    assert!(!said.contains("waiting"), "{said}");
 
     let out = store.lock("renew", &["deploy", &token, "--lease-duration", "900s"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -294,7 +312,7 @@ fn a_cli_lock_and_the_daemon_exclude_each_other_on_dynamodb_local() {
 
 fn bad_input(store: &Store) {
     let token = acquire(store, "tidy", &[]);
-    let cases: [(&str, Vec<&str>, i32, &str); 7] = [
+    let cases: [(&str, Vec<&str>, i32, &str); 14] = [
         (
             "renew",
             vec!["tidy", "not-a-token"],
@@ -327,6 +345,36 @@ fn bad_input(store: &Store) {
             "cannot be used with",
         ),
         ("acquire", vec!["a/b", "--no-wait"], 64, "NAME"),
+        // Under 10 ms a lease is stored as 0 ms, which anyone takes at once.
+        (
+            "acquire",
+            vec!["tidy", "--no-wait", "--lease-duration", "500us"],
+            64,
+            "--lease-duration",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--no-wait", "--lease-duration", "1ns"],
+            64,
+            "shorter than the minimum of 10ms",
+        ),
+        (
+            "renew",
+            vec!["tidy", &token, "--lease-duration", "9ms"],
+            64,
+            "shorter than the minimum of 10ms",
+        ),
+        (
+            "acquire",
+            vec!["tidy", "--lease-duration", "25h"],
+            64,
+            "longer than the limit of 24h",
+        ),
+        // No election (so no lock) is named with `/` or `#`; member records
+        // are never shown or taken.
+        ("status", vec!["#member/Q"], 64, "\"#member/Q\""),
+        ("release", vec!["#member/Q", &token], 64, "\"#member/Q\""),
+        ("renew", vec!["a/b", &token], 64, "\"a/b\""),
     ];
     for (action, args, code, says) in cases {
         let out = store.lock(action, &args);
@@ -340,6 +388,23 @@ fn bad_input(store: &Store) {
             stderr(&out).contains(says),
             "{action} {args:?}: {}",
             stderr(&out)
+        );
+    }
+    // `leaderd status` checks the names it is given the same way.
+    for name in ["a/b", "#member/Q"] {
+        let out = store.leaderd(&["status", name], &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "status {name}: {}",
+            stderr(&out)
+        );
+        assert!(stdout(&out).is_empty(), "status {name}: {}", stdout(&out));
+        let said = stderr(&out);
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains(&format!("{name:?}")) && said.contains("not a valid election name"),
+            "{said}"
         );
     }
     // None of that touched the lock.
@@ -375,4 +440,199 @@ fn a_bad_clock_drift_is_a_config_error() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Where a command's stdout goes when it cannot be written.
+#[derive(Debug, Clone, Copy)]
+enum Sink {
+    /// `/dev/full`: every write fails with ENOSPC.
+    Full,
+    /// A pipe whose reader is gone before anything is written: EPIPE.
+    ClosedPipe,
+}
+
+/// Run `cmd` with its stdout on `sink`: (exit code, stderr).
+fn run_into(mut cmd: Command, sink: Sink) -> (Option<i32>, String) {
+    cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+    match sink {
+        Sink::Full => cmd.stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("open /dev/full"),
+        ),
+        Sink::ClosedPipe => cmd.stdout(Stdio::piped()),
+    };
+    let mut child = cmd.spawn().expect("start leaderd");
+    // Closed long before leaderd has read its configuration and the store.
+    drop(child.stdout.take());
+    let from = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if from.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("leaderd did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut said = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut said)
+        .expect("read stderr");
+    let status = child.wait().expect("wait");
+    (status.code(), said.trim().to_owned())
+}
+
+/// `acquire` and `renew` whose token cannot reach stdout: exit 74 with one
+/// line that says so, and the lock is released again, so that someone else
+/// takes it at once (not after the 15 minutes nobody could renew).
+fn an_undeliverable_token_leaves_the_lock_free(store: &Store) {
+    for sink in [Sink::Full, Sink::ClosedPipe] {
+        let (code, said) = run_into(store.command(&["lock", "acquire", "gate"], &[]), sink);
+        assert_eq!(code, Some(74), "acquire into {sink:?}: {said}");
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains("cannot write the token") && said.contains("released the lock again"),
+            "{said}"
+        );
+        let taken = acquire(store, "gate", &["--no-wait"]);
+
+        // A renew's new token lost: the old one is stale, so nobody could
+        // renew or release the lock; it is released too.
+        let (code, said) = run_into(store.command(&["lock", "renew", "gate", &taken], &[]), sink);
+        assert_eq!(code, Some(74), "renew into {sink:?}: {said}");
+        assert!(said.contains("released the lock again"), "{said}");
+        assert_eq!(holder(store, "gate"), None, "renew into {sink:?}");
+        let out = store.lock("renew", &["gate", &taken]);
+        assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+        let again = acquire(store, "gate", &["--no-wait"]);
+        let out = store.lock("release", &["gate", &again]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn an_undeliverable_token_leaves_the_lock_free_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    an_undeliverable_token_leaves_the_lock_free(&Store::sqlite(dir.path()));
+}
+
+#[test]
+fn an_undeliverable_token_leaves_the_lock_free_on_dynamodb_local() {
+    an_undeliverable_token_leaves_the_lock_free(&Store::dynamodb());
+}
+
+const ADMIN_TOKEN: &str = "lock-test-admin";
+
+/// `leaderd run` for `election` on `store` with a 3 s lease, leading once
+/// this returns.
+fn leading_daemon(store: &Store, dir: &Path, election: &str) -> Leaderd {
+    let mut args = store.args.clone();
+    args.extend(
+        [
+            "--lease-duration",
+            "3s",
+            "--retry-interval",
+            "250ms",
+            "--kill-grace",
+            "500ms",
+            "--election",
+            election,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let node = Leaderd::start(Spec {
+        identity: "daemon",
+        args,
+        env: vec![("LEADERD_HTTP__ADMIN_TOKEN".into(), ADMIN_TOKEN.into())],
+        command: vec![],
+        dir,
+    });
+    node.wait_http(Duration::from_secs(20));
+    wait_until(Duration::from_secs(10), || node.is_leader())
+        .unwrap_or_else(|| panic!("the daemon does not lead; log:\n{}", node.log()));
+    node
+}
+
+/// `leaderd resign ELECTION --to TO` against `node`, then stop `node`
+/// (it does not lead any more: it writes nothing on its way out).
+fn hand_over_and_stop(mut node: Leaderd, election: &str, to: &str) {
+    let mut cmd = Command::new(leaderd_bin());
+    cmd.args(["resign", election, "--to", to, "--url"])
+        .arg(format!("http://127.0.0.1:{}", node.port))
+        .env("LEADERD_HTTP__ADMIN_TOKEN", ADMIN_TOKEN);
+    let (out, ended) = output_within(&mut cmd, Duration::from_secs(30));
+    assert!(ended, "leaderd resign hung");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(20))
+        .expect("the daemon exits");
+}
+
+/// A lock a daemon handed to a named successor (`resign --to`) follows the
+/// daemon's rule: anyone else waits one lease (3 s · (1 + 1 %) on its own
+/// clock) as if it were held, and `--no-wait` does not get it; the
+/// successor itself (`LEADERD_IDENTITY`) takes it at once.
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(store: &Store, dir: &Path) {
+    let node = leading_daemon(store, dir, "handed");
+    hand_over_and_stop(node, "handed", "nobody");
+    let row = status_json(store, "handed");
+    assert_eq!(row["state"], "released", "{row}");
+    let released_token = row["fencing_token"].as_u64().expect("fencing token");
+
+    for _ in 0..2 {
+        let out = store.lock("acquire", &["handed", "--no-wait"]);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(75), "{said}");
+        assert!(said.contains("handed to nobody"), "{said}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let started = Instant::now();
+    let out = store.lock("acquire", &["handed", "--wait", "30s"]);
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    eprintln!("the waiter took the lock handed to nobody after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(3030),
+        "taken after {waited:?}: before a lease passed"
+    );
+    assert!(
+        waited <= Duration::from_secs(5),
+        "taken after {waited:?}: too late"
+    );
+    let token = stdout(&out);
+    assert!(
+        token.starts_with(&format!("{}.", released_token + 1)),
+        "{token}"
+    );
+    let out = store.lock("release", &["handed", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Handed to B: B takes it at once.
+    let node = leading_daemon(store, dir, "handed");
+    hand_over_and_stop(node, "handed", "B");
+    let mut cmd = store.command(&["lock", "acquire", "handed", "--no-wait"], &[]);
+    cmd.env("LEADERD_IDENTITY", "B");
+    let (out, ended) = output_within(&mut cmd, Duration::from_secs(30));
+    assert!(ended);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(holder(store, "handed").as_deref(), Some("B"));
+}
+
+#[test]
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(
+        &Store::sqlite(dir.path()),
+        dir.path(),
+    );
+}
+
+#[test]
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_dynamodb_local() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(&Store::dynamodb(), dir.path());
 }

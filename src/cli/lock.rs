@@ -4,9 +4,12 @@
 //!
 //! A lock is an election's record like any other, so a lock taken here keeps
 //! `leaderd run` from leading the same name and the reverse. Waiting follows
-//! the daemon's rule: a held record is taken over only once its `rvn` stayed
-//! unchanged for its lease · (1 + D) on this process's own clock, with a write
-//! conditional on that `rvn`. No wall clock is compared.
+//! the daemon's rule ([`Lease::free_for`]): a released record is taken at
+//! once, unless a daemon's resign handed it to someone else (`successor`),
+//! who alone may take it at once; a held or handed record is taken over only
+//! once its `rvn` stayed unchanged for its lease · (1 + D) on this process's
+//! own clock, with a write conditional on that `rvn`. No wall clock is
+//! compared.
 //!
 //! The token printed by `acquire` and `renew` names the write it came from
 //! (fencing token, `rvn`, holder). `renew` and `release` write only under the
@@ -17,6 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::tool::{self, check_name};
 use super::{
     LockAcquireArgs, LockReleaseArgs, LockRenewArgs, LockStatusArgs, StatusArgs, ToolError,
 };
@@ -121,21 +125,30 @@ fn lease_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Who holds what a waiter sees, for the line it prints on each change.
-fn holder_line(name: &str, record: &Record) -> Option<String> {
+/// What keeps `identity` from taking the lock at once, as one clause naming
+/// the lock: who holds it, whom it was handed to, or that its record is
+/// malformed. `None` when nothing does.
+fn obstacle(name: &str, identity: &str, record: &Record) -> Option<String> {
+    let name = text::echo_plain(name);
     match record {
-        Record::Valid(l) => l.holder.as_ref().map(|h| {
-            format!(
-                "lock {} is held by {} (fencing token {}, lease {}); waiting",
-                text::echo_plain(name),
+        Record::Valid(l) if l.free_for(identity) => None,
+        Record::Valid(l) => Some(match (&l.holder, &l.successor) {
+            (Some(h), _) => format!(
+                "lock {name} is held by {} (fencing token {}, lease {})",
                 text::echo_plain(h),
                 l.fencing_token,
                 text::duration(Duration::from_millis(l.lease_ms))
-            )
+            ),
+            // Not free for us, not held: handed to someone else.
+            (None, s) => format!(
+                "lock {name} was handed to {} (fencing token {}); anyone else waits one lease of {}",
+                text::echo_plain(s.as_deref().unwrap_or_default()),
+                l.fencing_token,
+                text::duration(Duration::from_millis(l.lease_ms))
+            ),
         }),
         Record::Malformed(m) => Some(format!(
-            "lock {}: the record is malformed ({}); waiting for it to stay unchanged for a lease before overwriting it",
-            text::echo_plain(name),
+            "lock {name}: the record is malformed ({}); it is overwritten only once it stayed unchanged for a lease",
             m.problem
         )),
         Record::Absent => None,
@@ -165,7 +178,9 @@ impl Waiter {
     fn plan(&mut self, record: &Record, at: Instant) -> Result<(Lease, Condition), Instant> {
         let (key, lease_ms, previous_token, cond) = match record {
             Record::Absent => return Ok((self.take(clock::unix_ms()), Condition::NotExists)),
-            Record::Valid(l) if l.holder.is_none() => {
+            // The daemon's rule: released to anyone or to us. A record
+            // handed to someone else is waited on like a held one.
+            Record::Valid(l) if l.free_for(&self.identity) => {
                 let cond = Condition::RvnIs(l.rvn.clone());
                 return Ok((self.take(l.fencing_token + 1), cond));
             }
@@ -216,54 +231,58 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         drift: cfg.max_clock_drift,
         seen: None,
     };
+    // What a waiter says on stderr, each line once until it changes. With
+    // --no-wait nothing is waited for: the final error says why.
     let mut said: Option<String> = None;
-    let mut say = |line: Option<String>| {
-        if line.is_some() && line != said {
-            eprintln!("leaderd: {}", line.as_deref().unwrap_or_default());
-        }
-        if line.is_some() {
-            said = line;
+    let mut say = |line: String| {
+        if !args.no_wait && said.as_ref() != Some(&line) {
+            eprintln!("leaderd: {line}");
+            said = Some(line);
         }
     };
     loop {
         let res = store.read(&args.name, BUDGET).await;
         let at = clock.now();
-        // The store's error, when this round ended on one.
+        // Why this round did not take the lock: the store's error, or what
+        // stands in the way.
         let mut failed: Option<String> = None;
+        let mut blocked: Option<String> = None;
         let next = match res {
             Err(e) => {
-                // With --no-wait the final error says it.
-                if !args.no_wait {
-                    say(Some(format!(
-                        "cannot read lock {}: {e}; retrying",
-                        text::echo_plain(&args.name)
-                    )));
-                }
+                say(format!(
+                    "cannot read lock {}: {e}; retrying",
+                    text::echo_plain(&args.name)
+                ));
                 failed = Some(e.to_string());
                 at + cfg.retry_interval
             }
             Ok(record) => match waiter.plan(&record, at) {
                 Ok((lease, cond)) => match store.write(&lease, &cond, BUDGET).await {
                     Ok(WriteOutcome::Applied) => {
-                        println!("{}", token_of(&lease));
-                        return Ok(());
+                        return hand_out(store.as_ref(), &args.name, &lease).await;
                     }
                     // Someone else wrote first: look again at once.
-                    Ok(WriteOutcome::ConditionFailed { .. }) => clock.now(),
+                    Ok(WriteOutcome::ConditionFailed { .. }) => {
+                        blocked = Some(format!(
+                            "lock {} changed while it was being taken",
+                            text::echo_plain(&args.name)
+                        ));
+                        clock.now()
+                    }
                     Err(e) => {
-                        // With --no-wait the final error says it.
-                        if !args.no_wait {
-                            say(Some(format!(
-                                "cannot take lock {}: {e}; retrying",
-                                text::echo_plain(&args.name)
-                            )));
-                        }
+                        say(format!(
+                            "cannot take lock {}: {e}; retrying",
+                            text::echo_plain(&args.name)
+                        ));
                         failed = Some(e.to_string());
                         clock.now() + cfg.retry_interval
                     }
                 },
                 Err(due) => {
-                    say(holder_line(&args.name, &record));
+                    blocked = obstacle(&args.name, &waiter.identity, &record);
+                    if let Some(b) = &blocked {
+                        say(format!("{b}; waiting"));
+                    }
                     due.min(at + cfg.retry_interval)
                 }
             },
@@ -271,20 +290,19 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         if let Some(d) = deadline
             && next > d
         {
-            // Not acquired (75) either way; say when the store was why.
-            let cause = failed.map_or_else(String::new, |e| format!(": the store failed: {e}"));
+            // Not acquired (75) either way; say why.
             let waited = if args.no_wait {
                 String::new()
             } else {
                 format!(" within {}", text::duration(d.saturating_since(started)))
             };
-            return Err(ToolError::new(
-                exit::TEMPFAIL,
-                format!(
-                    "lock {} not acquired{waited}{cause}",
-                    text::echo_plain(&args.name)
-                ),
-            ));
+            let name = text::echo_plain(&args.name);
+            let message = match (failed, blocked) {
+                (Some(e), _) => format!("lock {name} not acquired{waited}: the store failed: {e}"),
+                (None, Some(b)) => format!("{b}; not acquired{waited}"),
+                (None, None) => format!("lock {name} not acquired{waited}"),
+            };
+            return Err(ToolError::new(exit::TEMPFAIL, message));
         }
         clock.sleep_until(next).await;
     }
@@ -346,6 +364,41 @@ async fn write_ours(
     }
 }
 
+/// Print `lease`'s token on stdout, the one way its holder learns it. When
+/// that fails (a full disk, a closed pipe) the lock is released again at
+/// once: a token nobody has must not keep the lock held for its lease, and
+/// nobody could renew or release it. Exits [`exit::IOERR`] then.
+async fn hand_out(store: &dyn LeaseStore, name: &str, lease: &Lease) -> Result<(), ToolError> {
+    let token = token_of(lease);
+    let Err(e) = tool::print(&format!("{token}\n")) else {
+        return Ok(());
+    };
+    let undo = Condition::HeldBy {
+        rvn: token.rvn.clone(),
+        holder: token.holder.clone(),
+    };
+    let outcome = match store.write(&lease.released(), &undo, BUDGET).await {
+        Ok(WriteOutcome::Applied) => "released the lock again".to_owned(),
+        // Taken over already (a lease shorter than the store's answer): not
+        // ours to release any more.
+        Ok(WriteOutcome::ConditionFailed { .. }) => {
+            "the lock changed hands meanwhile; nothing else was changed".to_owned()
+        }
+        // The token goes to stderr, the one place left to tell it.
+        Err(release_error) => format!(
+            "releasing the lock failed too ({release_error}): it stays held for its lease of {} unless released with token {token}",
+            text::duration(Duration::from_millis(lease.lease_ms))
+        ),
+    };
+    Err(ToolError::new(
+        exit::IOERR,
+        format!(
+            "lock {}: cannot write the token to stdout ({e}); {outcome}",
+            text::echo_plain(name)
+        ),
+    ))
+}
+
 /// `leaderd lock renew NAME TOKEN`.
 pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
@@ -361,8 +414,9 @@ pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
         None,
     );
     write_ours(store.as_ref(), &args.name, &next, &token).await?;
-    println!("{}", token_of(&next));
-    Ok(())
+    // The old token is stale now: if the new one cannot be delivered,
+    // nobody could renew or release the lock, so `hand_out` releases it.
+    hand_out(store.as_ref(), &args.name, &next).await
 }
 
 /// `leaderd lock release NAME TOKEN`.
@@ -376,7 +430,7 @@ pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
 
 /// `leaderd lock status NAME`: `leaderd status NAME`.
 pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
-    check_name(&args.name)?;
+    // `status` checks the name.
     super::status::run(StatusArgs {
         store: args.store,
         elections: vec![args.name],
@@ -387,10 +441,6 @@ pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
 
 fn parse_token(s: &str) -> Result<LockToken, ToolError> {
     s.parse().map_err(|e| ToolError::new(exit::USAGE, e))
-}
-
-fn check_name(name: &str) -> Result<(), ToolError> {
-    crate::config::check_lock_name(name).map_err(|e| ToolError::new(e.exit_code(), e.to_string()))
 }
 
 #[cfg(test)]

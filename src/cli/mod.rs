@@ -105,11 +105,21 @@ pub enum LockAction {
 /// The longest lock lease.
 const MAX_LOCK_LEASE: Duration = crate::config::limits::MAX_WAIT;
 
-/// A lock's lease: above zero, at most a day.
+/// The shortest lock lease: the floor of every interval. A shorter one is
+/// stored as a lease of 0 ms (whole milliseconds), which anyone takes at once.
+const MIN_LOCK_LEASE: Duration = crate::config::limits::MIN_INTERVAL;
+
+/// A lock's lease: at least 10 ms, at most a day.
 fn parse_lock_lease(s: &str) -> Result<Duration, String> {
     let d = crate::config::flags::parse_duration(s)?;
     if d.is_zero() {
         return Err("must be above zero".into());
+    }
+    if d < MIN_LOCK_LEASE {
+        return Err(format!(
+            "shorter than the minimum of {}",
+            crate::text::duration(MIN_LOCK_LEASE)
+        ));
     }
     if d > MAX_LOCK_LEASE {
         return Err(format!(
@@ -129,7 +139,8 @@ pub struct LockAcquireArgs {
     /// The lock's name (an election name: `leaderd run` for it waits too).
     #[arg(value_name = "NAME")]
     pub name: String,
-    /// How long the lock holds without a renew (like 15m, 15 minutes, 900s).
+    /// How long the lock holds without a renew (like 15m, 15 minutes, 900s;
+    /// 10ms to 24h).
     #[arg(long, value_name = "DURATION", value_parser = parse_lock_lease, default_value = "15m")]
     pub lease_duration: Duration,
     /// Give up (exit 75) after waiting this long; default: wait without limit.
@@ -152,7 +163,7 @@ pub struct LockRenewArgs {
     /// The token `acquire` (or the last `renew`) printed.
     #[arg(value_name = "TOKEN")]
     pub token: String,
-    /// The new lease, from now (like 15m, 15 minutes, 900s).
+    /// The new lease, from now (like 15m, 15 minutes, 900s; 10ms to 24h).
     #[arg(long, value_name = "DURATION", value_parser = parse_lock_lease, default_value = "15m")]
     pub lease_duration: Duration,
 }
@@ -427,6 +438,23 @@ mod tests {
             vec!["leaderd", "run", "--no-such-flag"],
             vec!["leaderd", "run", "./job.sh"],
             vec!["leaderd", "table"],
+            vec![
+                "leaderd",
+                "lock",
+                "acquire",
+                "x",
+                "--lease-duration",
+                "500us",
+            ],
+            vec![
+                "leaderd",
+                "lock",
+                "renew",
+                "x",
+                "t",
+                "--lease-duration",
+                "1ns",
+            ],
         ] {
             let err = parse_from(&bad).expect_err(&format!("{bad:?} must be rejected"));
             assert_eq!(err.exit_code(), exit::USAGE, "{bad:?}: {}", err.message());

@@ -168,6 +168,9 @@ const BUDGET: Duration = Duration::from_secs(10);
 /// `leaderd status`: read the store (never create or change anything) and
 /// print every election found in it, or the ones named.
 pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
+    for name in &args.elections {
+        tool::check_name(name)?;
+    }
     let cfg = tool::config(&args.store)?;
     let store = crate::lease::open_to_read(&cfg.store.spec())
         .await
@@ -175,12 +178,17 @@ pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
     let rows = collect(store.as_ref(), &args.elections, BUDGET)
         .await
         .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))?;
-    if args.json {
-        println!("{}", render_json(&rows));
+    let text = if args.json {
+        format!("{}\n", render_json(&rows))
     } else {
-        print!("{}", render_text(&rows));
-    }
-    Ok(())
+        render_text(&rows)
+    };
+    tool::print(&text).map_err(|e| {
+        ToolError::new(
+            exit::IOERR,
+            format!("cannot write the status to stdout: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! The child: start, signal, stop, kill, reap, exit codes.
+//! The child: start, signal, stop, kill, reap, exit codes. The job is one;
+//! each command of an app check (`crate::app_check`) is another, with no
+//! deadline and its output discarded ([`Streams::Null`]).
 //!
 //! leaderd never forks the child itself. [`spawn`] starts a guard process
 //! (`leaderd __guard`, see [`guard`]) over a Unix socket pair; the guard
@@ -132,6 +134,24 @@ pub struct SpawnFailure {
     pub exit_code: Option<i32>,
 }
 
+/// Where the guard's and the child's standard streams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// leaderd's own (the job: its output is part of leaderd's).
+    Inherit,
+    /// `/dev/null` (an app check command: only its exit status counts).
+    Null,
+}
+
+impl Streams {
+    fn stdio(self) -> Stdio {
+        match self {
+            Streams::Inherit => Stdio::inherit(),
+            Streams::Null => Stdio::null(),
+        }
+    }
+}
+
 /// Starts the child under a guard. With `deadline = Some((stop_at, kill_at))`
 /// the guard enforces it from the first instant, and the child is not started
 /// at all once `stop_at` has passed ([`SupervisorError::DeadlinePassed`]);
@@ -142,6 +162,16 @@ pub struct SpawnFailure {
 pub async fn spawn(
     spec: &ChildSpec,
     deadline: Option<(Instant, Instant)>,
+) -> Result<Child, SupervisorError> {
+    spawn_with(spec, deadline, Streams::Inherit).await
+}
+
+/// [`spawn`], with the guard's and the child's standard streams as
+/// `streams` says.
+pub async fn spawn_with(
+    spec: &ChildSpec,
+    deadline: Option<(Instant, Instant)>,
+    streams: Streams,
 ) -> Result<Child, SupervisorError> {
     if spec.command.is_empty() {
         return Err(SupervisorError::EmptyCommand);
@@ -163,9 +193,9 @@ pub async fn spawn(
         &spec.command,
     ))
     .envs(spec.env.iter().map(|(k, v)| (k, v)))
-    .stdin(Stdio::inherit())
-    .stdout(Stdio::inherit())
-    .stderr(Stdio::inherit())
+    .stdin(streams.stdio())
+    .stdout(streams.stdio())
+    .stderr(streams.stdio())
     // Its own group: a signal to leaderd's group (terminal, `kill -STOP
     // -PGID`) must not stop or end the deadline's owner.
     .process_group(0);

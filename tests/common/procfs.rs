@@ -144,3 +144,18 @@ pub fn descendants(root: i32) -> Vec<(i32, char)> {
     }
     out
 }
+
+/// The live processes (zombies excepted) with `arg` among their arguments:
+/// how a test finds what a command it configured left behind, by a marker
+/// argument no other process has.
+pub fn with_arg(arg: &str) -> Vec<i32> {
+    all()
+        .into_iter()
+        .filter(|(_, s)| s.state != 'Z' && s.state != 'X')
+        .map(|(pid, _)| pid)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == arg.as_bytes()))
+        })
+        .collect()
+}
