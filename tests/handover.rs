@@ -684,10 +684,11 @@ fn resign_gives_the_job_its_shutdown_grace_not_the_kill_grace() {
     ];
     args.extend(TIMING.iter().map(|s| s.to_string()));
     args.extend(["--election".into(), "report".into()]);
-    // The job needs 2 s to stop: more than kill_grace (1 s), less than
-    // shutdown_grace (10 s).
+    // The job needs 6 s to stop: more than kill_grace (1 s) and than the
+    // lease (4 s), less than shutdown_grace (10 s). The lease is renewed
+    // meanwhile, and the kill deadline moves with it.
     let script = format!(
-        "trap 'sleep 2; touch {}; exit 0' TERM; while :; do sleep 0.1; done",
+        "trap 'sleep 6; touch {}; exit 0' TERM; while :; do sleep 0.1; done",
         done.display()
     );
     let node = Leaderd::start(Spec {

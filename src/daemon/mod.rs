@@ -711,7 +711,12 @@ impl Daemon {
                 ..
             } => {
                 let same_tenure = state.tenure.as_ref().map(|t| t.seq) == *seq;
-                if leading && same_tenure && !*stopping {
+                // The guard's deadline follows every renewal, also while a
+                // planned step-down (resign, a failing app check) stops the
+                // job: the lease is still ours, so the job may take its
+                // shutdown_grace. The stop's own grace still bounds the
+                // kill (re-arming never moves a stop's kill later).
+                if leading && same_tenure {
                     let t = state.tenure.as_ref().expect("leading implies a tenure");
                     match child.arm(t.stop_at, t.valid_until).await {
                         // Exited: its exit report is on the way.
@@ -994,7 +999,9 @@ impl Daemon {
             *stopping = true;
             // A planned step-down, like SIGTERM: the job gets
             // shutdown_grace. The lease stays ours meanwhile (still
-            // renewed), and the guard's deadline still stands.
+            // renewed), and the guard's deadline moves with each renewal
+            // (`reconcile_while_leader`), so a job slower to stop than the
+            // lease is not killed while the lease is ours.
             if let Err(e) = child.stop(self.cfg.child.shutdown_grace).await {
                 tracing::error!(error = %e, "cannot stop the child; killing its process group");
                 let _ = child.kill().await;
