@@ -528,11 +528,7 @@ fn sigterm_during_a_resign_answers_it_keeps_its_successor_and_exits_with_the_job
     assert_eq!(code, Some(0), "stdout: {stdout} stderr: {stderr}");
     assert!(stdout.contains("shutting down"), "{stdout}");
     let log = a.log();
-    let release = log
-        .lines()
-        .find(|l| l.contains("released the lease"))
-        .unwrap_or_else(|| panic!("no release logged:\n{log}"));
-    assert!(release.contains("successor=\"b\""), "{release}");
+    assert_released_to(&log, "b");
     assert!(
         !log.contains("still open after the drain time"),
         "waited on its own resign:\n{log}"
@@ -589,12 +585,19 @@ fn a_second_resign_during_a_step_down_is_409_and_the_first_one_is_answered() {
 
     let (code, stdout, stderr) = resign_outcome(first);
     assert_eq!(code, Some(0), "stdout: {stdout} stderr: {stderr}");
-    let log = a.log();
+    assert_released_to(&a.log(), "b");
+}
+
+/// `log` tells of a release that named `successor`.
+fn assert_released_to(log: &str, successor: &str) {
     let release = log
         .lines()
         .find(|l| l.contains("released the lease"))
         .unwrap_or_else(|| panic!("no release logged:\n{log}"));
-    assert!(release.contains("successor=\"b\""), "{release}");
+    assert!(
+        release.contains(&format!("successor=\"{successor}\"")),
+        "{release}"
+    );
 }
 
 /// Connections in the resign flood.
