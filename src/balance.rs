@@ -172,13 +172,11 @@ pub fn spawn(
 /// A member record as last read, and what we make of it.
 #[derive(Debug, Clone)]
 struct Seen {
-    rvn: String,
-    /// When we first saw this rvn.
-    since: Instant,
-    /// Whether we ever saw its record change: only then is it counted (a
-    /// record left behind by a daemon that died long ago never changes).
-    changed: bool,
-    lease_ms: u64,
+    /// Times its rvn by the takeover rule: a member whose record stayed
+    /// unchanged as long as a lease would is gone.
+    timer: election::TakeoverTimer,
+    /// The rvn first read, until the record changes.
+    first_rvn: Option<String>,
 }
 
 /// A live member of our set other than us.
@@ -360,22 +358,18 @@ impl Worker {
                 continue;
             }
             present.push(holder.clone());
+            let drift = self.config.max_clock_drift;
             let seen = self.seen.entry(holder.clone()).or_insert_with(|| Seen {
-                rvn: record.rvn.clone(),
-                since: now,
-                changed: false,
-                lease_ms: record.lease_ms,
+                timer: election::TakeoverTimer::new(drift),
+                first_rvn: Some(record.rvn.clone()),
             });
-            if seen.rvn != record.rvn {
-                *seen = Seen {
-                    rvn: record.rvn.clone(),
-                    since: now,
-                    changed: true,
-                    lease_ms: record.lease_ms,
-                };
+            // Counted only once its record was seen to change: a record
+            // left behind by a daemon that died long ago never changes.
+            if seen.first_rvn.as_ref().is_some_and(|r| *r != record.rvn) {
+                seen.first_rvn = None;
             }
-            let wait = election::takeover_wait(seen.lease_ms, self.config.max_clock_drift);
-            let live = seen.changed && now - seen.since < wait;
+            let gone_at = seen.timer.observe(&record.rvn, record.lease_ms, now, None);
+            let live = seen.first_rvn.is_none() && now < gone_at;
             let labels = record.holder_meta.as_ref().map(|m| &m.labels);
             let same_set = labels.and_then(|l| l.get(SET_LABEL)) == Some(&self.set);
             let led = labels

@@ -161,9 +161,8 @@ struct Waiter {
     name: String,
     identity: String,
     lease_ms: u64,
-    drift: f64,
-    /// The key (`rvn`) of the held record and when this process first saw it.
-    seen: Option<(String, Instant)>,
+    /// Times the held record's `rvn` (the daemon's rule).
+    takeover: election::TakeoverTimer,
 }
 
 impl Waiter {
@@ -197,14 +196,7 @@ impl Waiter {
                 Condition::Unchanged(m.guard.clone()),
             ),
         };
-        let first = match &self.seen {
-            Some((k, first)) if *k == key => *first,
-            _ => {
-                self.seen = Some((key, at));
-                at
-            }
-        };
-        let due = first + election::takeover_wait(lease_ms, self.drift);
+        let due = self.takeover.observe(&key, lease_ms, at, None);
         if at < due {
             return Err(due);
         }
@@ -228,8 +220,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         name: args.name.clone(),
         identity: cfg.identity.clone(),
         lease_ms: lease_ms(args.lease_duration),
-        drift: cfg.max_clock_drift,
-        seen: None,
+        takeover: election::TakeoverTimer::new(cfg.max_clock_drift),
     };
     // What a waiter says on stderr, each line once until it changes. With
     // --no-wait nothing is waited for: the final error says why.

@@ -3,15 +3,6 @@
 
 use super::*;
 
-/// The record version a follower is timing.
-#[derive(Debug, Clone)]
-pub(super) struct Observed {
-    /// rvn, or `malformed:<fingerprint>` for a malformed item.
-    pub(super) key: String,
-    pub(super) first_seen: Instant,
-    pub(super) lease_ms: u64,
-}
-
 /// The leader's private view of its tenure.
 #[derive(Debug, Clone)]
 pub(super) struct Term {
@@ -58,7 +49,9 @@ pub(super) struct Engine {
     pub(super) observer: Arc<dyn Observer>,
     pub(super) state_tx: watch::Sender<ElectionState>,
     pub(super) commands: mpsc::Receiver<Command>,
-    pub(super) observed: Option<Observed>,
+    /// Times the record version the follower read last (the rvn, or
+    /// `malformed:<fingerprint>` for a malformed item).
+    pub(super) takeover: TakeoverTimer,
     /// rvns we wrote or may have written (an unanswered write): finding one of
     /// these in the record means nobody else wrote since, so we may take it
     /// back at once.
@@ -346,10 +339,7 @@ impl Engine {
             // The end of the takeover wait of the rvn the store showed last:
             // hints never move it (only a read does), so whatever a stream
             // says, a lease left unchanged is read again then, and taken.
-            let due = self
-                .observed
-                .as_ref()
-                .map(|o| o.first_seen + self.cfg.takeover_wait(o.lease_ms));
+            let due = self.takeover.due();
             // Already read since it passed: back to the round's own schedule.
             let due = due.filter(|d| self.last_read < *d);
             let wake = if self.hints.flowing(now, quiet) && !self.hints.doubted() {
@@ -399,7 +389,7 @@ impl Engine {
     }
 
     pub(super) async fn sit_out(&mut self, d: Duration) -> Step {
-        self.observed = None;
+        self.takeover.forget();
         let until = self.clock.now() + d;
         tracing::info!(election = %self.name(), identity = %self.cfg.identity, sit_out = %text::duration(d), "sitting out before campaigning again");
         loop {
@@ -460,7 +450,7 @@ impl Engine {
         match record {
             Record::Absent => {
                 self.observed_ok(at, None, None, None);
-                self.observed = None;
+                self.takeover.forget();
                 self.hints.stop();
                 if !self.may_campaign() {
                     return Round::Wait(poll);
@@ -500,12 +490,9 @@ impl Engine {
                     let cond = Condition::RvnIs(current.rvn.clone());
                     return Round::Attempted(self.acquire("take_over", lease, cond).await);
                 }
-                match &self.observed {
+                match self.takeover.due() {
                     // Wake exactly when the takeover becomes allowed.
-                    Some(obs) => {
-                        let due = obs.first_seen + self.cfg.takeover_wait(obs.lease_ms);
-                        Round::Wait(poll.min(due.max(at)))
-                    }
+                    Some(due) => Round::Wait(poll.min(due.max(at))),
                     None => Round::Wait(poll),
                 }
             }
@@ -542,12 +529,10 @@ impl Engine {
         )
     }
 
-    /// Track `key` (an rvn, as the store showed it with the lease
-    /// `lease_ms` it promises); true once it has stayed unchanged for the
-    /// wait that lease calls for. Time starts when the response that first
-    /// showed it arrived, or earlier if the key was `learned` earlier (a
-    /// hint named it: it was written before). Only a store read calls this:
-    /// a hint never starts, restarts or stretches a timer.
+    /// Time `key` (an rvn, as a read answered at `at` showed it, with the
+    /// lease `lease_ms` its record promises; `learned`: when a hint named
+    /// it, if earlier): true once it may be taken over. Only a store read
+    /// calls this: a hint never starts, restarts or stretches the timer.
     pub(super) fn expired(
         &mut self,
         key: &str,
@@ -555,21 +540,7 @@ impl Engine {
         at: Instant,
         learned: Option<Instant>,
     ) -> bool {
-        match &mut self.observed {
-            Some(obs) if obs.key == key => {
-                obs.lease_ms = lease_ms;
-                at - obs.first_seen >= self.cfg.takeover_wait(lease_ms)
-            }
-            _ => {
-                let first_seen = learned.map_or(at, |l| l.min(at));
-                self.observed = Some(Observed {
-                    key: key.to_owned(),
-                    first_seen,
-                    lease_ms,
-                });
-                at - first_seen >= self.cfg.takeover_wait(lease_ms)
-            }
-        }
+        self.takeover.observe(key, lease_ms, at, learned) <= at
     }
 
     /// Try to start a tenure with `lease` under `cond`.
@@ -588,7 +559,7 @@ impl Engine {
             Ok(WriteOutcome::Applied) => {
                 self.observer.acquire_attempt(self.name(), Outcome::Ok);
                 self.note_token(lease.fencing_token);
-                self.observed = None;
+                self.takeover.forget();
                 self.tenure_seq += 1;
                 let leads_from = if op == "create" && self.cfg.strict_new_lease {
                     send + self.cfg.takeover_wait(lease.lease_ms)
@@ -607,7 +578,7 @@ impl Engine {
             Ok(WriteOutcome::ConditionFailed { .. }) => {
                 self.observer.acquire_attempt(self.name(), Outcome::Lost);
                 tracing::debug!(election = %self.name(), op, "acquisition lost the race");
-                self.observed = None;
+                self.takeover.forget();
                 Attempt::Lost
             }
             Err(e) => {
@@ -769,7 +740,7 @@ impl Engine {
                         None => "(unknown)".into(),
                     };
                     tracing::warn!(election = %self.name(), identity = %self.cfg.identity, fencing_token = term.lease.fencing_token, cause = "someone else wrote the lease record", written_by = %by, "lease lost: stopping the child");
-                    self.observed = None;
+                    self.takeover.forget();
                     let kill_at = (self.clock.now() + self.cfg.kill_grace).min(valid_until);
                     return Step::Stopping(term, kill_at);
                 }
@@ -887,7 +858,7 @@ impl Engine {
             self.tell_not_leader();
         }
         self.own_rvns.clear();
-        self.observed = None;
+        self.takeover.forget();
     }
 
     /// Tell followers to look at the store: this instance no longer leads.

@@ -18,7 +18,8 @@
 //!   and the handle to its task;
 //! - `engine`: the task itself (campaign, renew, stop, release);
 //! - `error_log`: how store errors are logged, once per change;
-//! - `hints`: what a leader tells its followers, and how they use it.
+//! - `hints`: what a leader tells its followers, and how they use it;
+//! - `takeover`: the takeover rule, the one place it is written.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,13 +172,6 @@ impl ElectionConfig {
     pub fn due_read_slack(&self) -> Duration {
         self.renew_interval.min(self.retry_interval * 2)
     }
-}
-
-/// The takeover rule: a record whose holder promised `lease_ms` may be
-/// taken over once it stayed unchanged this long on the taker's own clock,
-/// its lease stretched by the clock drift D (checked by [`check_drift`]).
-pub fn takeover_wait(lease_ms: u64, max_clock_drift: f64) -> Duration {
-    Duration::from_millis(lease_ms).mul_f64(1.0 + max_clock_drift)
 }
 
 /// D must be at least 0 and below 0.5.
@@ -606,6 +600,7 @@ pub fn spawn_gated(
     let (events_tx, events) = watch::channel(None);
     let retry = Retry::new(config.retry_interval);
     let store_changes = store.changes();
+    let takeover = TakeoverTimer::new(config.max_clock_drift);
     let engine = Engine {
         store,
         cfg: config,
@@ -613,7 +608,7 @@ pub fn spawn_gated(
         observer,
         state_tx,
         commands: cmd_rx,
-        observed: None,
+        takeover,
         own_rvns: Vec::new(),
         last_token: None,
         tenure_seq: 0,
@@ -642,6 +637,7 @@ mod error_log;
 #[cfg(test)]
 mod hint_tests;
 mod hints;
+mod takeover;
 #[cfg(test)]
 mod tests;
 
@@ -649,3 +645,4 @@ use engine::*;
 use error_log::*;
 use hints::{AfterHint, Hints};
 pub use hints::{Hint, HintFeed, LeaseEvent};
+pub use takeover::{TakeoverTimer, takeover_wait};

@@ -1,0 +1,124 @@
+//! The takeover rule, the one place it is written: a record held by
+//! someone else may be taken over once its `rvn` stayed unchanged for
+//! `lease_ms·(1+D)` on the taker's own clock, counted from when the taker
+//! first learned that `rvn` (a store read's arrival, or earlier if a hint
+//! named it: an `rvn` cannot be named before it was written). The lease is
+//! the one the store's record promises.
+//!
+//! The daemon's engine, `leaderd lock` and balance's member liveness time
+//! records with [`TakeoverTimer`]; nothing else restates the rule.
+
+use std::time::Duration;
+
+use crate::clock::Instant;
+
+/// How long a record whose holder promised `lease_ms` must stay unchanged
+/// before it may be taken over: the lease stretched by the clock drift D
+/// (checked by `check_drift`).
+pub fn takeover_wait(lease_ms: u64, max_clock_drift: f64) -> Duration {
+    Duration::from_millis(lease_ms).mul_f64(1.0 + max_clock_drift)
+}
+
+/// The record version being timed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Timed {
+    /// The `rvn`, or a stand-in key for a malformed record.
+    key: String,
+    /// When it was first learned.
+    since: Instant,
+    /// The lease its record promises, ms.
+    lease_ms: u64,
+}
+
+/// Times the record version a taker last read (see the module docs).
+#[derive(Debug, Clone)]
+pub struct TakeoverTimer {
+    max_clock_drift: f64,
+    timed: Option<Timed>,
+}
+
+impl TakeoverTimer {
+    /// A timer for drift D = `max_clock_drift`, timing nothing yet.
+    pub fn new(max_clock_drift: f64) -> TakeoverTimer {
+        TakeoverTimer {
+            max_clock_drift,
+            timed: None,
+        }
+    }
+
+    /// A read answered at `at` found `key`, whose record promises
+    /// `lease_ms`; `learned` is an earlier instant the key was known, if
+    /// any. The same key keeps the instant it was first learned; another
+    /// starts anew. Returns the instant from which it may be taken over
+    /// (at or before `at`: now).
+    pub fn observe(
+        &mut self,
+        key: &str,
+        lease_ms: u64,
+        at: Instant,
+        learned: Option<Instant>,
+    ) -> Instant {
+        match &mut self.timed {
+            Some(t) if t.key == key => t.lease_ms = lease_ms,
+            _ => {
+                self.timed = Some(Timed {
+                    key: key.to_owned(),
+                    since: learned.map_or(at, |l| l.min(at)),
+                    lease_ms,
+                });
+            }
+        }
+        self.due().expect("a key is timed")
+    }
+
+    /// When the key timed last may be taken over, if one is timed.
+    pub fn due(&self) -> Option<Instant> {
+        self.timed
+            .as_ref()
+            .map(|t| t.since + takeover_wait(t.lease_ms, self.max_clock_drift))
+    }
+
+    /// When the key timed last was first learned, if one is timed.
+    pub fn since(&self) -> Option<Instant> {
+        self.timed.as_ref().map(|t| t.since)
+    }
+
+    /// Time nothing (after a write of ours, or a change of role).
+    pub fn forget(&mut self) {
+        self.timed = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn an_unchanged_key_is_due_a_drift_stretched_lease_after_it_was_first_learned() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(1));
+        let mut timer = TakeoverTimer::new(0.01);
+        assert_eq!(timer.due(), None);
+        assert_eq!(timer.observe("a", 10_000, t0, None), t0 + 10_100 * MS);
+        // Read again later: the first sight counts, and the store's lease.
+        assert_eq!(
+            timer.observe("a", 20_000, t0 + 5_000 * MS, None),
+            t0 + 20_200 * MS
+        );
+        // Another key starts anew; a hint that named it earlier dates it
+        // back, one that arrived after the read does not.
+        let t1 = t0 + 6_000 * MS;
+        assert_eq!(
+            timer.observe("b", 10_000, t1, Some(t1.saturating_sub(300 * MS))),
+            t1 + 9_800 * MS
+        );
+        assert_eq!(timer.since(), Some(t1.saturating_sub(300 * MS)));
+        assert_eq!(
+            timer.observe("c", 10_000, t1, Some(t1 + MS)),
+            t1 + 10_100 * MS
+        );
+        timer.forget();
+        assert_eq!(timer.due(), None);
+    }
+}
