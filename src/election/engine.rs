@@ -633,6 +633,10 @@ impl Engine {
             s.malformed = None;
             s.first_observation_done = true;
             s.heartbeat = at;
+            // Holding a tenure, it watches nobody: a stream it heard as a
+            // follower must not count once it follows again (after a
+            // resign's sit-out) until it hears one anew.
+            s.hints_until = None;
         });
     }
 

@@ -490,3 +490,26 @@ async fn the_leader_tells_each_write_after_it_succeeded_and_its_release_with_the
         })
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_that_led_counts_as_watching_again_only_once_it_hears_a_stream_anew() {
+    let (store, lease, mut h, stream) = b_watching_a().await;
+    stream.renewed(&lease.rvn).await;
+    settle().await;
+    let now = || Clock::tokio().now();
+    assert!(h.state.borrow().watching_leader_at(now()), "b hears a");
+    // "a" releases; b leads, then resigns and sits out a lease: the
+    // stream it heard before it led is not heard any more.
+    store.set("report", Record::Valid(lease.released()));
+    stream.released(&lease.rvn).await;
+    time_to_lead(&mut h).await;
+    assert!(h.hand_over(AfterRelease::SitOut(10 * S), None).await);
+    settle().await;
+    let state = h.state.borrow().clone();
+    assert_eq!(state.role, Role::Follower);
+    assert!(
+        !state.watching_leader_at(now()),
+        "b counts as watching a stream it heard before it led: {:?}",
+        state.hints_until
+    );
+}
