@@ -90,9 +90,6 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// up to hundreds of times that.
 pub const RESIGN_READERS: usize = 4;
 
-/// Longest election name echoed back in an error message.
-const ECHO_LIMIT: usize = 128;
-
 /// Ask the daemon to step down in one election: stop the child, release the
 /// lease, sit out one lease. The daemon answers on `done`.
 #[derive(Debug)]
@@ -348,7 +345,7 @@ impl ApiError {
             "unknown_election",
             format!(
                 "no election named `{}` here",
-                text::shorten(name, ECHO_LIMIT)
+                text::shorten(name, text::ECHO_CHARS)
             ),
         )
     }

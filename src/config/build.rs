@@ -178,7 +178,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("renew_interval"),
         d(lease.renew_interval),
         "lease.renew_interval",
-        duration.value / 2,
+        defaults::renew_interval(duration.value),
         raw,
     );
     let retry = pick(

@@ -481,7 +481,7 @@ impl ToolConfig {
 /// Built-in defaults. The timing ones are the election engine's.
 pub mod defaults {
     pub use crate::election::defaults::{
-        KILL_GRACE, LEASE_DURATION, MAX_CLOCK_DRIFT, RETRY_INTERVAL, SAFETY_MARGIN,
+        KILL_GRACE, LEASE_DURATION, MAX_CLOCK_DRIFT, RETRY_INTERVAL, SAFETY_MARGIN, renew_interval,
     };
     use std::time::Duration;
 

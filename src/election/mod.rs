@@ -63,8 +63,13 @@ pub struct ElectionConfig {
 pub mod defaults {
     use std::time::Duration;
 
-    /// L, `lease.duration`; R defaults to L/2.
+    /// L, `lease.duration`.
     pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+
+    /// R, `lease.renew_interval`, for a lease of `lease_duration`: half of it.
+    pub fn renew_interval(lease_duration: Duration) -> Duration {
+        lease_duration / 2
+    }
     /// P, `lease.retry_interval`.
     pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
     /// D, `lease.max_clock_drift`.
@@ -84,7 +89,7 @@ impl ElectionConfig {
             name: name.into(),
             identity: identity.into(),
             lease_duration: defaults::LEASE_DURATION,
-            renew_interval: defaults::LEASE_DURATION / 2,
+            renew_interval: defaults::renew_interval(defaults::LEASE_DURATION),
             retry_interval: defaults::RETRY_INTERVAL,
             kill_grace: defaults::KILL_GRACE,
             max_clock_drift: defaults::MAX_CLOCK_DRIFT,
