@@ -427,3 +427,40 @@ fn admin_tokens_that_could_never_authenticate_are_config_errors() {
     );
     assert!(running, "leaderd exited ({code:?}): {stderr}");
 }
+
+#[test]
+fn child_settings_that_do_not_fit_name_the_flags_that_set_them() {
+    let out = leaderd(
+        &[
+            "run",
+            "--mode",
+            "always",
+            "--on-child-exit",
+            "release",
+            "--",
+            "sleep",
+            "1",
+        ],
+        &[],
+    );
+    assert_config_error(
+        &out,
+        &[
+            "child.on_child_exit (--on-child-exit)",
+            "child.mode (--mode)",
+        ],
+    );
+    // Set in the file, the keys alone.
+    with_file(
+        "[child]\nmode = \"always\"\non_child_exit = \"release\"\ncommand = [\"sleep\", \"1\"]\n",
+        |p| {
+            let out = leaderd(&["run", "--config", p], &[]);
+            assert_config_error(
+                &out,
+                &["child.on_child_exit = \"release\"", "child.mode = "],
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!stderr.contains("(--"), "{stderr}");
+        },
+    );
+}

@@ -424,18 +424,25 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
             "child.command: the program (first item) must not be empty",
         ));
     }
+    // The keys as messages name them: with the flag that set them, if any.
+    let mode_key = raw.label("child.mode");
     match mode {
         Mode::Always => {
             if command.is_empty() {
                 return Err(ConfigError::invalid(
                     "child.mode",
-                    "child.mode = \"always\" needs a child command (child.command or `-- COMMAND`)",
+                    format!(
+                        "{mode_key} = \"always\" needs a child command (child.command or `-- COMMAND`)"
+                    ),
                 ));
             }
             if on_child_exit == OnChildExit::Release {
                 return Err(ConfigError::invalid(
                     "child.on_child_exit",
-                    "child.on_child_exit = \"release\" needs child.mode = \"while-leader\" (with \"always\" the child is not tied to the lease: use \"exit\" or \"restart\")",
+                    format!(
+                        "{} = \"release\" needs {mode_key} = \"while-leader\" (with \"always\" the child is not tied to the lease: use \"exit\" or \"restart\")",
+                        raw.label("child.on_child_exit")
+                    ),
                 ));
             }
         }
@@ -448,7 +455,7 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
                     return Err(ConfigError::invalid(
                         key,
                         format!(
-                            "{key} = \"{}\" needs child.mode = \"always\" (in \"while-leader\" mode the child is started and stopped instead)",
+                            "{key} = \"{}\" needs {mode_key} = \"always\" (in \"while-leader\" mode the child is started and stopped instead)",
                             signal.as_str()
                         ),
                     ));

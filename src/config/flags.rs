@@ -165,6 +165,13 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
             "child.kill_grace",
             "--kill-grace",
         ),
+        (args.mode.is_some(), "child.mode", "--mode"),
+        (
+            args.on_child_exit.is_some(),
+            "child.on_child_exit",
+            "--on-child-exit",
+        ),
+        (args.log_format.is_some(), "log.format", "--log-format"),
     ];
     for (given, key, flag) in set {
         if given {
