@@ -47,6 +47,7 @@ in_ct() {
 }
 # ct_http PORT PATH BODYFILE: an HTTP GET on the container's loopback.
 ct_http() {
+    : >"$3"
     nsenter --target "$CT" --net -- curl -s -o "$3" -w '%{http_code}' --max-time 2 \
         "http://127.0.0.1:$1$2" || true
 }
@@ -153,6 +154,8 @@ x_pid=$(prop x MainPID)
 log "systemctl status: leaderd's STATUS= text"
 status=$(in_ct systemctl status --no-pager --lines 0 leaderd@x.service || true)
 printf '%s\n' "$status" | sed 's/^/   /'
+grep -q 'Active: active (running)' <<<"$status" ||
+    fail "leaderd@x is not running" "$status" "$(seen x)"
 grep -Eq "Status: \"leader of $ELECTION \(fencing token [0-9]+\)\"" <<<"$status" ||
     fail "systemctl status leaderd@x does not show the leader's status text" "$status"
 
@@ -163,6 +166,8 @@ code=$(ct_http 9782 /leader "$W/body")
 [[ $code == 503 && $(json_field "$W/body" leader) == "$x_identity" ]] ||
     fail "leaderd@y must answer 503 naming $x_identity" "$code $(cat "$W/body")" "$(seen y)"
 status=$(in_ct systemctl status --no-pager --lines 0 leaderd@y.service || true)
+grep -q 'Active: active (running)' <<<"$status" ||
+    fail "leaderd@y is not running" "$status" "$(seen y)"
 grep -q "Status: \"follower of $ELECTION (leader: $x_identity)\"" <<<"$status" ||
     fail "systemctl status leaderd@y does not show the follower's status text" "$status"
 note "503, leader $x_identity; $(grep -o 'Status: .*' <<<"$status")"
