@@ -24,8 +24,10 @@
 #
 # Installs what it needs (apt), cleans up every container, image, volume and
 # mount it made, whatever happens; all podman/buildah state lives in a
-# private storage root under target/, removed at exit. Also leaves the
-# image's binary at target/ci-packaging-bin/leaderd for systemd-test.sh.
+# private storage root under target/, removed at exit. Kept between runs, in
+# /var/cache/leaderd-ci: the debootstrap root (common.sh) and the
+# Dockerfile's cargo cache mounts (see BUILD_CACHE). Also leaves the image's
+# binary at target/ci-packaging-bin/leaderd for systemd-test.sh.
 # Run from anywhere: bash .ci/packaging/image-test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -40,7 +42,7 @@ readonly BIN_OUT=$CI_TARGET/ci-packaging-bin/leaderd
 # buildah keeps the Dockerfile's cache mounts (cargo's registry and target
 # dir) under $TMPDIR/buildah-cache-UID: here in the machine's cache, one per
 # version of the rustc wrapper. Before each build leaderd's own fingerprints
-# go (see build_image), so only the crates.io dependencies are reused.
+# go (see the build below), so only the crates.io dependencies are reused.
 BUILD_CACHE=$CI_CACHE/image-build-$(sha256sum .ci/packaging/stand-in/rustc-static-bins.sh | cut -c1-12)
 readonly BUILD_CACHE
 
@@ -79,13 +81,14 @@ seen() {
     done
 }
 
-# wait_code URL CODE SECONDS CONTAINER...: poll URL until it answers CODE.
+# wait_code URL CODE SECONDS CONTAINER...: poll URL until it answers CODE,
+# while the first CONTAINER runs.
 wait_code() {
     local url=$1 want=$2 secs=$3 got deadline
     shift 3
     deadline=$(($(date +%s) + secs))
     while got=$(http_get "$url" "$W/body"); [[ $got != "$want" ]]; do
-        if (($(date +%s) >= deadline)); then
+        if (($(date +%s) >= deadline)) || [[ $(pod inspect -f '{{.State.Running}}' "$1") != true ]]; then
             fail "$url: expected $want within ${secs}s, got $got" "$(cat "$W/body" 2>/dev/null)" "$(seen "$@")"
         fi
         sleep 0.05
@@ -122,6 +125,9 @@ on_exit cleanup
 bookworm_rootfs
 
 log "stand-in builder $BUILDER: Debian bookworm + $(rustc --version)"
+pinned=$(sed -n 's/^ARG BUILDER=rust:\([0-9.]*\)-.*/\1/p' Dockerfile)
+[[ $(rustc --version) == "rustc $pinned "* ]] ||
+    note "NOTE: the Dockerfile's builder has Rust $pinned; this stand-in has $(rustc --version)"
 sysroot=$(rustc --print sysroot)
 extra=$W/builder-extra
 mkdir -p "$extra/usr/local/rust" "$extra/usr/local/bin"
@@ -135,7 +141,7 @@ install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$extra/usr/local/share/le
 # The environment rust:alpine sets, the wrapper, cargo's CA bundle.
 tar --numeric-owner -cf - -C "$ROOTFS" . -C "$extra" ./usr/local/rust ./usr/local/bin/rustc-static-bins \
     ./usr/local/share/leaderd-ci |
-    pod import \
+    pod import --quiet \
         --change 'ENV CARGO_HTTP_CAINFO=/usr/local/share/leaderd-ci/host-ca.crt' \
         --change 'ENV PATH=/usr/local/cargo/bin:/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'ENV CARGO_HOME=/usr/local/cargo' \
@@ -173,28 +179,12 @@ binsize=$(stat -c %s "$mnt/usr/local/bin/leaderd")
 note "image size: $size bytes ($((size / 1024)) KiB); the binary: $binsize bytes"
 files=$(cd "$mnt" && find . -mindepth 1 -printf '%M %U:%G %p\n' | sort -k3)
 printf '%s\n' "$files" | sed 's/^/   /'
-want='drwxr-xr-x 0:0 ./etc
-drwxr-xr-x 0:0 ./etc/ssl
-drwxr-xr-x 0:0 ./etc/ssl/certs
--rw-r--r-- 0:0 ./etc/ssl/certs/ca-certificates.crt
-drwxr-xr-x 0:0 ./usr
-drwxr-xr-x 0:0 ./usr/local
-drwxr-xr-x 0:0 ./usr/local/bin
--rwxr-xr-x 0:0 ./usr/local/bin/leaderd
-drwxr-xr-x 0:0 ./var
-drwxr-xr-x 0:0 ./var/lib
-drwxr-x--- 65532:65532 ./var/lib/leaderd'
-[[ $files == "$want" ]] ||
-    fail "the final stage must hold the binary, the CA certificates and the state directory only" \
-        "$(diff <(printf '%s\n' "$want") <(printf '%s\n' "$files"))"
-grep -q 'BEGIN CERTIFICATE' "$mnt/etc/ssl/certs/ca-certificates.crt" ||
-    fail "ca-certificates.crt holds no certificate"
+certs=$(grep -c 'BEGIN CERTIFICATE' "$mnt/etc/ssl/certs/ca-certificates.crt" || true)
 cp "$mnt/usr/local/bin/leaderd" "$BIN_OUT"
 pod image unmount "$IMAGE" >/dev/null
 config=$(pod image inspect -f 'user={{.Config.User}} entrypoint={{.Config.Entrypoint}} workdir={{.Config.WorkingDir}}' "$IMAGE")
-note "$config"
-[[ $config == 'user=65532:65532 entrypoint=[leaderd] workdir=/var/lib/leaderd' ]] ||
-    fail "image configuration" "$config"
+note "$config; $certs CA certificates"
+# Asserted at the end: first what a user would run into.
 
 log "one container: non-root, /leader, /healthz, logs"
 pa=$(free_port)
@@ -203,7 +193,8 @@ pod volume create leaderd-ci-state >/dev/null
 start_leaderd() { # NAME PORT
     pod run -d --name "$1" --hostname "$1" "${RUN[@]}" \
         -v leaderd-ci-state:/var/lib/leaderd "$IMAGE" \
-        run --election ci --listen "127.0.0.1:$2" >/dev/null
+        run --election ci --listen "127.0.0.1:$2" >"$W/run.log" 2>&1 ||
+        fail "podman run $IMAGE ($1) failed" "$(cat "$W/run.log")"
 }
 start_leaderd leaderd-a "$pa"
 wait_code "http://127.0.0.1:$pa/leader" 200 20 leaderd-a
@@ -272,9 +263,12 @@ wrapped() { # NAME PORT: one pod of the chart's wrapper pattern
     # The two init containers: a static busybox into a scratch volume, then,
     # in the leaderd image, that busybox copies the binary out.
     pod run --rm "${RUN[@]}" --user 65532:65532 -v "$helper:/helper" \
-        "$APP" cp /bin/busybox /helper/busybox
+        "$APP" cp /bin/busybox /helper/busybox >"$W/run.log" 2>&1 ||
+        fail "$name: the copy helper failed" "$(cat "$W/run.log")"
     pod run --rm "${RUN[@]}" --user 65532:65532 -v "$helper:/helper:ro" -v "$bin:/leaderd" \
-        --entrypoint '["/helper/busybox", "cp", "/usr/local/bin/leaderd", "/leaderd/leaderd"]' "$IMAGE"
+        --entrypoint '["/helper/busybox", "cp", "/usr/local/bin/leaderd", "/leaderd/leaderd"]' \
+        "$IMAGE" >"$W/run.log" 2>&1 ||
+        fail "$name: the init container in $IMAGE failed" "$(cat "$W/run.log")"
     [[ -x $bin/leaderd ]] || fail "$name: the init containers did not copy the binary" "$(ls -la "$bin")"
     # The app container: its command becomes leaderd run -- <app command>.
     pod run -d --name "$name" --hostname "$name" "${RUN[@]}" --user 65532:65532 \
@@ -282,7 +276,8 @@ wrapped() { # NAME PORT: one pod of the chart's wrapper pattern
         -v "$bin:/leaderd:ro" -v "$W/leaderd.toml:/etc/leaderd/leaderd.toml:ro" \
         -v "$W/shared-state:/var/lib/leaderd" \
         "$APP" /leaderd/leaderd run --config /etc/leaderd/leaderd.toml \
-        --listen "127.0.0.1:$port" -- /bin/sh -c "$job" >/dev/null
+        --listen "127.0.0.1:$port" -- /bin/sh -c "$job" >"$W/run.log" 2>&1 ||
+        fail "podman run $APP ($name) failed" "$(cat "$W/run.log")"
 }
 wrapped leaderd-w1 "$pa"
 wait_code "http://127.0.0.1:$pa/leader" 200 20 leaderd-w1
@@ -303,5 +298,25 @@ code=$(pod inspect -f '{{.State.ExitCode}}' leaderd-w1)
 pod logs leaderd-w2 >"$W/logs" 2>&1
 grep -q 'app of leaderd-w2 started, fencing token [0-9]' "$W/logs" || fail "leaderd-w2's app did not start" "$(cat "$W/logs")"
 note "after podman stop leaderd-w1 (exit 0, app stopped), the app runs in leaderd-w2"
+
+log "the image holds the binary, the CA certificates and the state directory only"
+want='drwxr-xr-x 0:0 ./etc
+drwxr-xr-x 0:0 ./etc/ssl
+drwxr-xr-x 0:0 ./etc/ssl/certs
+-rw-r--r-- 0:0 ./etc/ssl/certs/ca-certificates.crt
+drwxr-xr-x 0:0 ./usr
+drwxr-xr-x 0:0 ./usr/local
+drwxr-xr-x 0:0 ./usr/local/bin
+-rwxr-xr-x 0:0 ./usr/local/bin/leaderd
+drwxr-xr-x 0:0 ./var
+drwxr-xr-x 0:0 ./var/lib
+drwxr-x--- 65532:65532 ./var/lib/leaderd'
+[[ $files == "$want" ]] ||
+    fail "the final stage must hold exactly these files, owners and modes" \
+        "$(diff <(printf '%s\n' "$want") <(printf '%s\n' "$files"))"
+((certs > 0)) || fail "ca-certificates.crt holds no certificate"
+[[ $config == 'user=65532:65532 entrypoint=[leaderd] workdir=/var/lib/leaderd' ]] ||
+    fail "image configuration" "$config"
+note "file list, owners, modes and configuration as expected"
 
 log "image test passed"
