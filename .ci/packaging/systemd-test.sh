@@ -5,8 +5,8 @@
 # the unit's state directory, each with a job that runs while it leads.
 #
 #  - `systemctl start leaderd@x` returns only once leaderd sent READY=1: on
-#    its return /leader answers at once, and the journal has leaderd's
-#    start-up line before systemd's "Started";
+#    its return /leader answers at once, and leaderd logged its start-up
+#    line before systemd took the unit for active;
 #  - `systemctl status` shows leaderd's STATUS= text, for the leader and for
 #    the follower (which names the leader);
 #  - kill -9 of leaderd@y's leaderd: systemd restarts it;
@@ -142,13 +142,21 @@ x_started=$(now)
     fail "systemctl start returned before /leader answered 200 (READY=1 not waited for?)" \
         "/leader: $code $(cat "$W/body")" "$(seen x)"
 x_identity=$(json_field "$W/body" identity)
+# And by the clocks: leaderd logged that it serves HTTP before systemd took
+# the unit for started (for Type=simple that is the fork, before any log).
 in_ct journalctl --no-pager -o cat -u leaderd@x.service >"$W/journal"
-running_at=$(grep -n -m1 'leaderd running' "$W/journal" | cut -d: -f1)
-started_at=$(grep -n -m1 '^Started leaderd@x.service' "$W/journal" | cut -d: -f1)
-{ [[ -n $running_at && -n $started_at ]] && ((running_at < started_at)); } ||
-    fail "the journal must have leaderd's 'leaderd running' before systemd's 'Started leaderd@x.service'" \
+running_at=$(grep -m1 'leaderd running' "$W/journal" | cut -d' ' -f1)
+active_at=$(in_ct systemctl show --timestamp=us+utc -P ActiveEnterTimestamp leaderd@x.service)
+python3 - "$running_at" "$active_at" <<'PY' ||
+import sys
+from datetime import datetime
+running = datetime.strptime(sys.argv[1], "%Y-%m-%dT%H:%M:%S.%fZ")
+active = datetime.strptime(sys.argv[2], "%a %Y-%m-%d %H:%M:%S.%f UTC")
+sys.exit(0 if running < active else 1)
+PY
+    fail "leaderd logged 'leaderd running' ($running_at) after systemd took leaderd@x as started ($active_at)" \
         "$(cat "$W/journal")"
-note "journal: 'leaderd running' (line $running_at) before 'Started' (line $started_at)"
+note "'leaderd running' at $running_at, unit active at $active_at"
 x_pid=$(prop x MainPID)
 
 log "systemctl status: leaderd's STATUS= text"
