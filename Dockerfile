@@ -11,7 +11,11 @@
 # (if any) that image carries. The image already has gcc and musl-dev, which
 # the bundled SQLite, the mimalloc allocator and the TLS crypto crates
 # compile with.
-FROM rust:1.95.0-alpine3.23@sha256:606fd313a0f49743ee2a7bd49a0914bab7deedb12791f3a846a34a4711db7ed2 AS build
+# BUILDER exists for CI only, which cannot pull: .ci/packaging/image-test.sh
+# passes a local stand-in (Debian, the same Rust, static glibc). Builds
+# without --build-arg use the pinned image below.
+ARG BUILDER=rust:1.95.0-alpine3.23@sha256:606fd313a0f49743ee2a7bd49a0914bab7deedb12791f3a846a34a4711db7ed2
+FROM ${BUILDER} AS build
 
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
@@ -24,15 +28,21 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked \
     && install -D -m 0755 target/release/leaderd /out/leaderd \
-    && install -d -m 0750 /out/state
+    && install -d -m 0755 /out/state/var/lib \
+    && install -d -m 0750 /out/state/var/lib/leaderd \
+    && chown 65532:65532 /out/state/var/lib/leaderd
 
 FROM scratch
 
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/leaderd /usr/local/bin/leaderd
-# The one writable place: the default SQLite file (`leaderd.db`, relative to
-# the working directory) lands here; mount a volume to keep it.
-COPY --from=build --chown=65532:65532 /out/state /var/lib/leaderd
+# The one writable place, 65532's alone (0750): the default SQLite file
+# (`leaderd.db`, relative to the working directory) lands here; mount a
+# volume to keep it. COPY takes a directory's contents, with their owners and
+# modes, but not the directory itself: hence the tree copied onto /. A
+# `COPY --chown=65532:65532 dir /var/lib/leaderd` would make it 0755 and, with
+# some builders, hand /var and /var/lib to 65532 as well.
+COPY --from=build /out/state/ /
 WORKDIR /var/lib/leaderd
 
 # scratch has no environment at all: PATH lets ENTRYPOINT find the binary by

@@ -105,6 +105,15 @@ check_chart() {
 check_dockerfile() {
     step "hadolint Dockerfile"
     "$VENV/bin/hadolint" --failure-threshold warning Dockerfile
+    # hadolint cannot see through `FROM ${BUILDER}`: the default that users
+    # build with must stay pinned by tag and digest.
+    step "Dockerfile: the default builder is pinned by tag and digest"
+    grep -Eq '^ARG BUILDER=[^@:[:space:]]+:[^@[:space:]]+@sha256:[0-9a-f]{64}$' Dockerfile || {
+        grep -n '^ARG BUILDER' Dockerfile >&2 || echo "no ARG BUILDER" >&2
+        echo "ARG BUILDER must default to image:tag@sha256:<digest>" >&2
+        return 1
+    }
+    echo "  $(sed -n 's/^ARG BUILDER=//p' Dockerfile)"
 }
 
 check_systemd_unit() {
