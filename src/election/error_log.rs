@@ -1,7 +1,7 @@
 //! Store errors as the engine logs them: once per change (reads and writes
 //! apart), with a count, and once more when requests work again.
 
-use super::*;
+use crate::clock::Instant;
 
 /// Which kind of store request failed: reads and writes are told apart so
 /// that a read that works between two writes that fail does not count as

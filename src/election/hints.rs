@@ -34,12 +34,16 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
-use super::*;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::Instant;
+use crate::lease::Lease;
 
 /// What a leader tells its followers (one line of the watch stream).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum LeaseEvent {
     /// The sender holds the lease; its last successful write carries `rvn`.
@@ -86,7 +90,7 @@ impl LeaseEvent {
 }
 
 /// What reached a follower from the leader it watches.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Hint {
     /// An event, read from the stream at `at`.
     Event {
@@ -111,7 +115,7 @@ pub struct HintFeed {
 
 /// What a follower does after a hint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AfterHint {
+pub(crate) enum AfterHint {
     /// Go on waiting.
     Wait,
     /// A `renewed` hint arrived: a follower past the takeover wait of the
@@ -131,10 +135,17 @@ const REMEMBERED: usize = 8;
 /// interval on average.
 const EARLY_READS: usize = 3;
 
-/// A follower's bookkeeping of the stream it watches.
-#[derive(Debug, Default)]
-pub(super) struct Hints {
-    feed: Option<HintFeed>,
+/// A follower's bookkeeping of the stream it watches. Pure: the stream
+/// itself is the driver's (it is told where to aim through
+/// [`Hints::take_retarget`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Hints {
+    /// Whether a watch client feeds this follower at all.
+    has_feed: bool,
+    /// The address watched now, if any.
+    target: Option<String>,
+    /// A change of target the driver has yet to carry out.
+    retarget: Option<Option<String>>,
     /// Arrival of the last event; `None`: no stream flowing.
     last: Option<Instant>,
     /// The stream's last event was `released` or `not_leader`, after which
@@ -153,28 +164,64 @@ pub(super) struct Hints {
     /// A read a hint asked for while that budget was spent: (when it was
     /// asked for, when it is due). Any read after the asking fulfils it.
     deferred_read: Option<(Instant, Instant)>,
+    /// What `renewed` hints promised for their rvn (model checker's
+    /// mutations only: nothing else may read a hint's `lease_ms`).
+    #[cfg(test)]
+    hinted_lease: Vec<(String, u64)>,
 }
 
 impl Hints {
-    pub(super) fn new(feed: Option<HintFeed>) -> Hints {
+    /// Bookkeeping for a follower fed by a watch client (`has_feed`) or
+    /// by none.
+    pub(crate) fn new(has_feed: bool) -> Hints {
         Hints {
-            feed,
+            has_feed,
             ..Hints::default()
         }
     }
 
+    /// The change of the watched address not yet carried out, if any.
+    pub(crate) fn take_retarget(&mut self) -> Option<Option<String>> {
+        self.retarget.take()
+    }
+
+    /// Remember what a hint promised for `rvn` (mutations only).
+    #[cfg(test)]
+    pub(crate) fn remember_lease_ms(&mut self, rvn: &str, lease_ms: u64) {
+        self.hinted_lease.retain(|(r, _)| r != rvn);
+        self.hinted_lease.push((rvn.to_owned(), lease_ms));
+        if self.hinted_lease.len() > REMEMBERED {
+            self.hinted_lease.remove(0);
+        }
+    }
+
+    /// What a hint promised for `rvn` (mutations only).
+    #[cfg(test)]
+    pub(crate) fn hinted_lease_ms(&self, rvn: &str) -> Option<u64> {
+        self.hinted_lease
+            .iter()
+            .find(|(r, _)| r == rvn)
+            .map(|(_, ms)| *ms)
+    }
+
+    /// The watch client is gone: no more hints, ever.
+    pub(crate) fn closed(&mut self) {
+        self.has_feed = false;
+        self.last = None;
+    }
+
     /// Whether events arrived within `quiet` before `now`.
-    pub(super) fn flowing(&self, now: Instant, quiet: Duration) -> bool {
+    pub(crate) fn flowing(&self, now: Instant, quiet: Duration) -> bool {
         self.last.is_some_and(|t| now - t < quiet)
     }
 
     /// When the flowing stream counts as quiet, if it flows.
-    pub(super) fn quiet_at(&self, quiet: Duration) -> Option<Instant> {
+    pub(crate) fn quiet_at(&self, quiet: Duration) -> Option<Instant> {
         self.last.map(|t| t + quiet)
     }
 
     /// When a read that a hint asked for, and that had to wait, is due.
-    pub(super) fn deferred_read(&self) -> Option<Instant> {
+    pub(crate) fn deferred_read(&self) -> Option<Instant> {
         self.deferred_read.map(|(_, due)| due)
     }
 
@@ -182,7 +229,7 @@ impl Hints {
     /// the read fulfils it whatever it finds (a failed one is retried with
     /// back-off, like any other) and spends the budget like any read a
     /// hint asked for.
-    pub(super) fn waking(&mut self, now: Instant) {
+    pub(crate) fn waking(&mut self, now: Instant) {
         if self.deferred_read.is_some_and(|(_, due)| due <= now) {
             self.deferred_read = None;
             self.spend_early_read(now);
@@ -191,37 +238,32 @@ impl Hints {
 
     /// Whether the last reads found what the stream did not say, so the
     /// store is to be polled again soon.
-    pub(super) fn doubted(&self) -> bool {
+    pub(crate) fn doubted(&self) -> bool {
         self.strikes > 0
     }
 
     /// Watch `address`, or nothing. A new target forgets the old stream.
     fn aim(&mut self, address: Option<String>) {
-        let Some(feed) = &self.feed else { return };
-        let changed = feed.target.send_if_modified(|t| {
-            if *t == address {
-                return false;
-            }
-            *t = address;
-            true
-        });
-        if changed {
-            self.last = None;
-            self.end_told = false;
-            self.hinted.clear();
-            self.strikes = 0;
+        if !self.has_feed || self.target == address {
+            return;
         }
+        self.target = address.clone();
+        self.retarget = Some(address);
+        self.last = None;
+        self.end_told = false;
+        self.hinted.clear();
+        self.strikes = 0;
     }
 
     /// Stop watching (this instance leads, or nobody does).
-    pub(super) fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.aim(None);
     }
 
     /// When the stream first named `rvn`, if it did lately: its takeover
     /// timer may count from then (an rvn cannot be named before it was
     /// written).
-    pub(super) fn learned_at(&self, rvn: &str) -> Option<Instant> {
+    pub(crate) fn learned_at(&self, rvn: &str) -> Option<Instant> {
         self.hinted
             .iter()
             .find(|(r, _)| r == rvn)
@@ -231,14 +273,16 @@ impl Hints {
     /// A read sent at `sent` and answered at `at` found `lease`: watch its
     /// holder's advertised address (unless it is `me` or its stream is not
     /// believed), and check the stream against what the store says.
-    pub(super) fn after_read(
+    /// Returns true when it stopped believing the stream just now.
+    pub(crate) fn after_read(
         &mut self,
         lease: &Lease,
         me: &str,
         sent: Instant,
         at: Instant,
         quiet: Duration,
-    ) {
+    ) -> bool {
+        let mut distrusted_now = false;
         let tenure = lease
             .holder
             .as_ref()
@@ -262,7 +306,7 @@ impl Hints {
                 None => self.strikes += 1,
             }
             if self.strikes >= 2 && self.distrusted != tenure {
-                tracing::warn!(election = %lease.election, holder = ?lease.holder, address = ?lease.holder_meta.as_ref().and_then(|m| m.address.as_deref()), "the leader's watch stream does not match the lease store; polling the store instead for this tenure");
+                distrusted_now = true;
                 self.distrusted = tenure.clone();
             }
         }
@@ -271,28 +315,13 @@ impl Hints {
             _ => None,
         };
         self.aim(address);
-    }
-
-    /// The next hint; never resolves without a feed.
-    pub(super) async fn next(&mut self) -> Hint {
-        match &mut self.feed {
-            Some(feed) => match feed.hints.recv().await {
-                Some(hint) => hint,
-                None => {
-                    // The client is gone: no more hints, ever.
-                    self.feed = None;
-                    self.last = None;
-                    std::future::pending().await
-                }
-            },
-            None => std::future::pending().await,
-        }
+        distrusted_now
     }
 
     /// Take `hint` in. Of a `renewed` event only its rvn and arrival are
     /// kept (everything else it says is the sender's word); `now` and
     /// `retry` pace the reads hints ask for.
-    pub(super) fn take(&mut self, hint: Hint, now: Instant, retry: Duration) -> AfterHint {
+    pub(crate) fn take(&mut self, hint: Hint, now: Instant, retry: Duration) -> AfterHint {
         let (at, event) = match hint {
             // A stream that spoke and ended: its leader may have left (its
             // `released` lost on the way) or died; the store tells which.
@@ -307,11 +336,7 @@ impl Hints {
         };
         // Sent before the target changed (to nobody): not about what this
         // follower watches now.
-        if self
-            .feed
-            .as_ref()
-            .is_none_or(|f| f.target.borrow().is_none())
-        {
+        if !self.has_feed || self.target.is_none() {
             return AfterHint::Wait;
         }
         self.last = Some(at);

@@ -28,10 +28,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app_check::Verdict;
-use crate::clock::{self, Clock, Instant};
-use crate::lease::{
-    Condition, HolderMeta, Lease, LeaseStore, Malformed, Record, StoreError, WriteOutcome,
-};
+use crate::clock::{Clock, Instant};
+use crate::lease::{HolderMeta, LeaseStore, StoreError};
 use crate::text;
 
 /// Timing and identity of one election.
@@ -150,10 +148,6 @@ impl ElectionConfig {
         takeover_wait(lease_ms, self.max_clock_drift)
     }
 
-    fn request_budget(&self) -> Duration {
-        self.renew_interval
-    }
-
     /// R + P: a watch stream that says nothing this long is taken for
     /// broken, and the follower polls every P again.
     pub fn hint_quiet(&self) -> Duration {
@@ -231,7 +225,7 @@ pub enum TimingError {
 }
 
 /// Where this instance stands in one election.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Not leading; polling the record.
@@ -246,7 +240,7 @@ pub enum Role {
 }
 
 /// One term of leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Tenure {
     /// The fencing token of this tenure.
     pub fencing_token: u64,
@@ -265,7 +259,7 @@ pub struct Tenure {
 }
 
 /// The engine's published state.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ElectionState {
     /// Election name.
     pub election: String,
@@ -441,7 +435,7 @@ pub struct NoObserver;
 impl Observer for NoObserver {}
 
 /// What to do after a voluntary release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AfterRelease {
     /// End the election task.
     Exit,
@@ -584,50 +578,28 @@ pub fn spawn_gated(
 ) -> ElectionHandle {
     let now = clock.now();
     let lease_duration = config.lease_duration;
-    let (state_tx, state) = watch::channel(ElectionState {
-        election: config.name.clone(),
-        identity: config.identity.clone(),
-        role: Role::Follower,
-        tenure: None,
-        leader: None,
-        fencing_token: None,
-        observed_at: None,
-        observed_at_unix_ms: None,
-        last_error: None,
-        malformed: None,
-        heartbeat: now,
-        first_observation_done: false,
-        finished: false,
-        rounds: 0,
-        hints_until: None,
-    });
+    let mut gate = gate;
+    let may_campaign = driver::Driver::gate_passes(&mut gate);
+    let core = Core::new(config, now, delay, hints.is_some(), may_campaign);
+    let (state_tx, state) = watch::channel(core.state().clone());
     let (commands, cmd_rx) = mpsc::channel(8);
     let (events_tx, events) = watch::channel(None);
-    let retry = Retry::new(config.retry_interval);
     let store_changes = store.changes();
-    let takeover = TakeoverTimer::new(config.max_clock_drift);
-    let engine = Engine {
+    let driver = driver::Driver {
+        core,
         store,
-        cfg: config,
         clock,
         observer,
         state_tx,
-        commands: cmd_rx,
-        takeover,
-        own_rvns: Vec::new(),
-        last_token: None,
-        tenure_seq: 0,
-        warned_malformed: None,
-        errors: ErrorLog::default(),
-        retry,
-        store_changes,
-        gate,
-        hints: Hints::new(hints),
         events: events_tx,
-        last_read: now,
-        last_read_sent: now,
+        commands: cmd_rx,
+        gate,
+        feed: hints,
+        store_changes,
+        errors: ErrorLog::default(),
+        answer: None,
     };
-    let task = tokio::spawn(engine.run(delay));
+    let task = tokio::spawn(driver.run());
     ElectionHandle {
         state,
         events,
@@ -637,7 +609,8 @@ pub fn spawn_gated(
     }
 }
 
-mod engine;
+pub mod core;
+mod driver;
 mod error_log;
 #[cfg(test)]
 mod hint_tests;
@@ -646,8 +619,7 @@ mod takeover;
 #[cfg(test)]
 mod tests;
 
-use engine::*;
-use error_log::*;
-use hints::{AfterHint, Hints};
+pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
+use error_log::ErrorLog;
 pub use hints::{Hint, HintFeed, LeaseEvent};
 pub use takeover::{TakeoverTimer, takeover_wait};

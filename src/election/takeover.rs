@@ -20,7 +20,7 @@ pub fn takeover_wait(lease_ms: u64, max_clock_drift: f64) -> Duration {
 }
 
 /// The record version being timed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Timed {
     /// The `rvn`, or a stand-in key for a malformed record.
     key: String,
@@ -31,10 +31,20 @@ struct Timed {
 }
 
 /// Times the record version a taker last read (see the module docs).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TakeoverTimer {
     max_clock_drift: f64,
     timed: Option<Timed>,
+}
+
+// D is checked finite (`check_drift`), so equality is total.
+impl Eq for TakeoverTimer {}
+
+impl std::hash::Hash for TakeoverTimer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.max_clock_drift.to_bits().hash(state);
+        self.timed.hash(state);
+    }
 }
 
 impl TakeoverTimer {

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::lease::memory::{Fault, MemoryStore};
-use crate::lease::{Malformed, RvnGuard, new_rvn};
+use crate::lease::{Condition, Lease, Malformed, Record, RvnGuard, WriteOutcome, new_rvn};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -105,7 +105,7 @@ async fn first_acquisition_on_empty_store() {
     let state = h.state.borrow().clone();
     assert_eq!(state.fencing_token, Some(lease.fencing_token));
     // No previous item: the token starts at the unix ms.
-    assert!(lease.fencing_token >= clock::unix_ms() - 60_000);
+    assert!(lease.fencing_token >= crate::clock::unix_ms() - 60_000);
     assert!(state.is_leader_at(Clock::tokio().now()) || state.role == Role::Leader);
 }
 

@@ -71,8 +71,30 @@ pub async fn open_to_read(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, Strin
     }
 }
 
+/// What every write of a record is stamped with: a fresh `rvn` and the
+/// wall-clock time (for humans and TTL only; never for a decision). The
+/// election core gets its stamps from its driver, so that it reads no clock
+/// and draws no random number of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    /// The record version of the write.
+    pub rvn: String,
+    /// Unix ms of the write.
+    pub unix_ms: u64,
+}
+
+impl Stamp {
+    /// A fresh random `rvn`, at the wall clock's time now.
+    pub fn now() -> Stamp {
+        Stamp {
+            rvn: new_rvn(),
+            unix_ms: crate::clock::unix_ms(),
+        }
+    }
+}
+
 /// One election's lease, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Lease {
     /// The election's name (the key).
     pub election: String,
@@ -109,31 +131,49 @@ impl Lease {
         acquired_at_ms: u64,
         holder_meta: Option<HolderMeta>,
     ) -> Lease {
-        let now_ms = crate::clock::unix_ms();
-        Lease {
-            election: election.to_owned(),
-            holder: Some(holder.to_owned()),
-            rvn: new_rvn(),
+        Lease::stamped_with(
+            election,
+            holder,
             fencing_token,
             lease_ms,
             acquired_at_ms,
-            renewed_at_ms: now_ms,
-            expires_at_s: now_ms.saturating_add(lease_ms).div_ceil(1000),
             holder_meta,
-            successor: None,
+            &Stamp::now(),
+        )
+    }
+
+    /// [`Lease::stamped`], stamped with `stamp`.
+    pub fn stamped_with(
+        election: &str,
+        holder: &str,
+        fencing_token: u64,
+        lease_ms: u64,
+        acquired_at_ms: u64,
+        holder_meta: Option<HolderMeta>,
+        stamp: &Stamp,
+    ) -> Lease {
+        Lease {
+            election: election.to_owned(),
+            holder: Some(holder.to_owned()),
+            fencing_token,
+            lease_ms,
+            acquired_at_ms,
+            holder_meta,
+            ..Lease::released_placeholder()
         }
+        .restamped(stamp, stamp.unix_ms.saturating_add(lease_ms))
     }
 
     /// The next write of this tenure (a renew): a fresh `rvn`, stamped now,
     /// expiring `lease_ms` from now.
     pub fn renewed(&self) -> Lease {
-        let now_ms = crate::clock::unix_ms();
-        Lease {
-            rvn: new_rvn(),
-            renewed_at_ms: now_ms,
-            expires_at_s: now_ms.saturating_add(self.lease_ms).div_ceil(1000),
-            ..self.clone()
-        }
+        self.renewed_with(&Stamp::now())
+    }
+
+    /// [`Lease::renewed`], stamped with `stamp`.
+    pub fn renewed_with(&self, stamp: &Stamp) -> Lease {
+        self.clone()
+            .restamped(stamp, stamp.unix_ms.saturating_add(self.lease_ms))
     }
 
     /// This lease given up: no holder, a fresh `rvn`, stamped now, the same
@@ -146,20 +186,49 @@ impl Lease {
     /// [`Lease::released`], with the successor recorded. The lease still
     /// counts for one `lease_ms` against everyone else.
     pub fn handed_to(&self, successor: Option<String>) -> Lease {
-        let now_ms = crate::clock::unix_ms();
+        self.handed_to_with(successor, &Stamp::now())
+    }
+
+    /// [`Lease::handed_to`], stamped with `stamp`.
+    pub fn handed_to_with(&self, successor: Option<String>, stamp: &Stamp) -> Lease {
         let expires_ms = if successor.is_some() {
-            now_ms.saturating_add(self.lease_ms)
+            stamp.unix_ms.saturating_add(self.lease_ms)
         } else {
-            now_ms
+            stamp.unix_ms
         };
         Lease {
             holder: None,
             holder_meta: None,
             successor,
-            rvn: new_rvn(),
-            renewed_at_ms: now_ms,
-            expires_at_s: expires_ms.div_ceil(1000),
             ..self.clone()
+        }
+        .restamped(stamp, expires_ms)
+    }
+
+    /// This record written anew under `stamp`, stale (for humans and TTL)
+    /// at unix ms `expires_ms`.
+    fn restamped(self, stamp: &Stamp, expires_ms: u64) -> Lease {
+        Lease {
+            rvn: stamp.rvn.clone(),
+            renewed_at_ms: stamp.unix_ms,
+            expires_at_s: expires_ms.div_ceil(1000),
+            ..self
+        }
+    }
+
+    /// An empty released record, filled in by [`Lease::stamped`].
+    fn released_placeholder() -> Lease {
+        Lease {
+            election: String::new(),
+            holder: None,
+            rvn: String::new(),
+            fencing_token: 0,
+            lease_ms: 0,
+            acquired_at_ms: 0,
+            renewed_at_ms: 0,
+            expires_at_s: 0,
+            holder_meta: None,
+            successor: None,
         }
     }
 
@@ -199,7 +268,7 @@ pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
 }
 
 /// What a holder advertises about itself in the lease record.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HolderMeta {
     /// Where the holder can be reached (e.g. its HTTP address).
     pub address: Option<String>,
@@ -211,7 +280,7 @@ pub struct HolderMeta {
 ///
 /// leaderd reports it and never overwrites it unless it stayed unchanged (same
 /// `fingerprint`) for a full lease; the write is then conditional on `guard`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Malformed {
     /// The election's name.
     pub election: String,
@@ -227,7 +296,7 @@ pub struct Malformed {
 }
 
 /// The raw `rvn` of a malformed record, in the store's own encoding.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RvnGuard {
     /// The item has no `rvn` attribute.
     Missing,
@@ -236,7 +305,7 @@ pub enum RvnGuard {
 }
 
 /// What a consistent read found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Record {
     /// No item for this election.
     Absent,
@@ -258,7 +327,7 @@ impl Record {
 }
 
 /// The condition a write is made under.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Condition {
     /// Create: no item exists.
     NotExists,
@@ -303,7 +372,7 @@ impl Condition {
 
 /// The answer to a conditional write. A failed condition is an answer, not an
 /// error: someone else wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum WriteOutcome {
     /// The write happened.
     Applied,
@@ -317,7 +386,7 @@ pub enum WriteOutcome {
 
 /// Everything that can go wrong talking to a store, kept apart by class
 /// because each is logged, counted and retried differently.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq, Hash)]
 pub enum StoreError {
     /// The store asked us to slow down; the request was not applied.
     #[error("throttled by the store: {0}")]

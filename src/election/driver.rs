@@ -1,0 +1,344 @@
+//! The driver: the tokio task that runs one election's [`Core`]. It owns
+//! every piece of IO the core must not: the store requests the core asks
+//! for (timed for metrics, their errors logged once per change), the
+//! clock, the stamps of new writes, the commands, the app check's verdict,
+//! the leader's watch stream and the channels the state and the events
+//! are published on. It decides nothing.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::core::{Action, Core, Input, Note, Tick};
+use super::error_log::{ErrorLog, RequestKind};
+use super::hints::{Hint, HintFeed, LeaseEvent};
+use super::{Command, ElectionState, Observer, Outcome, Transition};
+use crate::app_check::Verdict;
+use crate::clock::Clock;
+use crate::lease::{LeaseStore, Stamp, StoreError, WriteOutcome};
+use crate::text;
+
+/// One election's task: see the module docs.
+pub(super) struct Driver {
+    pub(super) core: Core,
+    pub(super) store: Arc<dyn LeaseStore>,
+    pub(super) clock: Clock,
+    pub(super) observer: Arc<dyn Observer>,
+    pub(super) state_tx: watch::Sender<ElectionState>,
+    pub(super) events: watch::Sender<Option<LeaseEvent>>,
+    pub(super) commands: mpsc::Receiver<Command>,
+    /// The app check's verdict; `None`: no app check.
+    pub(super) gate: Option<watch::Receiver<Verdict>>,
+    /// The watch client; `None`: no hints (or the client is gone).
+    pub(super) feed: Option<HintFeed>,
+    /// Moves when the store notices its data was replaced under it.
+    pub(super) store_changes: Option<watch::Receiver<u64>>,
+    /// Store errors, logged once per change.
+    pub(super) errors: ErrorLog,
+    /// The caller of the release in progress, answered when it is done.
+    pub(super) answer: Option<oneshot::Sender<bool>>,
+}
+
+/// Resolves with the app check's next verdict (pass or not); never without
+/// an app check, or once it is gone.
+async fn gate_changed(gate: &mut Option<watch::Receiver<Verdict>>) -> bool {
+    if let Some(g) = gate
+        && g.changed().await.is_ok()
+    {
+        return *g.borrow_and_update() == Verdict::Pass;
+    }
+    std::future::pending().await
+}
+
+/// Resolves when the store's change counter moves; never without one.
+async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = changes
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    // No counter, or its store is gone: nothing will ever change.
+    std::future::pending().await
+}
+
+/// The next hint; `None` once the watch client is gone; never without one.
+async fn next_hint(feed: &mut Option<HintFeed>) -> Option<Hint> {
+    match feed {
+        Some(f) => f.hints.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Driver {
+    /// The app check's verdict now, marked seen: whether it lets the
+    /// election campaign (always without an app check).
+    pub(super) fn gate_passes(gate: &mut Option<watch::Receiver<Verdict>>) -> bool {
+        gate.as_mut()
+            .is_none_or(|g| *g.borrow_and_update() == Verdict::Pass)
+    }
+
+    pub(super) async fn run(mut self) {
+        self.step(Input::Timeout).await;
+        while !self.core.is_finished() {
+            let wake = self
+                .core
+                .next_wake()
+                .expect("no request is in flight between steps");
+            let takes_hints = self.core.takes_hints();
+            let watches_store = self.core.watches_store_changes();
+            let input = tokio::select! {
+                _ = self.clock.sleep_until(wake) => Input::Timeout,
+                pass = gate_changed(&mut self.gate) => Input::Gate(pass),
+                hint = next_hint(&mut self.feed), if takes_hints => match hint {
+                    Some(hint) => Input::Hint(hint),
+                    None => {
+                        self.feed = None;
+                        Input::HintsClosed
+                    }
+                },
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::Release { then, successor, done }) => {
+                        self.answer = Some(done);
+                        Input::Release { then, successor }
+                    }
+                    None => Input::Orphaned,
+                },
+                () = store_changed(&mut self.store_changes), if watches_store => Input::StoreReplaced,
+            };
+            self.step(input).await;
+        }
+    }
+
+    fn tick(&self) -> Tick {
+        Tick {
+            now: self.clock.now(),
+            stamp: Stamp::now(),
+            jitter: rand::random::<f64>(),
+        }
+    }
+
+    /// Hand `input` to the core, then carry out what it asks, feeding it
+    /// the answers of the store requests, until it waits for time or news.
+    async fn step(&mut self, input: Input) {
+        let tick = self.tick();
+        self.core.handle(&tick, input);
+        self.publish();
+        while let Some(action) = self.core.poll_action() {
+            if let Some(answer) = self.carry_out(action).await {
+                let tick = self.tick();
+                self.core.handle(&tick, answer);
+                self.publish();
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let state = self.core.state();
+        self.state_tx.send_if_modified(|s| {
+            if s == state {
+                return false;
+            }
+            s.clone_from(state);
+            true
+        });
+    }
+
+    /// Carry out one action; a store request's answer comes back.
+    async fn carry_out(&mut self, action: Action) -> Option<Input> {
+        match action {
+            Action::Read { budget, confirming } => {
+                let name = self.core.config().name.clone();
+                let start = self.clock.now();
+                let res = self.store.read(&name, budget).await;
+                if !confirming {
+                    let outcome = match &res {
+                        Ok(_) => Outcome::Ok,
+                        Err(e) => Outcome::Failed(e),
+                    };
+                    self.observer
+                        .store_request(&name, "read", self.clock.now() - start, outcome);
+                    if res.is_ok() {
+                        self.store_answered("read");
+                    }
+                }
+                Some(Input::Read(res))
+            }
+            Action::Write {
+                op,
+                lease,
+                condition,
+                budget,
+                deadline,
+            } => {
+                let start = self.clock.now();
+                let write = self.store.write(&lease, &condition, budget);
+                let res = match deadline {
+                    Some(at) => self
+                        .clock
+                        .timeout_at(at, write)
+                        .await
+                        .unwrap_or(Err(StoreError::Timeout(budget))),
+                    None => write.await,
+                };
+                let outcome = match &res {
+                    Ok(WriteOutcome::Applied) => Outcome::Ok,
+                    Ok(WriteOutcome::ConditionFailed { .. }) => Outcome::Lost,
+                    Err(e) => Outcome::Failed(e),
+                };
+                let name = self.core.config().name.clone();
+                self.observer
+                    .store_request(&name, op.label(), self.clock.now() - start, outcome);
+                if res.is_ok() {
+                    self.store_answered(op.label());
+                }
+                Some(Input::Written(res))
+            }
+            Action::Tell(event) => {
+                self.events.send_replace(Some(event));
+                None
+            }
+            Action::Watch(address) => {
+                if let Some(feed) = &self.feed {
+                    feed.target.send_if_modified(|t| {
+                        if *t == address {
+                            return false;
+                        }
+                        *t = address;
+                        true
+                    });
+                }
+                None
+            }
+            Action::Answer(released) => {
+                if let Some(done) = self.answer.take() {
+                    let _ = done.send(released);
+                }
+                None
+            }
+            Action::ForgetStoreChanges => {
+                if let Some(rx) = &mut self.store_changes {
+                    rx.borrow_and_update();
+                }
+                None
+            }
+            Action::Note(note) => {
+                self.report(note);
+                None
+            }
+        }
+    }
+
+    /// A store request of `op`'s kind was answered (a failed condition is
+    /// an answer too).
+    fn store_answered(&mut self, op: &'static str) {
+        let kind = RequestKind::of(op);
+        if let Some(streak) = self.errors.succeeded(kind) {
+            let failing = self.clock.now() - streak.since;
+            let cfg = self.core.config();
+            tracing::info!(election = %cfg.name, identity = %cfg.identity, failures = streak.count, failing_ms = failing.as_millis() as u64, "store {} work again", kind.plural());
+        }
+    }
+
+    fn store_error(&mut self, op: &'static str, e: &StoreError) {
+        let kind = RequestKind::of(op);
+        let now = self.clock.now();
+        let cfg = self.core.config();
+        match self.errors.failed(kind, e.to_string(), now) {
+            Some(0) => {
+                tracing::warn!(election = %cfg.name, identity = %cfg.identity, op, error = %e, class = e.metric_label(), "store request failed (logged again only when the error changes)")
+            }
+            Some(previous) => {
+                tracing::warn!(election = %cfg.name, identity = %cfg.identity, op, error = %e, class = e.metric_label(), previous_error_repeats = previous, "store request failed with another error")
+            }
+            None => {
+                tracing::debug!(election = %cfg.name, op, error = %e, "store request failed again")
+            }
+        }
+    }
+
+    /// Log and count what the core noted.
+    fn report(&mut self, note: Note) {
+        let cfg = self.core.config().clone();
+        let (name, me) = (cfg.name.as_str(), cfg.identity.as_str());
+        let outcome = |res: &Result<bool, StoreError>| -> &'static str {
+            match res {
+                Ok(true) => "ok",
+                Ok(false) => "lost",
+                Err(_) => "failed",
+            }
+        };
+        match note {
+            Note::StoreError { op, error } => self.store_error(op, &error),
+            Note::Acquire { op, outcome: res } => {
+                self.observer.acquire_attempt(name, as_outcome(&res));
+                if outcome(&res) == "lost" {
+                    tracing::debug!(election = %name, op = op.label(), "acquisition lost the race");
+                }
+            }
+            Note::Renew(res) => self.observer.renew(name, as_outcome(&res)),
+            Note::Gained(token) => {
+                self.observer.transition(name, Transition::Gained);
+                tracing::info!(election = %name, identity = %me, fencing_token = token, "became leader");
+            }
+            Note::Lost => self.observer.transition(name, Transition::Lost),
+            Note::Renewed(token) => {
+                tracing::debug!(election = %name, fencing_token = token, "renewed")
+            }
+            Note::AdoptedEarlierWrite => {
+                tracing::debug!(election = %name, "an earlier renew had applied; continuing from it")
+            }
+            Note::RenewingAfterReplacement(token) => {
+                tracing::warn!(election = %name, identity = %me, fencing_token = token, "the lease store's data was replaced under us; renewing at once to learn whether we still lead")
+            }
+            Note::LeaseLost {
+                fencing_token,
+                written_by: None,
+            } => {
+                tracing::warn!(election = %name, identity = %me, fencing_token, cause = "no successful renew before validity - kill_grace", "lease lost: stopping the child")
+            }
+            Note::LeaseLost {
+                fencing_token,
+                written_by: Some(by),
+            } => {
+                tracing::warn!(election = %name, identity = %me, fencing_token, cause = "someone else wrote the lease record", written_by = %by, "lease lost: stopping the child")
+            }
+            Note::TenureEnded(token) => {
+                tracing::info!(election = %name, identity = %me, fencing_token = token, "tenure ended; campaigning again")
+            }
+            Note::Released {
+                fencing_token,
+                successor,
+            } => {
+                tracing::info!(election = %name, identity = %me, fencing_token, successor = successor.as_deref().unwrap_or("(anyone)"), "released the lease")
+            }
+            Note::NothingToRelease(token) => {
+                tracing::warn!(election = %name, identity = %me, fencing_token = token, "nothing to release: someone else wrote the lease record since our last write")
+            }
+            Note::ReleaseFailed(e) => {
+                tracing::warn!(election = %name, identity = %me, error = %e, "release failed; the lease will expire on its own")
+            }
+            Note::SittingOut(d) => {
+                tracing::info!(election = %name, identity = %me, sit_out = %text::duration(d), "sitting out before campaigning again")
+            }
+            Note::Malformed(problem) => {
+                tracing::warn!(election = %name, problem = %problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
+                self.observer.malformed_record(name);
+            }
+            Note::OverwritingMalformed => {
+                tracing::warn!(election = %name, "overwriting a malformed lease record that stayed unchanged for a full lease")
+            }
+            Note::StreamDistrusted { holder, address } => {
+                tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
+            }
+        }
+    }
+}
+
+/// A noted outcome as the observer takes it.
+fn as_outcome(res: &Result<bool, StoreError>) -> Outcome<'_> {
+    match res {
+        Ok(true) => Outcome::Ok,
+        Ok(false) => Outcome::Lost,
+        Err(e) => Outcome::Failed(e),
+    }
+}
