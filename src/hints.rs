@@ -17,16 +17,12 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper::body::Bytes;
 use hyper::header::{ACCEPT, HOST};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::election::{Hint, HintFeed, LeaseEvent};
+use crate::http_client::{CONNECT_TIMEOUT, connect};
 use crate::text;
-
-/// How long connecting and waiting for the answer's head may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The longest pause between attempts to open a stream.
 pub const MAX_PAUSE: Duration = Duration::from_secs(30);
@@ -42,40 +38,6 @@ const UNREPORTED_FAILURES: u32 = 3;
 /// Hints waiting for the engine; beyond that new ones are dropped (the
 /// engine is busy leading or writing; it reads the store anyway).
 const QUEUE: usize = 16;
-
-/// An HTTP/1 connection to another leaderd at `address` (`HOST:PORT`),
-/// made within `limit`. The connection future must be polled (awaited or
-/// spawned) for requests to go out.
-pub async fn connect<B>(
-    address: &str,
-    limit: Duration,
-) -> Result<
-    (
-        hyper::client::conn::http1::SendRequest<B>,
-        hyper::client::conn::http1::Connection<TokioIo<TcpStream>, B>,
-    ),
-    String,
->
-where
-    B: hyper::body::Body + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let tcp = tokio::time::timeout(limit, TcpStream::connect(address))
-        .await
-        .map_err(|_| {
-            format!(
-                "no connection to {address} within {}",
-                text::duration(limit)
-            )
-        })?
-        .map_err(|e| format!("cannot connect to {address}: {e}"))?;
-    // Small messages, and latency is the point.
-    let _ = tcp.set_nodelay(true);
-    hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| format!("HTTP handshake with {address} failed: {e}"))
-}
 
 /// The path of `election`'s watch stream.
 pub fn watch_path(election: &str) -> String {

@@ -15,6 +15,8 @@
 //! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`,
 //!   resign, and the watch stream a leader's followers hold).
 //! - [`hints`]: a follower's client of the leader's watch stream.
+//! - [`http_client`]: a plain HTTP connection to another leaderd (the
+//!   watch client's, and `leaderd resign`'s).
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
@@ -36,6 +38,7 @@ pub mod election;
 pub mod exit;
 pub mod hints;
 pub mod http;
+pub mod http_client;
 pub mod lease;
 pub mod metrics;
 pub mod notify;
