@@ -32,13 +32,10 @@
 //!   string, `null`) is 400.
 //! - Every request body is cut off at [`MAX_BODY_BYTES`], whatever its
 //!   encoding (`Content-Length` or chunked): 413 `payload_too_large`.
-//! - The watch stream is newline-delimited JSON, one [`LeaseEvent`] per
-//!   line: while this instance leads, its last write at once, then one
-//!   event after every write; it ends after `released` or `not_leader`
-//!   (the only line an instance that does not lead sends). It needs no
-//!   token: it tells what `/leader` tells, plus the record's `rvn`, which
-//!   grants nothing without access to the store. At most half the
-//!   connection limit are watches, so probes always find a connection.
+//! - The watch stream (`crate::watch::server` writes it) needs no token: it
+//!   tells what `/leader` tells, plus the record's `rvn`, which grants
+//!   nothing without access to the store. At most half the connection limit
+//!   are watches, so probes always find a connection.
 //! - Errors are JSON `{"error": "<stable code>", "message": "..."}`; the codes
 //!   are the `&'static str`s of [`ApiError`] constructors and never change.
 
@@ -71,6 +68,7 @@ use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, LeaseEvent, Role};
 use crate::metrics::{self, Metrics};
 use crate::text;
+use crate::watch::server as watch_server;
 
 /// How long [`serve`] waits for open requests after the shutdown signal.
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
@@ -827,10 +825,11 @@ async fn metrics_text(State(app): State<Shared>) -> Response {
 }
 
 /// The content type of the watch stream: newline-delimited JSON.
-pub const WATCH_CONTENT_TYPE: &str = "application/x-ndjson";
+pub use crate::watch::wire::CONTENT_TYPE as WATCH_CONTENT_TYPE;
 
 /// `GET /v1/elections/{election}/watch`: the events of this instance's
-/// tenure, as they happen (see the module's notes).
+/// tenure, as they happen. Finds the election and takes a watch slot; the
+/// stream itself is [`watch_server::respond`]'s.
 async fn watch_events(
     State(app): State<Shared>,
     election: Result<Path<String>, PathRejection>,
@@ -842,7 +841,7 @@ async fn watch_events(
     let Some(entry) = app.elections.get(&name) else {
         return ApiError::unknown_election(&name).into_response();
     };
-    let Some(mut events) = entry.events.clone() else {
+    let Some(events) = entry.events.clone() else {
         return ApiError::unknown_election(&name).into_response();
     };
     let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
@@ -855,49 +854,7 @@ async fn watch_events(
     };
     let open = app.metrics.watch_stream_opened(&name);
     let leading = entry.state.borrow().is_leader_at(app.clock.now());
-    let first = match events.borrow_and_update().clone() {
-        Some(e @ LeaseEvent::Renewed { .. }) if leading => e,
-        _ => LeaseEvent::NotLeader {
-            election: name.clone(),
-        },
-    };
-    // State: the events to follow (none once the stream has said its
-    // last), the first line if not sent yet, and the slot and the count it
-    // holds.
-    let lines = futures_util::stream::unfold(
-        (Some(events), Some(first), (slot, open)),
-        |(events, first, held)| async move {
-            let (event, mut events) = match (first, events) {
-                (Some(e), events) => (e, events),
-                (None, Some(mut events)) => {
-                    events.changed().await.ok()?;
-                    let e = events.borrow_and_update().clone()?;
-                    (e, Some(events))
-                }
-                (None, None) => return None,
-            };
-            if matches!(
-                event,
-                LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }
-            ) {
-                events = None;
-            }
-            let mut line = serde_json::to_vec(&event).ok()?;
-            line.push(b'\n');
-            Some((
-                Ok::<_, std::convert::Infallible>(line),
-                (events, None, held),
-            ))
-        },
-    );
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(WATCH_CONTENT_TYPE),
-        )],
-        axum::body::Body::from_stream(lines),
-    )
-        .into_response()
+    watch_server::respond(&name, events, leading, (slot, open))
 }
 
 /// The bearer token of `headers`, or `None` when there is not exactly one

@@ -1,7 +1,7 @@
 //! leaderd: a leader-election daemon.
 //!
 //! Data flows one way: configuration -> lease stores -> election engines ->
-//! (child supervisor, HTTP, metrics) watching the engines' state.
+//! (child supervisor, HTTP, metrics, watch) watching the engines' state.
 //!
 //! - [`clock`]: the boot-time clock every decision is timed with.
 //! - [`lease`]: the lease record, the store interface and its backends.
@@ -13,8 +13,9 @@
 //! - [`config`]: figment layers -> validated, immutable configuration.
 //! - [`cli`]: the command line (clap), `status`, `table`, `lock` and `resign`.
 //! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`,
-//!   resign, and the watch stream a leader's followers hold).
-//! - [`hints`]: a follower's client of the leader's watch stream.
+//!   resign, and the route of the watch stream).
+//! - [`watch`]: the watch stream a leader's followers hold: its wire
+//!   format, the leader's end and the follower's client.
 //! - [`http_client`]: a plain HTTP connection to another leaderd (the
 //!   watch client's, and `leaderd resign`'s).
 //! - [`metrics`]: Prometheus metrics, registered once.
@@ -36,7 +37,6 @@ pub mod config;
 pub mod daemon;
 pub mod election;
 pub mod exit;
-pub mod hints;
 pub mod http;
 pub mod http_client;
 pub mod lease;
@@ -46,3 +46,8 @@ pub mod reaper;
 pub mod shutdown;
 pub mod supervisor;
 pub(crate) mod text;
+pub mod watch;
+
+/// The follower's watch client under its former name, for callers not yet
+/// moved to [`watch::client`].
+pub use watch::client as hints;
