@@ -12,8 +12,9 @@
 //!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
 //! - [`cli`]: the command line (clap), `status`, `table`, `lock` and `resign`.
-//! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`,
-//!   resign, and the route of the watch stream).
+//! - [`http`]: the HTTP server: serving and its limits, the router, the
+//!   read handlers (`/leader`, `/status`, `/healthz`, `/metrics`) and
+//!   resign.
 //! - [`watch`]: the watch stream a leader's followers hold: its wire
 //!   format, the leader's end and the follower's client.
 //! - [`http_client`]: a plain HTTP connection to another leaderd (the
