@@ -1,7 +1,7 @@
 //! leaderd: a leader-election daemon.
 //!
 //! Data flows one way: configuration -> lease stores -> election engines ->
-//! (child supervisor, HTTP, metrics) watching the engines' state.
+//! (child supervisor, HTTP, metrics, watch) watching the engines' state.
 //!
 //! - [`clock`]: the boot-time clock every decision is timed with.
 //! - [`lease`]: the lease record, the store interface and its backends.
@@ -12,9 +12,13 @@
 //!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
 //! - [`cli`]: the command line (clap), `status`, `table`, `lock` and `resign`.
-//! - [`http`]: the HTTP API (`/leader`, `/status`, `/healthz`, `/metrics`,
-//!   resign, and the watch stream a leader's followers hold).
-//! - [`hints`]: a follower's client of the leader's watch stream.
+//! - [`http`]: the HTTP server: serving and its limits, the router, the
+//!   read handlers (`/leader`, `/status`, `/healthz`, `/metrics`) and
+//!   resign.
+//! - [`watch`]: the watch stream a leader's followers hold: its wire
+//!   format, the leader's end and the follower's client.
+//! - [`http_client`]: a plain HTTP connection to another leaderd (the
+//!   watch client's, and `leaderd resign`'s).
 //! - [`metrics`]: Prometheus metrics, registered once.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
@@ -34,8 +38,8 @@ pub mod config;
 pub mod daemon;
 pub mod election;
 pub mod exit;
-pub mod hints;
 pub mod http;
+pub mod http_client;
 pub mod lease;
 pub mod metrics;
 pub mod notify;
@@ -43,3 +47,8 @@ pub mod reaper;
 pub mod shutdown;
 pub mod supervisor;
 pub(crate) mod text;
+pub mod watch;
+
+/// The follower's watch client under its former name, for callers not yet
+/// moved to [`watch::client`].
+pub use watch::client as hints;

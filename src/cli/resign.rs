@@ -23,7 +23,8 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use super::ResignArgs;
 use super::tool::ToolError;
 use crate::config::ResignConfig;
-use crate::{exit, hints, text};
+use crate::http_client::{self, CONNECT_TIMEOUT};
+use crate::{exit, text};
 
 /// How long the whole request may take: the daemon answers 202 after its
 /// own request timeout (10 s) if stepping down takes longer.
@@ -56,7 +57,7 @@ pub async fn run(args: ResignArgs) -> Result<(), ToolError> {
         .map_err(|e| ToolError::new(exit::USAGE, format!("cannot build the request: {e}")))?;
     let unreachable = |e: String| ToolError::new(exit::UNAVAILABLE, e);
     let answer = tokio::time::timeout(REQUEST_LIMIT, async {
-        let (mut sender, conn) = hints::connect(&address, hints::CONNECT_TIMEOUT).await?;
+        let (mut sender, conn) = http_client::connect(&address, CONNECT_TIMEOUT).await?;
         tokio::spawn(conn);
         let response = sender
             .send_request(request)

@@ -3,7 +3,7 @@
 //! election engine as a [`Hint`], with the moment it arrived.
 //!
 //! The engine says where to watch (through [`HintFeed::target`]); this
-//! task connects, reads newline-delimited JSON events, and reports
+//! task connects, reads the events ([`super::wire`]), and reports
 //! [`Hint::Ended`] when the stream ends, breaks or cannot be opened, then
 //! tries again after a pause (the retry interval, doubling up to
 //! [`MAX_PAUSE`]; at once when the engine names another address).
@@ -15,24 +15,18 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::FutureExt;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
-use hyper::body::Bytes;
+use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, HOST};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
+use super::wire::{self, LineSplitter, MAX_LINE};
 use crate::clock::Clock;
 use crate::election::{Hint, HintFeed, LeaseEvent};
+use crate::http_client::{self, CONNECT_TIMEOUT};
 use crate::text;
-
-/// How long connecting and waiting for the answer's head may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The longest pause between attempts to open a stream.
 pub const MAX_PAUSE: Duration = Duration::from_secs(30);
-
-/// The longest event line accepted; a longer one ends the stream.
-pub const MAX_LINE: usize = 4096;
 
 /// Failures in a row to watch one address before they are logged: a
 /// leader that has just exited or crashed refuses for a moment before the
@@ -42,40 +36,6 @@ const UNREPORTED_FAILURES: u32 = 3;
 /// Hints waiting for the engine; beyond that new ones are dropped (the
 /// engine is busy leading or writing; it reads the store anyway).
 const QUEUE: usize = 16;
-
-/// An HTTP/1 connection to another leaderd at `address` (`HOST:PORT`),
-/// made within `limit`. The connection future must be polled (awaited or
-/// spawned) for requests to go out.
-pub async fn connect<B>(
-    address: &str,
-    limit: Duration,
-) -> Result<
-    (
-        hyper::client::conn::http1::SendRequest<B>,
-        hyper::client::conn::http1::Connection<TokioIo<TcpStream>, B>,
-    ),
-    String,
->
-where
-    B: hyper::body::Body + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let tcp = tokio::time::timeout(limit, TcpStream::connect(address))
-        .await
-        .map_err(|_| {
-            format!(
-                "no connection to {address} within {}",
-                text::duration(limit)
-            )
-        })?
-        .map_err(|e| format!("cannot connect to {address}: {e}"))?;
-    // Small messages, and latency is the point.
-    let _ = tcp.set_nodelay(true);
-    hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| format!("HTTP handshake with {address} failed: {e}"))
-}
 
 /// The path of `election`'s watch stream.
 pub fn watch_path(election: &str) -> String {
@@ -237,12 +197,20 @@ async fn stream(
     hints: &mpsc::Sender<Hint>,
     reported: &mut Reported,
 ) -> Result<(), String> {
-    let (mut sender, conn) = connect(address, CONNECT_TIMEOUT).await?;
+    let (mut sender, conn) = http_client::connect(address, CONNECT_TIMEOUT).await?;
     let request = Request::get(watch_path(election))
         .header(HOST, address)
-        .header(ACCEPT, "application/x-ndjson")
+        .header(ACCEPT, wire::CONTENT_TYPE)
         .body(Empty::<Bytes>::new())
         .map_err(|e| format!("cannot build the request: {e}"))?;
+    let mut reader = Reader {
+        address,
+        election,
+        clock,
+        hints,
+        reported,
+        held: false,
+    };
     let events = async {
         let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
             .await
@@ -251,53 +219,7 @@ async fn stream(
         if !response.status().is_success() {
             return Err(format!("answered {}", response.status()));
         }
-        let mut body = response.into_body();
-        let mut line = Vec::new();
-        let mut held = false;
-        loop {
-            let Some(frame) = tokio::time::timeout(quiet, body.frame())
-                .await
-                .map_err(|_| format!("no event for {}", text::duration(quiet)))?
-            else {
-                break;
-            };
-            let frame = frame.map_err(|e| format!("stream broke: {e}"))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            for chunk in data.split_inclusive(|b| *b == b'\n') {
-                line.extend_from_slice(chunk);
-                if line.len() > MAX_LINE {
-                    return Err(format!("an event longer than {MAX_LINE} bytes"));
-                }
-                if line.last() != Some(&b'\n') {
-                    continue;
-                }
-                let at = clock.now();
-                if !line.trim_ascii().is_empty() {
-                    let event = serde_json::from_slice::<LeaseEvent>(&line)
-                        .map_err(|e| format!("an event that is not valid: {e}"))?;
-                    if event.election() != election {
-                        return Err("an event of another election".into());
-                    }
-                    if matches!(event, LeaseEvent::Renewed { .. }) {
-                        held = true;
-                        let _ = reported.spoke(election, address);
-                    }
-                    // Full: the engine is busy; it reads the store anyway.
-                    let _ = hints.try_send(Hint::Event { at, event });
-                }
-                line.clear();
-            }
-        }
-        if held {
-            Ok(())
-        } else {
-            Err(
-                "the stream told of no lease: the instance there does not lead this election"
-                    .into(),
-            )
-        }
+        reader.read(response.into_body(), quiet).await
     };
     let mut events = std::pin::pin!(events);
     tokio::select! {
@@ -317,9 +239,76 @@ async fn stream(
     }
 }
 
+/// Reads one stream's events and hands them to the engine.
+struct Reader<'a> {
+    /// The leader's address, for the log.
+    address: &'a str,
+    /// The election watched: events of any other end the stream.
+    election: &'a str,
+    /// When each event arrived.
+    clock: &'a Clock,
+    /// Where the events go.
+    hints: &'a mpsc::Sender<Hint>,
+    /// What the operator has been told.
+    reported: &'a mut Reported,
+    /// Whether the stream has told that the lease is held.
+    held: bool,
+}
+
+impl Reader<'_> {
+    /// Every event of `body` until it ends, breaks, is silent for `quiet`
+    /// or says something that is not an event of this election; `Ok` as
+    /// for [`stream`].
+    async fn read(&mut self, mut body: Incoming, quiet: Duration) -> Result<(), String> {
+        let mut lines = LineSplitter::new(MAX_LINE);
+        loop {
+            let Some(frame) = tokio::time::timeout(quiet, body.frame())
+                .await
+                .map_err(|_| format!("no event for {}", text::duration(quiet)))?
+            else {
+                break;
+            };
+            let frame = frame.map_err(|e| format!("stream broke: {e}"))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            for line in lines.push(&data) {
+                let line = line.map_err(|e| e.to_string())?;
+                self.event(&line)?;
+            }
+        }
+        if self.held {
+            Ok(())
+        } else {
+            Err(
+                "the stream told of no lease: the instance there does not lead this election"
+                    .into(),
+            )
+        }
+    }
+
+    /// One line of the stream, just arrived.
+    fn event(&mut self, line: &[u8]) -> Result<(), String> {
+        let at = self.clock.now();
+        let event = wire::decode(line).map_err(|e| e.to_string())?;
+        if event.election() != self.election {
+            return Err("an event of another election".into());
+        }
+        if matches!(event, LeaseEvent::Renewed { .. }) {
+            self.held = true;
+            let _ = self.reported.spoke(self.election, self.address);
+        }
+        // Full: the engine is busy; it reads the store anyway.
+        let _ = self.hints.try_send(Hint::Event { at, event });
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use super::{Reported, pauses};
 
     const P: Duration = Duration::from_secs(1);
 

@@ -1,0 +1,291 @@
+//! The read handlers: `GET /leader`, `/leader/{election}`, `/status`,
+//! `/healthz` and `/metrics`, and the HTTP side of the watch stream.
+//!
+//! Every answer is computed from the engines' current state (`watch`
+//! receivers) and the clock at the moment of the request: `/leader` says 200
+//! only while [`ElectionState::is_leader_at`] holds *now*, so an engine that
+//! stalled past its stop time reads as not leading, never as a cached guess.
+//!
+//! Details of the answers:
+//! - `leader_since` is the unix ms at which the current tenure was acquired,
+//!   present only while this instance leads (null otherwise); `observed_at`
+//!   is the unix ms of the last successful store answer.
+//! - `fencing_token` is the token of the record as last observed: ours while
+//!   leading, the holder's while following; null before the first read.
+//! - `role` is the effective role at the time of the request: a published
+//!   `leader` whose stop time has passed reads as `stopping`.
+//! - The watch stream (`crate::watch::server` writes it) needs no token: it
+//!   tells what `/leader` tells, plus the record's `rvn`, which grants
+//!   nothing without access to the store. At most half the connection limit
+//!   are watches, so probes always find a connection.
+
+use std::collections::BTreeMap;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use serde::Serialize;
+
+use super::error::{ApiError, bad_path};
+use super::router::{AppState, Shared};
+use crate::balance::Share;
+use crate::clock::Instant;
+use crate::election::{ElectionState, Role};
+use crate::metrics;
+use crate::text;
+use crate::watch::server as watch_server;
+
+/// The body of `/leader` and of each election in `/status`.
+#[derive(Debug, Serialize)]
+struct LeaderView {
+    election: String,
+    identity: String,
+    is_leader: bool,
+    role: Role,
+    leader: Option<String>,
+    fencing_token: Option<u64>,
+    lease_remaining_ms: u64,
+    leader_since: Option<u64>,
+    observed_at: Option<u64>,
+    last_error: Option<String>,
+    malformed: Option<String>,
+    /// The app check's verdict; absent without an app check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app_check: Option<&'static str>,
+}
+
+impl LeaderView {
+    fn of(state: &ElectionState, now: Instant) -> Self {
+        let is_leader = state.is_leader_at(now);
+        let role = match state.role {
+            Role::Leader if !is_leader => Role::Stopping,
+            r => r,
+        };
+        LeaderView {
+            election: state.election.clone(),
+            identity: state.identity.clone(),
+            is_leader,
+            role,
+            leader: state.leader.clone(),
+            fencing_token: state.fencing_token,
+            lease_remaining_ms: u64::try_from(state.lease_remaining(now).as_millis())
+                .unwrap_or(u64::MAX),
+            leader_since: state
+                .tenure
+                .as_ref()
+                .filter(|_| is_leader)
+                .map(|t| t.since_unix_ms),
+            observed_at: state.observed_at_unix_ms,
+            last_error: state.last_error.clone(),
+            malformed: state.malformed.clone(),
+            app_check: None,
+        }
+    }
+}
+
+/// The view of `state` at `now`, with the app check's verdict.
+fn view(app: &AppState, state: &ElectionState, now: Instant) -> LeaderView {
+    let mut view = LeaderView::of(state, now);
+    view.app_check = app.app_check.as_ref().map(|rx| rx.borrow().as_str());
+    view
+}
+
+fn leader_answer(app: &AppState, name: &str) -> Response {
+    let Some(entry) = app.elections.get(name) else {
+        return ApiError::unknown_election(name).into_response();
+    };
+    // Clone out at once: a held borrow would block the engine's next publish.
+    let state = entry.state.borrow().clone();
+    let view = view(app, &state, app.clock.now());
+    let status = if view.is_leader {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(view)).into_response()
+}
+
+/// `GET /leader`: the primary election.
+pub(super) async fn leader_primary(State(app): State<Shared>) -> Response {
+    leader_answer(&app, &app.primary)
+}
+
+/// `GET /leader/{election}`.
+pub(super) async fn leader_named(
+    State(app): State<Shared>,
+    election: Result<Path<String>, PathRejection>,
+) -> Response {
+    match election {
+        Ok(Path(name)) => leader_answer(&app, &name),
+        Err(rejection) => bad_path(rejection).into_response(),
+    }
+}
+
+/// Why `/healthz` fails, one line per problem; empty when healthy.
+fn health_problems(app: &AppState, now: Instant) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(problem) = app.job_health.as_ref().and_then(|h| h.borrow().clone()) {
+        problems.push(problem);
+    }
+    for (name, entry) in &app.elections {
+        let state = entry.state.borrow().clone();
+        if state.finished || entry.state.has_changed().is_err() {
+            problems.push(format!("election `{name}`: campaign loop has ended"));
+            continue;
+        }
+        let silent = now - state.heartbeat;
+        if silent > entry.wedged_after {
+            problems.push(format!(
+                "election `{name}`: campaign loop wedged: no progress for {} (limit {})",
+                text::duration(silent),
+                text::duration(entry.wedged_after)
+            ));
+        }
+        if let (Some(limit), Some(error)) = (app.store_timeout, &state.last_error) {
+            let since = state.observed_at.unwrap_or(app.started_at);
+            let down = now - since;
+            if down > limit {
+                problems.push(format!(
+                    "election `{name}`: store unreachable for {} (limit {}; last error: {error})",
+                    text::duration(down),
+                    text::duration(limit)
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<String>,
+}
+
+impl Health {
+    fn of(problems: Vec<String>) -> Self {
+        if problems.is_empty() {
+            Health {
+                status: "ok",
+                error: None,
+                message: None,
+                problems,
+            }
+        } else {
+            Health {
+                status: "unhealthy",
+                error: Some("unhealthy"),
+                message: Some(problems.join("; ")),
+                problems,
+            }
+        }
+    }
+}
+
+/// `GET /healthz`: 200, or 503 with every problem found.
+pub(super) async fn healthz(State(app): State<Shared>) -> Response {
+    let health = Health::of(health_problems(&app, app.clock.now()));
+    let status = if health.problems.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(health)).into_response()
+}
+
+#[derive(Serialize)]
+struct StatusBody {
+    primary: String,
+    health: Health,
+    /// The app check's verdict; absent without an app check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app_check: Option<&'static str>,
+    /// This daemon's share; absent when balance is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    balance: Option<Share>,
+    elections: BTreeMap<String, LeaderView>,
+}
+
+/// `GET /status`: health, and every election as `/leader` shows it.
+pub(super) async fn status(State(app): State<Shared>) -> Response {
+    let now = app.clock.now();
+    let elections = app
+        .elections
+        .iter()
+        .map(|(name, entry)| {
+            let state = entry.state.borrow().clone();
+            (name.clone(), view(&app, &state, now))
+        })
+        .collect();
+    let body = StatusBody {
+        primary: app.primary.clone(),
+        health: Health::of(health_problems(&app, now)),
+        app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
+        balance: app.balance.as_ref().map(|rx| rx.borrow().clone()),
+        elections,
+    };
+    Json(body).into_response()
+}
+
+/// `GET /metrics`: the Prometheus text format.
+pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
+    match app.metrics.render(
+        app.elections.values().map(|e| &e.state),
+        app.balance.as_ref().map(|rx| rx.borrow().clone()).as_ref(),
+        &app.clock,
+    ) {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering metrics failed");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "metrics_failed",
+                format!("rendering metrics failed: {e}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+/// `GET /v1/elections/{election}/watch`: the events of this instance's
+/// tenure, as they happen. Finds the election and takes a watch slot; the
+/// stream itself is [`watch_server::respond`]'s.
+pub(super) async fn watch_events(
+    State(app): State<Shared>,
+    election: Result<Path<String>, PathRejection>,
+) -> Response {
+    let name = match election {
+        Ok(Path(name)) => name,
+        Err(rejection) => return bad_path(rejection).into_response(),
+    };
+    let Some(entry) = app.elections.get(&name) else {
+        return ApiError::unknown_election(&name).into_response();
+    };
+    let Some(events) = entry.events.clone() else {
+        return ApiError::unknown_election(&name).into_response();
+    };
+    let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_watches",
+            "too many watch streams are open; poll the store instead",
+        )
+        .into_response();
+    };
+    let open = app.metrics.watch_stream_opened(&name);
+    let leading = entry.state.borrow().is_leader_at(app.clock.now());
+    watch_server::respond(&name, events, leading, (slot, open))
+}

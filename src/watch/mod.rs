@@ -1,0 +1,17 @@
+//! The watch protocol: a leader streams what it does with its lease to the
+//! followers that hold `GET /v1/elections/{election}/watch` open, so they
+//! learn of a renewal or a release at once instead of at their next poll.
+//!
+//! What an event means to a follower, and how far it may be trusted, is the
+//! election engine's business (`crate::election`, which also owns
+//! [`LeaseEvent`](crate::election::LeaseEvent)); this module only carries
+//! events from one daemon to another, in three rooms:
+//! - [`wire`]: the format, one JSON event per line, and its line codec;
+//!   pure, no I/O;
+//! - [`server`]: the leader's end, the streaming answer;
+//! - [`client`]: the follower's end, which follows the leader's stream and
+//!   feeds the engine's [`HintFeed`](crate::election::HintFeed).
+
+pub mod client;
+pub mod server;
+pub mod wire;
