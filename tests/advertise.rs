@@ -3,7 +3,7 @@
 //! status` shows it; bad values are configuration errors; a follower tells
 //! (metric and log) whether the leader's address lets it watch.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

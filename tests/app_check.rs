@@ -7,7 +7,7 @@
 //! command probe leaves no process behind: not after each probe, not after
 //! leaderd ends mid-probe. Command probes pass on exit 0 and fail otherwise.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

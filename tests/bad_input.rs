@@ -4,7 +4,7 @@
 //! stayed unchanged for a full lease; garbage and oversized HTTP requests get
 //! clear errors and leave the server serving.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

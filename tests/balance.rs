@@ -11,7 +11,7 @@
 //! test fails on any election two instances led at once, or whose fencing
 //! token went down (see [`Samples::check`]).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

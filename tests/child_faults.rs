@@ -3,7 +3,7 @@
 //! Every child records its life in a shared history; the checker proves no two
 //! tenures overlap and fencing tokens only grow.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

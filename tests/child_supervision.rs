@@ -1,7 +1,7 @@
 //! `leaderd run -- COMMAND` with real processes on the SQLite store: the
 //! child's start, environment, signals, exits and exit codes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

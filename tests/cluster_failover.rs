@@ -3,7 +3,7 @@
 //! crashed leader (kill -9) is replaced within L·(1+D) + P + 1 s, a leader
 //! stopped with SIGTERM within P + 1 s (it releases the lease).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! `tests/common/emulators.rs`. Failure modes no emulator produces come from a
 //! scripted fake server and a forwarding proxy on loopback, defined below.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

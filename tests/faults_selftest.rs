@@ -2,7 +2,7 @@
 //! script, and the fault proxy (raw HTTP against a hyper server, and the AWS
 //! SDK against DynamoDB Local).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

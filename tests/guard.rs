@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::procfs;
 use leaderd::clock::{Instant, boot_now};

@@ -9,7 +9,7 @@
 //! The poll interval P is 8 s here, so that a takeover through a hint
 //! (milliseconds) cannot be mistaken for one through a poll (up to 8 s).
 
-mod common;
+use crate::common;
 #[path = "handover/forged.rs"]
 mod forged;
 

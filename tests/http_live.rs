@@ -2,7 +2,7 @@
 //! behind the admin token, `/metrics` accepted by promtool, and `leaderd
 //! status --json` on DynamoDB Local.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::Duration;

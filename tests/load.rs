@@ -23,7 +23,7 @@
 //! (/proc/PID/fd) and RSS (/proc/PID/status VmRSS) at the end are no higher
 //! than after warm-up, within a small tolerance.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -7,7 +7,7 @@
 //! written to stdout (a full disk, a closed pipe) gives the lock up again;
 //! bad input as clear errors.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::path::Path;

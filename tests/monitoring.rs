@@ -5,7 +5,7 @@
 //! every series the rules and the dashboard query is exported by a live
 //! daemon with the labels and label values they use.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! the child are reaped, no zombie remains, and SIGTERM to PID 1 reaches the
 //! child through leaderd.
 
-mod common;
+use crate::common;
 
 use common::procfs;
 use std::path::Path;

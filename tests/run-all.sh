@@ -11,6 +11,17 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# The integration tests are one binary (tests/it.rs, `autotests = false`):
+# a tests/NAME.rs that it does not list as `mod NAME;` would never be built.
+for file in tests/*.rs; do
+  name=$(basename "$file" .rs)
+  [ "$name" = it ] && continue
+  if ! grep -qx "mod $name;" tests/it.rs; then
+    echo "tests/$name.rs is not built: add \`mod $name;\` to tests/it.rs" >&2
+    exit 1
+  fi
+done
+
 # Debian packages: promtool (prometheus), faketime, a Java runtime for
 # DynamoDB Local, Node.js/npm for the emulators, unshare (util-linux).
 missing=()

@@ -9,10 +9,10 @@
 //! successful renew was sent, a follower waits 2.02 s on an unchanged record.
 //!
 //! Run one at a time (nextest: test group `cluster`; under `cargo test` the
-//! scenarios of this binary serialise themselves).
+//! scenarios and the soak serialise themselves).
 
-mod cluster;
-mod common;
+use crate::cluster;
+use crate::common;
 
 use std::thread::sleep;
 use std::time::Duration;

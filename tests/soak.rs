@@ -6,8 +6,8 @@
 //! checker reads the whole history and the summary is printed: tenures,
 //! failover min/median/max, faults injected.
 //!
-//! Outside CI: `LEADERD_SOAK_SECS=1800 cargo nextest run --test soak
-//! --no-capture` (or `cargo test --test soak -- --nocapture`).
+//! Outside CI: `LEADERD_SOAK_SECS=1800 cargo nextest run --test it soak::
+//! --no-capture` (or `cargo test --test it soak:: -- --nocapture`).
 //!
 //! Every instance runs with `strict_new_lease = true`, so an emulator restart
 //! (data lost) is inside the guarantee, and with `balance = true`, so its
@@ -15,8 +15,8 @@
 //! The one overlap the design admits: a whole frozen machine's child running for a moment
 //! after it thaws; it is measured and must stay under a second.
 
-mod cluster;
-mod common;
+use crate::cluster;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::thread::sleep;

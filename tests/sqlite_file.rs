@@ -3,7 +3,7 @@
 //! running leader, `leaderd status` on a missing file or as a read-only
 //! user, and a `leases` table that belongs to another tool.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -7,7 +7,7 @@
 //! Nothing here relies on one server's quirks: a refused condition may or may
 //! not come with the current record.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

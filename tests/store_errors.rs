@@ -3,7 +3,7 @@
 //! change, never in a loop; a table whose schema is wrong is reported as
 //! final.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

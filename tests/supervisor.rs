@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::procfs;
 use leaderd::clock::boot_now;

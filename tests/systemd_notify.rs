@@ -3,7 +3,7 @@
 //! systemd asks for it, STOPPING=1 on shutdown; the child never sees
 //! NOTIFY_SOCKET.
 
-mod common;
+use crate::common;
 
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};

@@ -111,7 +111,7 @@ pub fn between(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
     Duration::from_millis(rng.random_range(lo_ms..=hi_ms))
 }
 
-/// Scenarios of one test binary run one at a time even under plain
+/// The scenarios (`safety`, `soak`) run one at a time even under plain
 /// `cargo test` (threads): parallel clusters on 2 cores would stretch every
 /// timeline. nextest runs them in the `cluster` group (one at a time) anyway.
 fn serial() -> MutexGuard<'static, ()> {

@@ -1,5 +1,5 @@
-//! The integration tests' one toolbox. Each file in `tests/` is its own
-//! crate and includes it with `mod common;`.
+//! The integration tests' one toolbox: the module `common` of the test
+//! binary `it` (tests/it.rs), used from the other modules as `crate::common`.
 //!
 //! - [`daemon`]: start a real leaderd (`Leaderd`), talk HTTP to it, wait.
 //! - [`emulators`]: DynamoDB Local and dynalite on loopback.
@@ -10,7 +10,7 @@
 //! - [`procfs`]: what `/proc` says of a process and its tree.
 //! - `job.py`: the child job ([`job_script`]).
 
-// Each test binary compiles this module and uses only part of it.
+// Not every helper has a user (`FaultProxy::upstream`, for one).
 #![allow(dead_code)]
 
 pub mod daemon;
