@@ -615,6 +615,8 @@ mod error_log;
 #[cfg(test)]
 mod hint_tests;
 mod hints;
+#[cfg(test)]
+mod model;
 mod takeover;
 #[cfg(test)]
 mod tests;

@@ -342,6 +342,11 @@ pub enum Condition {
     },
     /// Overwrite a malformed item that still has this raw `rvn`.
     Unchanged(RvnGuard),
+    /// The item names this holder, whatever its `rvn`: a defect the
+    /// election core's model checker must catch (tests only; no store
+    /// writes under it).
+    #[cfg(test)]
+    HolderIs(String),
 }
 
 impl Condition {
@@ -365,6 +370,10 @@ impl Condition {
             }
             (Condition::Unchanged(guard), Record::Malformed(m)) => &m.guard == guard,
             (Condition::Unchanged(guard), Record::Valid(_)) => raw_rvn == Some(guard),
+            #[cfg(test)]
+            (Condition::HolderIs(holder), Record::Valid(l)) => {
+                l.holder.as_deref() == Some(holder.as_str())
+            }
             _ => false,
         }
     }

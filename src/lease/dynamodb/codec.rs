@@ -333,5 +333,11 @@ pub(super) fn condition_expression(
             names: names(&[("#e", KEY), ("#r", "rvn")]),
             values: None,
         },
+        #[cfg(test)]
+        Condition::HolderIs(_) => {
+            return Err(StoreError::Other(
+                "a holder-only condition is a model checker's defect, never written".into(),
+            ));
+        }
     })
 }

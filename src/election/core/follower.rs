@@ -1,0 +1,342 @@
+//! The follower's rules: when to read, what a read allows (take over,
+//! or wait until when), how a hint counts, and what an acquisition's
+//! answer comes to.
+
+use super::super::hints::{AfterHint, Hint};
+use super::{Action, Backoff, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
+use crate::clock::Instant;
+use crate::lease::{Condition, Lease, Malformed, Record, StoreError, WriteOutcome};
+
+impl Core {
+    /// The follower's wake between rounds: at `poll_at`, or, while the
+    /// leader's hints flow, at the next read they cannot spare.
+    pub(super) fn follower_wake(&self, poll_at: Instant) -> Instant {
+        let quiet = self.cfg.hint_quiet();
+        let wake = if self.hints.flowing(self.now, quiet) && !self.hints.doubted() {
+            // Past the due, the read waits for the next renewal the stream
+            // tells of (so that it finds a fresh rvn, timed from its hint),
+            // a slack at most.
+            let due_read = self.unread_due().map(|d| d + self.cfg.due_read_slack());
+            let confirm = self.last_read + self.cfg.hint_confirm_interval();
+            [due_read, self.hints.quiet_at(quiet), Some(confirm)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(poll_at)
+        } else {
+            poll_at
+        };
+        self.hints.deferred_read().map_or(wake, |d| d.min(wake))
+    }
+
+    /// The end of the takeover wait of the rvn the store showed last, if no
+    /// read happened since it passed: hints never move it (only a read
+    /// does), so whatever a stream says, a lease left unchanged is read
+    /// again then, and taken.
+    pub(super) fn unread_due(&self) -> Option<Instant> {
+        self.takeover.due().filter(|d| self.last_read < *d)
+    }
+
+    /// Start a round: read the record.
+    pub(super) fn start_round(&mut self) {
+        self.last_read_sent = self.now;
+        self.pending = Some(Pending::Round);
+        self.phase = Phase::Following { poll_at: self.now };
+        self.out.push_back(Action::Read {
+            budget: self.cfg.renew_interval,
+            confirming: false,
+        });
+    }
+
+    /// A round ended: wait as it says.
+    pub(super) fn end_round(&mut self, round: Round, tick: &Tick) {
+        let poll_at = match round {
+            Round::Lost => {
+                self.backoff = Backoff::default();
+                self.now
+            }
+            // An error, not an answer: never retried in a loop.
+            Round::Failed => {
+                self.now
+                    + self
+                        .backoff
+                        .next_pause(self.cfg.retry_interval, tick.jitter)
+            }
+            Round::Wait(until) => {
+                self.backoff = Backoff::default();
+                until
+            }
+        };
+        self.state.rounds += 1;
+        self.phase = Phase::Following { poll_at };
+    }
+
+    pub(super) fn on_read(&mut self, tick: &Tick, res: Result<Record, StoreError>) {
+        match self.pending.take() {
+            Some(Pending::Round) => {
+                self.last_read = self.now;
+                let round = match res {
+                    Err(error) => {
+                        self.store_error("read", error);
+                        Some(Round::Failed)
+                    }
+                    Ok(record) => self.consider(record, tick),
+                };
+                if let Some(round) = round {
+                    self.end_round(round, tick);
+                }
+            }
+            Some(Pending::RenewConflict) => self.renew_conflict(res.ok()),
+            Some(Pending::ReleaseConflict {
+                term,
+                successor,
+                then,
+            }) => self.release_conflict(tick, *term, res.ok(), successor, then),
+            other => self.pending = other,
+        }
+    }
+
+    /// One round after a successful read: take the lease if it is free (a
+    /// write goes out: `None`), or say when to look again.
+    pub(super) fn consider(&mut self, record: Record, tick: &Tick) -> Option<Round> {
+        let at = self.now;
+        let poll = at + self.cfg.retry_interval;
+        match record {
+            Record::Absent => {
+                self.observed_ok(tick, None, None, None);
+                self.takeover.forget();
+                self.hints.stop();
+                if !self.may_campaign {
+                    return Some(Round::Wait(poll));
+                }
+                let token = self.next_token(None, tick);
+                let lease = self.new_lease(token, tick);
+                self.acquire(WriteOp::Create, lease, Condition::NotExists);
+                None
+            }
+            Record::Valid(current) => self.consider_valid(current, tick),
+            Record::Malformed(m) => self.consider_malformed(m, tick),
+        }
+    }
+
+    pub(super) fn consider_valid(&mut self, current: Lease, tick: &Tick) -> Option<Round> {
+        let at = self.now;
+        let poll = at + self.cfg.retry_interval;
+        self.note_token(current.fencing_token);
+        self.observed_ok(
+            tick,
+            current.holder.clone(),
+            Some(current.fencing_token),
+            None,
+        );
+        let me = self.cfg.identity.clone();
+        // Before the stream is judged: a stream found lying is dropped
+        // with what it named, but an rvn cannot be named before it was
+        // written, whoever named it.
+        let learned = self.hints.learned_at(&current.rvn);
+        let sent = self.last_read_sent;
+        if self
+            .hints
+            .after_read(&current, &me, sent, at, self.cfg.hint_quiet())
+        {
+            self.note(Note::StreamDistrusted {
+                holder: current.holder.clone(),
+                address: current.holder_meta.as_ref().and_then(|m| m.address.clone()),
+            });
+        }
+        let ours =
+            current.holder.as_deref() == Some(me.as_str()) && self.own_rvns.contains(&current.rvn);
+        let lease_ms = self.timing_lease_ms(&current);
+        let expired = self.takeover.observe(&current.rvn, lease_ms, at, learned) <= at;
+        // Released to anyone or to us; a lease handed to someone else
+        // waits like a held one.
+        let free = self.free_for_me(&current) || ours || expired;
+        if free && !self.may_campaign {
+            return Some(Round::Wait(poll));
+        }
+        if free {
+            let token = self.next_token(Some(current.fencing_token), tick);
+            let lease = self.new_lease(token, tick);
+            self.acquire(WriteOp::TakeOver, lease, Condition::RvnIs(current.rvn));
+            return None;
+        }
+        Some(match self.takeover.due() {
+            // Wake exactly when the takeover becomes allowed.
+            Some(due) => Round::Wait(poll.min(due.max(at))),
+            None => Round::Wait(poll),
+        })
+    }
+
+    /// The lease a record is timed with: the one it promises.
+    pub(super) fn timing_lease_ms(&self, current: &Lease) -> u64 {
+        #[cfg(test)]
+        if self.mutations.hint_lease_ms_used
+            && let Some(ms) = self.hints.hinted_lease_ms(&current.rvn)
+        {
+            return ms;
+        }
+        current.lease_ms
+    }
+
+    /// Whether the record is released to anyone or to us.
+    pub(super) fn free_for_me(&self, current: &Lease) -> bool {
+        #[cfg(test)]
+        if self.mutations.successor_ignored {
+            return current.holder.is_none();
+        }
+        current.free_for(&self.cfg.identity)
+    }
+
+    pub(super) fn consider_malformed(&mut self, m: Malformed, tick: &Tick) -> Option<Round> {
+        let at = self.now;
+        self.hints.stop();
+        if self.warned_malformed.as_deref() != Some(m.fingerprint.as_str()) {
+            self.note(Note::Malformed(m.problem.clone()));
+            self.warned_malformed = Some(m.fingerprint.clone());
+        }
+        if let Some(t) = m.fencing_token {
+            self.note_token(t);
+        }
+        self.observed_ok(tick, None, m.fencing_token, Some(m.problem.clone()));
+        let key = format!("malformed:{}", m.fingerprint);
+        let lease_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
+        let expired = self.takeover.observe(&key, lease_ms, at, None) <= at;
+        if !expired || !self.may_campaign {
+            return Some(Round::Wait(at + self.cfg.retry_interval));
+        }
+        // Treat an unreadable token as absent: unix ms keeps the new token
+        // above any sane earlier one.
+        let token = self
+            .next_token(None, tick)
+            .max(m.fencing_token.map_or(0, |t| t + 1));
+        let lease = self.new_lease(token, tick);
+        self.note(Note::OverwritingMalformed);
+        self.acquire(WriteOp::TakeOver, lease, Condition::Unchanged(m.guard));
+        None
+    }
+
+    /// Try to start a tenure with `lease` under `condition`.
+    pub(super) fn acquire(&mut self, op: WriteOp, lease: Lease, condition: Condition) {
+        self.remember_own(&lease.rvn);
+        self.pending = Some(Pending::Acquire {
+            op,
+            lease: lease.clone(),
+            sent: self.now,
+        });
+        self.out.push_back(Action::Write {
+            op,
+            lease,
+            condition,
+            budget: self.cfg.renew_interval,
+            deadline: None,
+        });
+    }
+
+    pub(super) fn acquired(
+        &mut self,
+        tick: &Tick,
+        op: WriteOp,
+        lease: Lease,
+        sent: Instant,
+        res: Result<WriteOutcome, StoreError>,
+    ) {
+        match res {
+            Ok(WriteOutcome::Applied) => {
+                self.note(Note::Acquire {
+                    op,
+                    outcome: Ok(true),
+                });
+                self.note_token(lease.fencing_token);
+                self.takeover.forget();
+                self.tenure_seq += 1;
+                let since = self.validity_origin(sent);
+                let leads_from = if op == WriteOp::Create && self.cfg.strict_new_lease {
+                    since + self.cfg.takeover_wait(lease.lease_ms)
+                } else {
+                    since
+                };
+                let term = Term {
+                    since,
+                    leads_from,
+                    last_send: since,
+                    seq: self.tenure_seq,
+                    lease,
+                };
+                self.enter_lead(term, tick);
+            }
+            Ok(WriteOutcome::ConditionFailed { .. }) => {
+                self.note(Note::Acquire {
+                    op,
+                    outcome: Ok(false),
+                });
+                self.takeover.forget();
+                self.end_round(Round::Lost, tick);
+            }
+            Err(error) => {
+                self.note(Note::Acquire {
+                    op,
+                    outcome: Err(error.clone()),
+                });
+                self.store_error(op.label(), error);
+                self.end_round(Round::Failed, tick);
+            }
+        }
+    }
+
+    /// The instant a write's validity counts from: its send.
+    pub(super) fn validity_origin(&self, sent: Instant) -> Instant {
+        #[cfg(test)]
+        if self.mutations.validity_from_reply {
+            return self.now;
+        }
+        sent
+    }
+
+    pub(super) fn on_hint(&mut self, #[allow(unused)] tick: &Tick, hint: Hint) {
+        let Phase::Following { poll_at } = self.phase else {
+            return;
+        };
+        #[cfg(test)]
+        if self.mutations.released_hint_trusted
+            && let Hint::Event {
+                event: super::super::hints::LeaseEvent::Released { rvn, .. },
+                ..
+            } = &hint
+            && self.may_campaign
+        {
+            let token = self.next_token(self.last_token, tick);
+            let lease = self.new_lease(token, tick);
+            self.acquire(WriteOp::TakeOver, lease, Condition::RvnIs(rvn.clone()));
+            return;
+        }
+        #[cfg(test)]
+        if let Hint::Event {
+            event: super::super::hints::LeaseEvent::Renewed { rvn, lease_ms, .. },
+            ..
+        } = &hint
+        {
+            self.hints.remember_lease_ms(rvn, *lease_ms);
+        }
+        let due = self.unread_due();
+        let now = self.now;
+        match self.hints.take(hint, now, self.cfg.retry_interval) {
+            AfterHint::ReadNow => self.start_round(),
+            AfterHint::Renewed if due.is_some_and(|d| now >= d) => self.start_round(),
+            AfterHint::Renewed | AfterHint::Wait => {
+                self.phase = Phase::Following { poll_at };
+            }
+        }
+    }
+
+    pub(super) fn on_gate(&mut self, _tick: &Tick, pass: bool) {
+        let opened = pass && !self.may_campaign;
+        self.may_campaign = pass;
+        // May campaign again: look at the record now.
+        if opened
+            && self.pending.is_none()
+            && matches!(self.phase, Phase::Delayed { .. } | Phase::Following { .. })
+        {
+            self.start_round();
+        }
+    }
+}

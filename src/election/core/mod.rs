@@ -1,0 +1,650 @@
+//! The election core: every rule of one election in one state machine,
+//! without IO.
+//!
+//! The core reads no clock, draws no random number and does no IO. Its
+//! driver (`driver.rs`, a tokio task; the model checker in the tests)
+//! hands it what happened, each with a [`Tick`] (the boot-clock instant now,
+//! and the stamp a write made now would carry), and carries out what it
+//! asks for:
+//!
+//! - in: the answer to the store request it asked for (a read's record, a
+//!   write's outcome: the instant is the tick's, the send instant the core
+//!   noted itself when it asked), a hint and when it arrived, a command,
+//!   the app check's verdict, the store's data replaced, or a timeout;
+//! - out: [`Action`]s (read, conditional write, tell followers, watch an
+//!   address, answer a command, notes for logs and metrics), the published
+//!   [`ElectionState`], and the next instant it wants to be woken
+//!   ([`Core::next_wake`]).
+//!
+//! At most one store request is in flight: while one is, the core wants no
+//! wake-up and the driver feeds it nothing but that request's answer.
+//!
+//! The rules (all instants on the boot-time clock):
+//! - a follower takes over a record held by someone else (or handed to
+//!   someone else) only once its `rvn` stayed unchanged for `lease_ms·(1+D)`
+//!   ([`TakeoverTimer`], the one place that wait is written); a released
+//!   record is taken at once; every takeover is a write conditional on the
+//!   `rvn` read;
+//! - a leader's tenure is valid until the send instant of its last
+//!   successful write + L·(1−D) − M; it renews every R (on a grid of R/20),
+//!   retries every P, and at validity − G without a renew it stops the job
+//!   ([`Role::Stopping`]) and follows once validity ends;
+//! - hints only make a follower read sooner, never lead (see `hints.rs`).
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use super::hints::{Hint, Hints, LeaseEvent};
+use super::takeover::TakeoverTimer;
+use super::{AfterRelease, ElectionConfig, ElectionState, Role};
+use crate::clock::Instant;
+use crate::lease::{Condition, Lease, Record, Stamp, StoreError, WriteOutcome};
+
+/// What the driver tells the core along with every input: the instant now
+/// on the boot-time clock, and what a write made now is stamped with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tick {
+    /// Now, on the boot-time clock.
+    pub now: Instant,
+    /// The stamp of a write made now (a fresh `rvn`, unix ms): the core
+    /// uses it for at most one write, and its unix ms for the tokens of
+    /// new items and the published state's wall-clock fields.
+    pub stamp: Stamp,
+    /// A number in [0, 1) that spreads retries of instances that failed
+    /// together.
+    pub jitter: f64,
+}
+
+/// What happened, as the core is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The instant asked for by [`Core::next_wake`] came (or any later one;
+    /// an earlier one is harmless).
+    Timeout,
+    /// The answer to the read asked for.
+    Read(Result<Record, StoreError>),
+    /// The answer to the write asked for (a timeout is an error).
+    Written(Result<WriteOutcome, StoreError>),
+    /// Something came from the leader's watch stream.
+    Hint(Hint),
+    /// The watch client is gone for good.
+    HintsClosed,
+    /// Give the lease up (the caller stopped the job first), then act as
+    /// said; answered with [`Action::Answer`].
+    Release {
+        /// What to do afterwards.
+        then: AfterRelease,
+        /// Hand the lease to this identity.
+        successor: Option<String>,
+    },
+    /// Nobody can command this election any more: release and end.
+    Orphaned,
+    /// The app check's verdict: whether it lets this instance campaign.
+    Gate(bool),
+    /// The store noticed its data was replaced under it.
+    StoreReplaced,
+}
+
+/// Which write the core asks for; also the label of its metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WriteOp {
+    /// Create the missing item.
+    Create,
+    /// Take over a released, expired or malformed record.
+    TakeOver,
+    /// Renew our lease.
+    Renew,
+    /// Release our lease.
+    Release,
+}
+
+impl WriteOp {
+    /// The `op` label of metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            WriteOp::Create => "create",
+            WriteOp::TakeOver => "take_over",
+            WriteOp::Renew => "renew",
+            WriteOp::Release => "release",
+        }
+    }
+}
+
+/// What the core asks its driver to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Read the record, within `budget`. A `confirming` read only looks
+    /// whether a write whose condition failed applied before after all: it
+    /// is not a campaign round (not timed for metrics, its error not
+    /// logged).
+    Read {
+        /// Longest the request may take.
+        budget: Duration,
+        /// See above.
+        confirming: bool,
+    },
+    /// Write `lease` if `condition` holds, within `budget`, and give up at
+    /// `deadline` (its answer no longer matters then).
+    Write {
+        /// Which write.
+        op: WriteOp,
+        /// The record to write.
+        lease: Lease,
+        /// Its condition.
+        condition: Condition,
+        /// Longest the request may take.
+        budget: Duration,
+        /// When to stop waiting for the answer, if ever.
+        deadline: Option<Instant>,
+    },
+    /// Tell the followers this (the last event replaces the one before).
+    Tell(LeaseEvent),
+    /// Watch the leader's stream at this address, or none.
+    Watch(Option<String>),
+    /// Answer the pending release command: whether a lease was released.
+    Answer(bool),
+    /// Changes of the store's data noticed so far are old news (a new
+    /// tenure's first write went to the store as it is now).
+    ForgetStoreChanges,
+    /// For logs and metrics.
+    Note(Note),
+}
+
+/// What happened that logs and metrics show.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// A store request of the campaign failed (logged once per change).
+    StoreError {
+        /// Its `op` label.
+        op: &'static str,
+        /// The error.
+        error: StoreError,
+    },
+    /// An acquisition attempt (create, take over) ended: `Ok(true)` won,
+    /// `Ok(false)` lost the race.
+    Acquire {
+        /// Create or take over.
+        op: WriteOp,
+        /// How it ended.
+        outcome: Result<bool, StoreError>,
+    },
+    /// A renew ended: `Ok(true)` applied, `Ok(false)` someone else wrote.
+    Renew(Result<bool, StoreError>),
+    /// Became leader under this fencing token.
+    Gained(u64),
+    /// Stopped leading (lost, expired, released or resigned).
+    Lost,
+    /// Renewed under this fencing token.
+    Renewed(u64),
+    /// A renew whose answer was lost had applied; carrying on from it.
+    AdoptedEarlierWrite,
+    /// The store's data was replaced: renewing at once.
+    RenewingAfterReplacement(u64),
+    /// The lease is lost: the job must stop.
+    LeaseLost {
+        /// The tenure's fencing token.
+        fencing_token: u64,
+        /// Who wrote the record instead, when someone did; `None`: no
+        /// renew succeeded in time.
+        written_by: Option<String>,
+    },
+    /// The validity of a stopped tenure ended.
+    TenureEnded(u64),
+    /// The lease was released (to `successor`, or anyone).
+    Released {
+        /// The tenure's fencing token.
+        fencing_token: u64,
+        /// Whom it was handed to.
+        successor: Option<String>,
+    },
+    /// Nothing to release: someone else wrote since our last write.
+    NothingToRelease(u64),
+    /// The release failed: the lease will expire on its own.
+    ReleaseFailed(StoreError),
+    /// Sitting out this long before campaigning again.
+    SittingOut(Duration),
+    /// A malformed record, first seen in this form.
+    Malformed(String),
+    /// Overwriting a malformed record that stayed unchanged for a lease.
+    OverwritingMalformed,
+    /// The leader's stream contradicts the store: polling for this tenure.
+    StreamDistrusted {
+        /// The record's holder.
+        holder: Option<String>,
+        /// The address it advertised.
+        address: Option<String>,
+    },
+}
+
+/// Deliberate defects the model checker must find (tests only).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Mutations {
+    /// Date a write's validity from its answer instead of its send.
+    pub validity_from_reply: bool,
+    /// Take a record handed to someone else at once.
+    pub successor_ignored: bool,
+    /// Take over at once on a `released` hint, conditional on its `rvn`.
+    pub released_hint_trusted: bool,
+    /// Time a record with the lease a hint promised for its `rvn`.
+    pub hint_lease_ms_used: bool,
+    /// A renew conditional on the holder only, not on the `rvn`.
+    pub renew_ignores_rvn: bool,
+}
+
+/// The leader's private view of its tenure.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Term {
+    /// The record of its last successful write.
+    lease: Lease,
+    /// When that write was sent: validity counts from here.
+    last_send: Instant,
+    /// When it may lead (later than `since` after creating a missing item
+    /// under `strict_new_lease`).
+    leads_from: Instant,
+    /// When the tenure's first write was sent.
+    since: Instant,
+    /// Counts tenures in this process.
+    seq: u64,
+}
+
+/// Where the core stands.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    /// Not campaigning before `until` (a daemon spaces its elections'
+    /// starts).
+    Delayed { until: Instant },
+    /// Following: the next round reads at `poll_at` (or sooner or later
+    /// as hints say).
+    Following { poll_at: Instant },
+    /// Holding a tenure: renew at `next_renew`.
+    Leading {
+        term: Term,
+        role: Role,
+        next_renew: Instant,
+    },
+    /// The job must stop; the tenure ends at `valid_until`.
+    Stopping { term: Term, valid_until: Instant },
+    /// Not campaigning until `until` (after a resign).
+    SittingOut { until: Instant },
+    /// The election has ended.
+    Exited,
+}
+
+/// The store request in flight, and what its answer is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Pending {
+    /// A campaign round's read.
+    Round,
+    /// An acquisition: `lease` under `op`, sent at `sent`.
+    Acquire {
+        op: WriteOp,
+        lease: Lease,
+        sent: Instant,
+    },
+    /// A renew of `renewed`, sent at `sent`.
+    Renew { renewed: Lease, sent: Instant },
+    /// Reading back after a renew whose condition failed.
+    RenewConflict,
+    /// A release of `term`'s lease, writing `lease`: `again` once it is the
+    /// second try, from an `rvn` of ours found after the first failed its
+    /// condition.
+    Release {
+        term: Box<Term>,
+        lease: Lease,
+        successor: Option<String>,
+        then: AfterRelease,
+        again: bool,
+    },
+    /// Reading back after a release of `term` whose condition failed.
+    ReleaseConflict {
+        term: Box<Term>,
+        successor: Option<String>,
+        then: AfterRelease,
+    },
+}
+
+/// The follower's pause after a round that failed: P at first, doubling
+/// up to 4·P, each drawn from [d, 2d) with the tick's jitter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    fn next_pause(&mut self, retry: Duration, jitter: f64) -> Duration {
+        let base = retry * 2u32.saturating_pow(self.failures.min(2));
+        self.failures = self.failures.saturating_add(1);
+        base + base.mul_f64(jitter.clamp(0.0, 0.999))
+    }
+}
+
+/// One election's rules; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Core {
+    cfg: ElectionConfig,
+    phase: Phase,
+    pending: Option<Pending>,
+    /// Times the record version the follower read last.
+    takeover: TakeoverTimer,
+    /// rvns we wrote or may have written (an unanswered write): finding one
+    /// of these in the record means nobody else wrote since.
+    own_rvns: Vec<String>,
+    /// Highest fencing token seen, to keep tokens rising across deletion
+    /// of the item.
+    last_token: Option<u64>,
+    tenure_seq: u64,
+    warned_malformed: Option<String>,
+    hints: Hints,
+    /// Whether the app check lets this instance campaign.
+    may_campaign: bool,
+    backoff: Backoff,
+    /// When the last round's read was sent, and answered (or failed).
+    last_read_sent: Instant,
+    last_read: Instant,
+    /// The instant of the last input.
+    now: Instant,
+    state: ElectionState,
+    out: VecDeque<Action>,
+    #[cfg(test)]
+    mutations: Mutations,
+}
+
+impl PartialEq for Core {
+    fn eq(&self, other: &Core) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Core {}
+
+impl Hash for Core {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+/// What a follower round came to.
+enum Round {
+    /// Nothing to take: look again at this instant.
+    Wait(Instant),
+    /// Someone else wrote first: look again at once.
+    Lost,
+    /// A store error: pause before the next round.
+    Failed,
+}
+
+impl Core {
+    /// A core for `cfg` that campaigns from `start + delay`; `has_feed`:
+    /// a watch client brings it the leader's hints; `may_campaign`: the app
+    /// check's verdict now (true without one).
+    pub fn new(
+        cfg: ElectionConfig,
+        start: Instant,
+        delay: Duration,
+        has_feed: bool,
+        may_campaign: bool,
+    ) -> Core {
+        let state = ElectionState {
+            election: cfg.name.clone(),
+            identity: cfg.identity.clone(),
+            role: Role::Follower,
+            tenure: None,
+            leader: None,
+            fencing_token: None,
+            observed_at: None,
+            observed_at_unix_ms: None,
+            last_error: None,
+            malformed: None,
+            heartbeat: start,
+            first_observation_done: false,
+            finished: false,
+            rounds: 0,
+            hints_until: None,
+        };
+        Core {
+            takeover: TakeoverTimer::new(cfg.max_clock_drift),
+            cfg,
+            phase: Phase::Delayed {
+                until: start + delay,
+            },
+            pending: None,
+            own_rvns: Vec::new(),
+            last_token: None,
+            tenure_seq: 0,
+            warned_malformed: None,
+            hints: Hints::new(has_feed),
+            may_campaign,
+            backoff: Backoff::default(),
+            last_read_sent: start,
+            last_read: start,
+            now: start,
+            state,
+            out: VecDeque::new(),
+            #[cfg(test)]
+            mutations: Mutations::default(),
+        }
+    }
+
+    /// The same core with deliberate defects (model checker only).
+    #[cfg(test)]
+    pub fn mutated(mut self, mutations: Mutations) -> Core {
+        self.mutations = mutations;
+        self
+    }
+
+    /// Everything that changes, for equality and hashing (the config is
+    /// fixed for a core's life).
+    #[allow(clippy::type_complexity)]
+    fn key(
+        &self,
+    ) -> (
+        &Phase,
+        &Option<Pending>,
+        (&TakeoverTimer, &Vec<String>, Option<u64>, u64),
+        (&Hints, bool, &Backoff, Instant, Instant),
+        &ElectionState,
+        &VecDeque<Action>,
+    ) {
+        (
+            &self.phase,
+            &self.pending,
+            (
+                &self.takeover,
+                &self.own_rvns,
+                self.last_token,
+                self.tenure_seq,
+            ),
+            (
+                &self.hints,
+                self.may_campaign,
+                &self.backoff,
+                self.last_read_sent,
+                self.last_read,
+            ),
+            &self.state,
+            &self.out,
+        )
+    }
+
+    /// The election's settings.
+    pub fn config(&self) -> &ElectionConfig {
+        &self.cfg
+    }
+
+    /// The state to publish.
+    pub fn state(&self) -> &ElectionState {
+        &self.state
+    }
+
+    /// The next action to carry out, if any.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.out.pop_front()
+    }
+
+    /// Whether the election has ended.
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Exited
+    }
+
+    /// Whether a store request is in flight (the driver feeds nothing but
+    /// its answer meanwhile).
+    pub fn awaits_answer(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Whether hints are taken now (only while following between rounds).
+    pub fn takes_hints(&self) -> bool {
+        self.pending.is_none() && matches!(self.phase, Phase::Following { .. })
+    }
+
+    /// Whether a replacement of the store's data matters now (only while
+    /// holding a tenure).
+    pub fn watches_store_changes(&self) -> bool {
+        self.pending.is_none() && matches!(self.phase, Phase::Leading { .. })
+    }
+
+    /// When the core wants a [`Input::Timeout`]; `None`: never (a request
+    /// is in flight, or the election ended).
+    pub fn next_wake(&self) -> Option<Instant> {
+        if self.pending.is_some() {
+            return None;
+        }
+        match &self.phase {
+            Phase::Delayed { until } => Some(*until),
+            Phase::Following { poll_at } => Some(self.follower_wake(*poll_at)),
+            Phase::Leading {
+                term,
+                role,
+                next_renew,
+            } => {
+                let stop_at = self.stop_at(term);
+                let wake = (*next_renew).min(stop_at);
+                Some(if *role == Role::Confirming {
+                    wake.min(term.leads_from)
+                } else {
+                    wake
+                })
+            }
+            Phase::Stopping { valid_until, .. } => {
+                Some((self.now + self.cfg.retry_interval).min(*valid_until))
+            }
+            Phase::SittingOut { until } => Some((self.now + self.cfg.retry_interval).min(*until)),
+            Phase::Exited => None,
+        }
+    }
+
+    /// Take `input` in at `tick`.
+    pub fn handle(&mut self, tick: &Tick, input: Input) {
+        self.now = self.now.max(tick.now);
+        let now = self.now;
+        match input {
+            Input::Read(res) => self.on_read(tick, res),
+            Input::Written(res) => self.on_written(tick, res),
+            Input::Timeout => self.on_timeout(tick),
+            Input::Hint(hint) => self.on_hint(tick, hint),
+            Input::HintsClosed => self.hints.closed(),
+            Input::Release { then, successor } => self.on_release(tick, then, successor),
+            Input::Orphaned => self.on_orphaned(tick),
+            Input::Gate(pass) => self.on_gate(tick, pass),
+            Input::StoreReplaced => self.on_store_replaced(),
+        }
+        if let Some(target) = self.hints.take_retarget() {
+            self.out.push_back(Action::Watch(target));
+        }
+        self.state.heartbeat = now;
+        let until = self.hints.quiet_at(self.cfg.hint_quiet());
+        if matches!(self.phase, Phase::Following { .. }) && self.pending.is_none() {
+            self.state.hints_until = until;
+        }
+        if self.phase == Phase::Exited {
+            self.state.role = Role::Follower;
+            self.state.tenure = None;
+            self.state.finished = true;
+        }
+    }
+
+    pub(super) fn on_timeout(&mut self, tick: &Tick) {
+        let now = self.now;
+        match self.phase.clone() {
+            Phase::Delayed { until } if now >= until => self.start_round(),
+            Phase::Following { poll_at } if now >= self.follower_wake(poll_at) => {
+                self.hints.waking(now);
+                self.start_round();
+            }
+            Phase::Leading { .. } => self.leading_tick(tick),
+            Phase::Stopping { term, valid_until } if now >= valid_until => {
+                self.state.role = Role::Follower;
+                self.state.tenure = None;
+                self.note(Note::TenureEnded(term.lease.fencing_token));
+                self.start_round();
+            }
+            Phase::SittingOut { until } if now >= until => self.start_round(),
+            _ => {}
+        }
+    }
+
+    pub(super) fn note(&mut self, note: Note) {
+        self.out.push_back(Action::Note(note));
+    }
+
+    pub(super) fn store_error(&mut self, op: &'static str, error: StoreError) {
+        self.state.last_error = Some(error.metric_label().to_owned());
+        self.note(Note::StoreError { op, error });
+    }
+
+    pub(super) fn observed_ok(
+        &mut self,
+        tick: &Tick,
+        leader: Option<String>,
+        token: Option<u64>,
+        malformed: Option<String>,
+    ) {
+        let s = &mut self.state;
+        s.observed_at = Some(self.now);
+        s.observed_at_unix_ms = Some(tick.stamp.unix_ms);
+        s.last_error = None;
+        s.first_observation_done = true;
+        s.leader = leader;
+        s.fencing_token = token;
+        s.malformed = malformed;
+    }
+
+    pub(super) fn remember_own(&mut self, rvn: &str) {
+        self.own_rvns.push(rvn.to_owned());
+        if self.own_rvns.len() > 4 {
+            self.own_rvns.remove(0);
+        }
+    }
+
+    pub(super) fn note_token(&mut self, token: u64) {
+        self.last_token = Some(self.last_token.map_or(token, |t| t.max(token)));
+    }
+
+    /// The token for a new tenure: above every token seen, and when there
+    /// is no previous item, at least the unix ms so it also exceeds tokens
+    /// of items deleted before this process started.
+    pub(super) fn next_token(&self, previous: Option<u64>, tick: &Tick) -> u64 {
+        let floor = self.last_token.map_or(0, |t| t + 1);
+        match previous {
+            Some(p) => (p + 1).max(floor),
+            None => tick.stamp.unix_ms.max(floor),
+        }
+    }
+
+    pub(super) fn new_lease(&self, token: u64, tick: &Tick) -> Lease {
+        Lease::stamped_with(
+            &self.cfg.name,
+            &self.cfg.identity,
+            token,
+            u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX),
+            tick.stamp.unix_ms,
+            self.cfg.holder_meta.clone(),
+            &tick.stamp,
+        )
+    }
+}
+
+mod follower;
+mod leader;

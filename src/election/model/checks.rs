@@ -1,0 +1,318 @@
+//! The model checks: the core as built keeps every property over the
+//! explored space, and each deliberate defect is found with a trace.
+//!
+//! Two searches: breadth first (every interleaving, shortest first, as far
+//! as the state budget reaches: the start of an election, its first
+//! renewals, hints and faults around them) and random walks to the horizon
+//! (deep: pauses longer than a lease, takeovers, handovers, crashes).
+//! `LEADERD_MODEL_STATES` sets the breadth-first searches' budget of
+//! generated states (default 1,500,000, which comes to over a million
+//! distinct states over the two; the walks take half of it);
+//! docs/model-checking.md gives the figures of a longer run.
+
+use std::time::Instant as Wall;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use stateright::{Checker, Chooser, HasDiscoveries, Model};
+
+use super::{Bounds, ElectionModel, LED_AFTER_CRASH, Step, World};
+use crate::election::core::Mutations;
+
+const ONE_JOB: &str = "one job at a time";
+const TOKENS: &str = "fencing tokens rise";
+const SUCCESSOR: &str = "a handed-over lease waits a lease for others";
+const IN_TIME: &str = "a follower leads in time after a crash";
+
+fn bounds(identities: [&'static str; 3]) -> Bounds {
+    Bounds {
+        identities,
+        horizon: 40_000,
+        hints: 2,
+        losses: 2,
+        resigns: 1,
+        crashes: 1,
+        pauses: 1,
+        delays: 2,
+        timely: false,
+        mutations: Mutations::default(),
+    }
+}
+
+/// The default budget of generated states of a breadth-first search.
+const BUDGET: usize = 1_500_000;
+
+/// The most states a search for a deliberate defect may visit: far more
+/// than any of them needs (each is found within half a million).
+const DEFECT_BUDGET: usize = 4_000_000;
+
+fn budget() -> usize {
+    std::env::var("LEADERD_MODEL_STATES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(BUDGET)
+}
+
+/// Random walks that take the ordinary steps (wake, store, answer, time)
+/// ten times as often as a fault (a hint, a loss, a freeze, a crash, a
+/// resign), so that a walk lives long enough for a deep defect.
+#[derive(Clone)]
+struct FaultShy;
+
+impl Chooser<ElectionModel> for FaultShy {
+    type State = StdRng;
+
+    fn new_state(&self, seed: u64) -> StdRng {
+        StdRng::seed_from_u64(seed)
+    }
+
+    fn choose_initial_state(&self, _rng: &mut StdRng, _initial: &[World]) -> usize {
+        0
+    }
+
+    fn choose_action(&self, rng: &mut StdRng, _w: &World, steps: &[Step]) -> usize {
+        let weight = |s: &Step| match s {
+            Step::Wake(_) | Step::Store(..) | Step::Answer(_) | Step::Advance(_) => 10,
+            _ => 1,
+        };
+        let total: u32 = steps.iter().map(weight).sum();
+        let mut pick = rng.random_range(0..total);
+        for (i, s) in steps.iter().enumerate() {
+            if pick < weight(s) {
+                return i;
+            }
+            pick -= weight(s);
+        }
+        steps.len() - 1
+    }
+}
+
+/// How a check walks the space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// Every interleaving, shortest first.
+    BreadthFirst,
+    /// Random walks from the start to the horizon (a fixed seed: the same
+    /// walks every run).
+    RandomWalks,
+}
+
+/// What a search found.
+struct Found {
+    /// Distinct states (breadth first) or states visited (walks).
+    states: usize,
+    /// Properties broken.
+    broken: Vec<String>,
+    /// Examples found of the `sometimes` properties.
+    examples: Vec<String>,
+}
+
+/// Explore `model` up to `states` states (or the whole space); print what
+/// was explored and every property broken, with its trace.
+fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> Found {
+    let started = Wall::now();
+    let builder = model
+        .checker()
+        .threads(2)
+        .target_state_count(states)
+        .finish_when(HasDiscoveries::AnyFailures);
+    match search {
+        Search::BreadthFirst => report(label, builder.spawn_bfs().join(), states, started),
+        Search::RandomWalks => report(
+            label,
+            builder.spawn_simulation(26, FaultShy).join(),
+            states,
+            started,
+        ),
+    }
+}
+
+fn report(
+    label: &str,
+    checker: impl Checker<ElectionModel>,
+    states: usize,
+    started: Wall,
+) -> Found {
+    let mut found = Found {
+        states: checker.unique_state_count(),
+        broken: Vec::new(),
+        examples: Vec::new(),
+    };
+    for (name, path) in checker.discoveries() {
+        if name == LED_AFTER_CRASH {
+            found.examples.push(name.to_owned());
+            continue;
+        }
+        println!("  broken: {name}; counterexample:");
+        print!("{}", checker.model().trace(&path.into_vec()));
+        found.broken.push(name.to_owned());
+    }
+    println!(
+        "model check {label}: {} distinct states ({} generated), depth {}, {} in {:.1} s",
+        checker.unique_state_count(),
+        checker.state_count(),
+        checker.max_depth(),
+        if !found.broken.is_empty() {
+            "stopped at the first broken property"
+        } else if checker.state_count() < states {
+            "the whole space within the bounds"
+        } else {
+            "stopped at the state budget"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    found
+}
+
+#[test]
+fn the_core_keeps_every_property_over_a_million_states() {
+    let mut breadth = 0;
+    for identities in [["a", "b", "c"], ["a", "b", "a"]] {
+        for (search, states) in [
+            (Search::BreadthFirst, budget()),
+            (Search::RandomWalks, budget() / 2),
+        ] {
+            let found = explore(
+                &format!("{search:?}, identities {identities:?}"),
+                ElectionModel::new(bounds(identities)),
+                states,
+                search,
+            );
+            assert!(found.broken.is_empty(), "the core broke {:?}", found.broken);
+            if search == Search::BreadthFirst {
+                breadth += found.states;
+            }
+        }
+    }
+    println!("model check: {breadth} distinct states breadth first in all");
+    // A smaller LEADERD_MODEL_STATES is for a quick local run.
+    assert!(
+        breadth >= 1_000_000 || budget() < BUDGET,
+        "explored only {breadth} distinct states"
+    );
+}
+
+#[test]
+fn a_follower_leads_within_a_bounded_delay_whatever_the_hints_say() {
+    let model = || {
+        ElectionModel::new(Bounds {
+            timely: true,
+            hints: 3,
+            losses: 0,
+            resigns: 0,
+            pauses: 0,
+            delays: 0,
+            horizon: 45_000,
+            ..bounds(["a", "b", "c"])
+        })
+    };
+    let bound = model().takeover_bound();
+    let mut examples = Vec::new();
+    for search in [Search::BreadthFirst, Search::RandomWalks] {
+        let found = explore(
+            &format!("{search:?}, timely, bound {bound} ms"),
+            model(),
+            budget() / 2,
+            search,
+        );
+        assert!(found.broken.is_empty(), "broken: {:?}", found.broken);
+        examples.extend(found.examples);
+    }
+    // Not vacuous: some walk saw a leader crash and a follower take over.
+    assert!(
+        examples.iter().any(|e| e == LED_AFTER_CRASH),
+        "no explored run had a takeover after a crash"
+    );
+}
+
+/// The defect `mutations` must break a property (`expected`, or another:
+/// each broken one is printed with its trace).
+fn caught(mutations: Mutations, identities: [&'static str; 3], expected: &str) {
+    let model = ElectionModel::new(Bounds {
+        mutations,
+        ..bounds(identities)
+    });
+    let found = explore(
+        &format!("with {mutations:?}"),
+        model,
+        DEFECT_BUDGET,
+        Search::RandomWalks,
+    );
+    assert!(
+        !found.broken.is_empty(),
+        "{mutations:?} was not caught (expected: {expected})"
+    );
+}
+
+#[test]
+fn validity_dated_from_the_reply_is_caught() {
+    caught(
+        Mutations {
+            validity_from_reply: true,
+            ..Mutations::default()
+        },
+        ["a", "b", "c"],
+        ONE_JOB,
+    );
+}
+
+#[test]
+fn a_record_handed_to_someone_else_taken_at_once_is_caught() {
+    caught(
+        Mutations {
+            successor_ignored: true,
+            ..Mutations::default()
+        },
+        ["a", "b", "c"],
+        SUCCESSOR,
+    );
+}
+
+#[test]
+fn a_forged_released_trusted_is_caught() {
+    caught(
+        Mutations {
+            released_hint_trusted: true,
+            ..Mutations::default()
+        },
+        ["a", "b", "c"],
+        ONE_JOB,
+    );
+}
+
+#[test]
+fn a_hint_lease_ms_used_for_timing_is_caught() {
+    caught(
+        Mutations {
+            hint_lease_ms_used: true,
+            ..Mutations::default()
+        },
+        ["a", "b", "c"],
+        ONE_JOB,
+    );
+}
+
+#[test]
+fn a_renew_that_does_not_check_the_rvn_is_caught() {
+    caught(
+        Mutations {
+            renew_ignores_rvn: true,
+            ..Mutations::default()
+        },
+        ["a", "b", "a"],
+        TOKENS,
+    );
+}
+
+#[test]
+fn the_model_states_its_properties() {
+    let names: Vec<_> = ElectionModel::new(bounds(["a", "b", "c"]))
+        .properties()
+        .iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(
+        names,
+        [ONE_JOB, TOKENS, SUCCESSOR, IN_TIME, LED_AFTER_CRASH]
+    );
+}
