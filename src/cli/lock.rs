@@ -7,9 +7,9 @@
 //! the daemon's rule ([`Lease::free_for`]): a released record is taken at
 //! once, unless a daemon's resign handed it to someone else (`successor`),
 //! who alone may take it at once; a held or handed record is taken over only
-//! once its `rvn` stayed unchanged for its lease · (1 + D) on this process's
-//! own clock, with a write conditional on that `rvn`. No wall clock is
-//! compared.
+//! as the takeover rule allows ([`election::TakeoverTimer`], on this
+//! process's own clock), with a write conditional on that `rvn`. No wall
+//! clock is compared.
 //!
 //! The token printed by `acquire` and `renew` names the write it came from
 //! (fencing token, `rvn`, holder). `renew` and `release` write only under the
@@ -205,17 +205,34 @@ impl Waiter {
     }
 }
 
+/// Why `name` was not acquired (75): the store's error, or what stood in
+/// the way; `waited`: how long it waited, unless it was not to wait.
+fn not_acquired(
+    name: &str,
+    waited: Option<Duration>,
+    failed: Option<String>,
+    blocked: Option<String>,
+) -> ToolError {
+    let waited = waited.map_or_else(String::new, |w| format!(" within {}", text::duration(w)));
+    let name = text::echo_plain(name);
+    let message = match (failed, blocked) {
+        (Some(e), _) => format!("lock {name} not acquired{waited}: the store failed: {e}"),
+        (None, Some(b)) => format!("{b}; not acquired{waited}"),
+        (None, None) => format!("lock {name} not acquired{waited}"),
+    };
+    ToolError::new(exit::TEMPFAIL, message)
+}
+
 /// `leaderd lock acquire NAME`.
 pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
     let (cfg, store) = open(&args.store).await?;
     let clock = Clock::boot();
     let started = clock.now();
-    let deadline = if args.no_wait {
-        Some(started)
-    } else {
-        args.wait.map(|w| started + w)
-    };
+    // --no-wait: one round; --wait: until then; else for ever.
+    let deadline = (args.no_wait)
+        .then_some(started)
+        .or_else(|| args.wait.map(|w| started + w));
     let mut waiter = Waiter {
         name: args.name.clone(),
         identity: cfg.identity.clone(),
@@ -281,19 +298,8 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         if let Some(d) = deadline
             && next > d
         {
-            // Not acquired (75) either way; say why.
-            let waited = if args.no_wait {
-                String::new()
-            } else {
-                format!(" within {}", text::duration(d.saturating_since(started)))
-            };
-            let name = text::echo_plain(&args.name);
-            let message = match (failed, blocked) {
-                (Some(e), _) => format!("lock {name} not acquired{waited}: the store failed: {e}"),
-                (None, Some(b)) => format!("{b}; not acquired{waited}"),
-                (None, None) => format!("lock {name} not acquired{waited}"),
-            };
-            return Err(ToolError::new(exit::TEMPFAIL, message));
+            let waited = (!args.no_wait).then(|| d.saturating_since(started));
+            return Err(not_acquired(&args.name, waited, failed, blocked));
         }
         clock.sleep_until(next).await;
     }

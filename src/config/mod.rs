@@ -356,8 +356,8 @@ pub struct LockConfig {
     pub store: StoreConfig,
     /// The holder written into a lock it takes (`identity`).
     pub identity: String,
-    /// D (`lease.max_clock_drift`): a waiter takes a lock over once its
-    /// record stayed unchanged for its lease · (1 + D).
+    /// D (`lease.max_clock_drift`), which stretches the lease a waiter
+    /// waits out before it takes a lock over (the takeover rule).
     pub max_clock_drift: f64,
     /// P (`lease.retry_interval`): how often a waiter reads the record.
     pub retry_interval: Duration,

@@ -9,13 +9,15 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::core::{Action, Core, Input, Note, Tick};
+use std::time::Duration;
+
+use super::core::{Action, Core, Input, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
 use super::hints::{Hint, HintFeed, LeaseEvent};
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
-use crate::clock::Clock;
-use crate::lease::{LeaseStore, Stamp, StoreError, WriteOutcome};
+use crate::clock::{Clock, Instant};
+use crate::lease::{Condition, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
 use crate::text;
 
 /// One election's task: see the module docs.
@@ -146,53 +148,14 @@ impl Driver {
     /// Carry out one action; a store request's answer comes back.
     async fn carry_out(&mut self, action: Action) -> Option<Input> {
         match action {
-            Action::Read { budget, confirming } => {
-                let name = self.core.config().name.clone();
-                let start = self.clock.now();
-                let res = self.store.read(&name, budget).await;
-                if !confirming {
-                    let outcome = match &res {
-                        Ok(_) => Outcome::Ok,
-                        Err(e) => Outcome::Failed(e),
-                    };
-                    self.observer
-                        .store_request(&name, "read", self.clock.now() - start, outcome);
-                    if res.is_ok() {
-                        self.store_answered("read");
-                    }
-                }
-                Some(Input::Read(res))
-            }
+            Action::Read { budget, confirming } => Some(self.read(budget, confirming).await),
             Action::Write {
                 op,
                 lease,
                 condition,
                 budget,
                 deadline,
-            } => {
-                let start = self.clock.now();
-                let write = self.store.write(&lease, &condition, budget);
-                let res = match deadline {
-                    Some(at) => self
-                        .clock
-                        .timeout_at(at, write)
-                        .await
-                        .unwrap_or(Err(StoreError::Timeout(budget))),
-                    None => write.await,
-                };
-                let outcome = match &res {
-                    Ok(WriteOutcome::Applied) => Outcome::Ok,
-                    Ok(WriteOutcome::ConditionFailed { .. }) => Outcome::Lost,
-                    Err(e) => Outcome::Failed(e),
-                };
-                let name = self.core.config().name.clone();
-                self.observer
-                    .store_request(&name, op.label(), self.clock.now() - start, outcome);
-                if res.is_ok() {
-                    self.store_answered(op.label());
-                }
-                Some(Input::Written(res))
-            }
+            } => Some(self.write(op, &lease, &condition, budget, deadline).await),
             Action::Tell(event) => {
                 self.events.send_replace(Some(event));
                 None
@@ -226,6 +189,60 @@ impl Driver {
                 None
             }
         }
+    }
+
+    /// Read the record within `budget`; a campaign round's read (not
+    /// `confirming`) is timed for metrics.
+    async fn read(&mut self, budget: Duration, confirming: bool) -> Input {
+        let name = self.core.config().name.clone();
+        let start = self.clock.now();
+        let res = self.store.read(&name, budget).await;
+        if !confirming {
+            let outcome = match &res {
+                Ok(_) => Outcome::Ok,
+                Err(e) => Outcome::Failed(e),
+            };
+            self.observer
+                .store_request(&name, "read", self.clock.now() - start, outcome);
+            if res.is_ok() {
+                self.store_answered("read");
+            }
+        }
+        Input::Read(res)
+    }
+
+    /// Write `lease` under `condition` within `budget`, giving up at
+    /// `deadline`; timed for metrics.
+    async fn write(
+        &mut self,
+        op: WriteOp,
+        lease: &Lease,
+        condition: &Condition,
+        budget: Duration,
+        deadline: Option<Instant>,
+    ) -> Input {
+        let start = self.clock.now();
+        let write = self.store.write(lease, condition, budget);
+        let res = match deadline {
+            Some(at) => self
+                .clock
+                .timeout_at(at, write)
+                .await
+                .unwrap_or(Err(StoreError::Timeout(budget))),
+            None => write.await,
+        };
+        let outcome = match &res {
+            Ok(WriteOutcome::Applied) => Outcome::Ok,
+            Ok(WriteOutcome::ConditionFailed { .. }) => Outcome::Lost,
+            Err(e) => Outcome::Failed(e),
+        };
+        let name = self.core.config().name.clone();
+        self.observer
+            .store_request(&name, op.label(), self.clock.now() - start, outcome);
+        if res.is_ok() {
+            self.store_answered(op.label());
+        }
+        Input::Written(res)
     }
 
     /// A store request of `op`'s kind was answered (a failed condition is

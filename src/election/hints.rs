@@ -15,7 +15,7 @@
 //! - hints never push a follower's reads past the end of the takeover
 //!   wait of the `rvn` the store showed last (plus a short slack to catch
 //!   the next renewal): whatever a stream says, a dead leader's lease is
-//!   read, and taken, within L·(1+D) plus a few P;
+//!   read, and taken, within the takeover wait plus a few P;
 //! - every takeover stays a conditional write on the `rvn` the follower
 //!   read and timed;
 //! - `released` and `not_leader`, and the end of a stream that spoke, only
@@ -29,7 +29,7 @@
 //!   until the record's tenure changes: a stream that lies (or lags) costs
 //!   polls, not a leaderless election.
 //!
-//! The transport (an HTTP stream, `crate::hints`) is outside the engine:
+//! The transport (an HTTP stream, `crate::watch::client`) is outside the core:
 //! it gets the address to watch and hands back what arrived.
 
 use std::collections::VecDeque;

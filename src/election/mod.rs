@@ -1,25 +1,23 @@
-//! The election engine: one task per election.
+//! Elections: one task per election.
 //!
 //! The task reads and writes the lease through a [`LeaseStore`] and publishes
 //! its state on a `watch` channel, so the HTTP server, the metrics and the
-//! child supervisor observe it without ever locking or slowing the engine.
+//! child supervisor observe it without ever locking or slowing it.
 //! Elections are independent tasks: a slow request in one never delays
 //! another's renewal.
 //!
-//! Timing, all on the boot-time [`Clock`]:
-//! - follower: takes over an `rvn` only after it stayed unchanged for
-//!   `lease_ms·(1+D)` since the response that first showed it arrived;
-//! - leader: valid until `send time of last successful write + L·(1−D) − M`;
-//!   renews every R, retries every P, and at `validity − G` without a renew it
-//!   enters [`Role::Stopping`] (the child must stop), at validity it is a
-//!   follower again.
-//!
-//! - this file: the election's settings, timing rules and published state,
-//!   and the handle to its task;
-//! - `engine`: the task itself (campaign, renew, stop, release);
+//! - this file: the election's settings, their timing rules and published
+//!   state, and the handle to its task;
+//! - `core`: every decision (when to take over, renew, stop the job,
+//!   release; how hints and a successor count) in one state machine
+//!   without IO: observations in, actions out;
+//! - `driver`: the tokio task that runs the core: store requests, clock,
+//!   commands, hints, published state, logs and metrics;
+//! - `takeover`: the takeover rule, the one place it is written (the
+//!   core, `leaderd lock` and balance use it);
+//! - `hints`: a follower's bookkeeping of the leader's watch stream;
 //! - `error_log`: how store errors are logged, once per change;
-//! - `hints`: what a leader tells its followers, and how they use it;
-//! - `takeover`: the takeover rule, the one place it is written.
+//! - `model` (tests): the model checker of the core.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +49,8 @@ pub struct ElectionConfig {
     pub max_clock_drift: f64,
     /// M: margin subtracted from the leader's validity.
     pub safety_margin: Duration,
-    /// After creating a missing item, wait L·(1+D) (renewing) before leading.
+    /// After creating a missing item, wait the takeover wait of its lease
+    /// (renewing) before leading.
     pub strict_new_lease: bool,
     /// Advertised in the lease record.
     pub holder_meta: Option<HolderMeta>,
@@ -141,11 +140,6 @@ impl ElectionConfig {
         self.lease_duration
             .mul_f64(1.0 - self.max_clock_drift)
             .saturating_sub(self.safety_margin)
-    }
-
-    /// How long a follower waits on an unchanged rvn whose holder promised `lease_ms`.
-    pub fn takeover_wait(&self, lease_ms: u64) -> Duration {
-        takeover_wait(lease_ms, self.max_clock_drift)
     }
 
     /// R + P: a watch stream that says nothing this long is taken for

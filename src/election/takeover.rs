@@ -5,7 +5,7 @@
 //! named it: an `rvn` cannot be named before it was written). The lease is
 //! the one the store's record promises.
 //!
-//! The daemon's engine, `leaderd lock` and balance's member liveness time
+//! The election core, `leaderd lock` and balance's member liveness time
 //! records with [`TakeoverTimer`]; nothing else restates the rule.
 
 use std::time::Duration;

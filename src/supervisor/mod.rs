@@ -219,7 +219,7 @@ pub async fn spawn_with(
     ours.set_nonblocking(true)?;
     let control = tokio::net::UnixStream::from_std(ours)?;
 
-    let mut child = Child {
+    let child = Child {
         pid: 0,
         guard: guard_process,
         control,
@@ -229,27 +229,33 @@ pub async fn spawn_with(
         closed: false,
         finished: None,
     };
-    match child.next_report().await {
-        Some(Report::Started(pid)) if pid > 0 => {
-            child.pid = pid;
-            tracing::debug!(pid, command = ?spec.command, "guard started the child");
-            Ok(child)
-        }
-        Some(Report::Failed { code, message }) => {
-            let _ = child.guard.wait().await;
-            Err(SupervisorError::Spawn(SpawnFailure {
-                message,
-                exit_code: (code != 0).then_some(code),
-            }))
-        }
-        Some(Report::Late) => {
-            let _ = child.guard.wait().await;
-            Err(SupervisorError::DeadlinePassed)
-        }
-        _ => {
-            // Dropping `child` closes the socket: a guard that is somehow
+    child.started(&spec.command).await
+}
+
+impl Child {
+    /// The guard's first report: the child runs (its pid), or it did not
+    /// start, or the deadline passed first.
+    async fn started(mut self, command: &[String]) -> Result<Child, SupervisorError> {
+        match self.next_report().await {
+            Some(Report::Started(pid)) if pid > 0 => {
+                self.pid = pid;
+                tracing::debug!(pid, command = ?command, "guard started the child");
+                Ok(self)
+            }
+            Some(Report::Failed { code, message }) => {
+                let _ = self.guard.wait().await;
+                Err(SupervisorError::Spawn(SpawnFailure {
+                    message,
+                    exit_code: (code != 0).then_some(code),
+                }))
+            }
+            Some(Report::Late) => {
+                let _ = self.guard.wait().await;
+                Err(SupervisorError::DeadlinePassed)
+            }
+            // Dropping the child closes the socket: a guard that is somehow
             // still running kills whatever it started.
-            Err(SupervisorError::GuardLost)
+            _ => Err(SupervisorError::GuardLost),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! answer comes to.
 
 use super::super::hints::{AfterHint, Hint};
+use super::super::takeover::takeover_wait;
 use super::{Action, Backoff, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
 use crate::clock::Instant;
 use crate::lease::{Condition, Lease, Malformed, Record, StoreError, WriteOutcome};
@@ -251,7 +252,7 @@ impl Core {
                 self.tenure_seq += 1;
                 let since = self.validity_origin(sent);
                 let leads_from = if op == WriteOp::Create && self.cfg.strict_new_lease {
-                    since + self.cfg.takeover_wait(lease.lease_ms)
+                    since + takeover_wait(lease.lease_ms, self.cfg.max_clock_drift)
                 } else {
                     since
                 };

@@ -21,8 +21,8 @@
 //!
 //! The rules (all instants on the boot-time clock):
 //! - a follower takes over a record held by someone else (or handed to
-//!   someone else) only once its `rvn` stayed unchanged for `lease_ms·(1+D)`
-//!   ([`TakeoverTimer`], the one place that wait is written); a released
+//!   someone else) only once the takeover rule allows it
+//!   ([`TakeoverTimer`], the one place that rule is written); a released
 //!   record is taken at once; every takeover is a write conditional on the
 //!   `rvn` read;
 //! - a leader's tenure is valid until the send instant of its last

@@ -421,6 +421,55 @@ impl ElectionModel {
         }
     }
 
+    /// The store processes core `n`'s request: a read sees the record
+    /// now, a write applies if its condition holds (a failed one is
+    /// answered with the record when `with_record`).
+    fn serve(&self, w: &mut World, n: usize, with_record: bool) -> Option<()> {
+        let processed = match w.nodes[n].request.clone()? {
+            Request::Read { .. } => Request::Read {
+                answer: Some(Ok(w.record.clone().map_or(Record::Absent, Record::Valid))),
+            },
+            Request::Write {
+                lease, condition, ..
+            } => {
+                let answer = match self.apply(w, &lease, &condition) {
+                    None => WriteOutcome::Applied,
+                    Some(current) => WriteOutcome::ConditionFailed {
+                        current: with_record.then_some(current),
+                    },
+                };
+                Request::Write {
+                    lease,
+                    condition,
+                    answer: Some(Ok(answer)),
+                }
+            }
+        };
+        w.nodes[n].request = Some(processed);
+        Some(())
+    }
+
+    /// Core `n`'s answer is lost: it gets a timeout; a write that had not
+    /// reached the store yet may still reach it (a stray write).
+    fn lose(&self, w: &mut World, n: usize) -> Option<()> {
+        w.losses_left -= 1;
+        let timeout = StoreError::Timeout(self.cfg.renew_interval);
+        match w.nodes[n].request.take()? {
+            Request::Read { .. } => self.feed(w, n, Input::Read(Err(timeout))),
+            Request::Write {
+                lease,
+                condition,
+                answer,
+            } => {
+                if answer.is_none() && w.stray.is_none() {
+                    w.stray = Some((lease, condition));
+                }
+                self.feed(w, n, Input::Written(Err(timeout)));
+            }
+        }
+        Some(())
+    }
+
     /// Whether core `n` is idle and due to wake.
     fn due(&self, w: &World, n: usize) -> bool {
         let node = &w.nodes[n];
@@ -517,30 +566,7 @@ impl Model for ElectionModel {
         let mut w = last.clone();
         match step {
             Step::Wake(n) => self.feed(&mut w, n, Input::Timeout),
-            Step::Store(n, with_record) => {
-                let request = w.nodes[n].request.clone()?;
-                let processed = match request {
-                    Request::Read { .. } => Request::Read {
-                        answer: Some(Ok(w.record.clone().map_or(Record::Absent, Record::Valid))),
-                    },
-                    Request::Write {
-                        lease, condition, ..
-                    } => {
-                        let answer = match self.apply(&mut w, &lease, &condition) {
-                            None => WriteOutcome::Applied,
-                            Some(current) => WriteOutcome::ConditionFailed {
-                                current: with_record.then_some(current),
-                            },
-                        };
-                        Request::Write {
-                            lease,
-                            condition,
-                            answer: Some(Ok(answer)),
-                        }
-                    }
-                };
-                w.nodes[n].request = Some(processed);
-            }
+            Step::Store(n, with_record) => self.serve(&mut w, n, with_record)?,
             Step::Answer(n) => match w.nodes[n].request.take()? {
                 Request::Read { answer: Some(a) } => self.feed(&mut w, n, Input::Read(a)),
                 Request::Write {
@@ -548,23 +574,7 @@ impl Model for ElectionModel {
                 } => self.feed(&mut w, n, Input::Written(a)),
                 _ => return None,
             },
-            Step::Lose(n) => {
-                w.losses_left -= 1;
-                let timeout = StoreError::Timeout(self.cfg.renew_interval);
-                match w.nodes[n].request.take()? {
-                    Request::Read { .. } => self.feed(&mut w, n, Input::Read(Err(timeout))),
-                    Request::Write {
-                        lease,
-                        condition,
-                        answer,
-                    } => {
-                        if answer.is_none() && w.stray.is_none() {
-                            w.stray = Some((lease, condition));
-                        }
-                        self.feed(&mut w, n, Input::Written(Err(timeout)));
-                    }
-                }
-            }
+            Step::Lose(n) => self.lose(&mut w, n)?,
             Step::Hint(n, kind) => {
                 w.hints_left -= 1;
                 let hint = self.forged_event(&w, n, kind)?;
