@@ -182,7 +182,7 @@ pub struct HttpConfig {
     pub admin_token: Option<String>,
     /// `http.advertise`: the `HOST:PORT` written into the record while
     /// leading. `None`: derived from the bound address (see
-    /// `daemon::advertised_address`).
+    /// `daemon::advertise`).
     pub advertise: Option<String>,
 }
 
