@@ -1,7 +1,25 @@
 //! Defaults and validation: the raw layers (with the flags applied) become
 //! one validated [`Config`].
 
-use super::*;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::raw::{
+    DurationValue, RawConfig, RawElection, RawStore, SignalName, resolve_listen, split_host_port,
+};
+use super::{
+    ChildConfig, Config, ConfigError, DEFAULT_ELECTION, HealthConfig, HttpConfig, LogConfig,
+    LogFormat, Mode, OnChildExit, StoreConfig, StoreKind, default_identity, defaults,
+    is_valid_identity, limits,
+};
+use crate::app_check::{AppCheckConfig, Probe};
+use crate::election::{ElectionConfig, TimingError};
+use crate::text::echo;
+use crate::{app_check, text};
 
 pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     let path = raw

@@ -2,7 +2,11 @@
 //! are ignored (the job's own variables, Kubernetes service links), and the
 //! figment provider that reads them.
 
-use super::*;
+use figment::value::{Dict, Map, Value};
+use figment::{Metadata, Profile, Provider};
+
+use super::{ConfigError, ENV_PREFIX, TEST_ENV_PREFIX, TOP_LEVEL_KEYS};
+use crate::text::{echo, echo_plain};
 
 // ---------------------------------------------------------------------------
 // Layers.

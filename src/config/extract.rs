@@ -1,7 +1,16 @@
 //! Merging the file and environment layers, and turning figment's errors
 //! into one line that names the key, the value and where it was set.
 
-use super::*;
+use std::path::Path;
+
+use figment::error::{Actual, Kind};
+use figment::{Figment, Profile, Source};
+
+use super::ConfigError;
+use super::env::{ENV_SOURCE, EnvLayer};
+use super::file::{FileLayer, one_line};
+use super::raw::RawConfig;
+use crate::text::{echo, echo_plain};
 
 /// Defaults (serde) < file < environment, extracted into the raw layer.
 pub(super) fn extract(

@@ -1,7 +1,12 @@
 //! The file layer: the TOML configuration file as a figment provider, with
 //! errors that name the file, line and column.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use figment::value::{Dict, Map};
+use figment::{Metadata, Profile, Provider, Source};
+
+use super::ConfigError;
 
 /// The config file layer: read and parsed by us so that a missing file is an
 /// error (figment's file provider treats it as empty) and parse errors are

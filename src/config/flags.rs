@@ -4,9 +4,14 @@
 //! (subcommands, help, exit on a usage error) is [`crate::cli`]'s; it embeds
 //! these.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::Args;
 
-use super::*;
+use super::raw::{DurationValue, ListenAddr, RawConfig, RawElection, RawStore, split_host_port};
+use super::{LogFormat, Mode, OnChildExit, StoreKind, limits};
+use crate::text;
 
 /// Where the configuration file and the lease store are: the flags every
 /// subcommand that touches the store shares.

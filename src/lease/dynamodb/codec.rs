@@ -1,7 +1,15 @@
 //! The item codec: the lease record as DynamoDB attributes and back, the
 //! description of a malformed item, and conditions as condition expressions.
 
-use super::*;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::{KEY, TTL_ATTRIBUTE};
+use crate::lease::{Condition, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError};
+use crate::text;
 
 // ---------------------------------------------------------------------------
 // Items: the lease record <-> DynamoDB attributes.

@@ -1,7 +1,17 @@
 //! Table administration: create (on demand, with TTL), describe, wait until
 //! ACTIVE, and the key-schema check that tells a table leaderd cannot use.
 
-use super::*;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+};
+use tokio::time::Instant;
+
+use super::errors::{bounded, classify, retry_throttled, service_code, ttl_unsupported};
+use super::{CONTROL_TIMEOUT, DynamoStore, KEY, TTL_ATTRIBUTE};
+use crate::lease::StoreError;
 
 /// What `describe_table` / `create_table` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
