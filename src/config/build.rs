@@ -73,7 +73,7 @@ pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     })
 }
 
-pub(super) fn non_empty(s: Option<String>) -> Option<String> {
+fn non_empty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
@@ -138,14 +138,14 @@ pub(super) fn check_range(
 }
 
 /// A setting's effective value, the key it came from and how messages name it.
-pub(super) struct Setting<T> {
+struct Setting<T> {
     pub(super) value: T,
     pub(super) key: String,
     pub(super) label: String,
 }
 
 /// The election's own override, else the `[lease]` value, else the default.
-pub(super) fn pick<T: Copy>(
+fn pick<T: Copy>(
     over: Option<T>,
     over_key: String,
     base: Option<T>,
@@ -289,7 +289,7 @@ fn timing_error(e: TimingError, t: &Timing, name: &str) -> ConfigError {
 }
 
 /// Election `i` of the file (after the flags), checked.
-pub(super) fn election_config(
+fn election_config(
     i: usize,
     raw: &RawConfig,
     identity: &str,
@@ -319,7 +319,7 @@ pub(super) fn election_config(
     Ok(config)
 }
 
-pub(super) fn check_log_level(level: &str) -> Result<(), ConfigError> {
+fn check_log_level(level: &str) -> Result<(), ConfigError> {
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
     let simple = !level.contains(['=', ',', '[']);
     let ok = if simple {
@@ -403,7 +403,7 @@ pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
     Ok(id.clone())
 }
 
-pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
+fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
     let c = &raw.child;
     let kill_grace = c.kill_grace.map_or(defaults::KILL_GRACE, |d| d.0);
     check_range(
@@ -495,7 +495,7 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
 
 /// Every election, checked; with the warnings for elections where fewer
 /// than two renew retries fit.
-pub(super) fn build_elections(
+fn build_elections(
     raw: &mut RawConfig,
     identity: &str,
     kill_grace: Duration,
@@ -529,7 +529,7 @@ pub(super) fn build_elections(
     Ok((elections, warnings))
 }
 
-pub(super) fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigError> {
+fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigError> {
     match non_empty(raw.http.primary.clone()) {
         Some(primary) => {
             if !names.contains(&primary) {

@@ -38,7 +38,7 @@ pub(super) fn extract(
 
 /// Turn figment's (possibly multi-error, multi-line) error into one line
 /// about the first problem.
-pub(super) fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]) -> ConfigError {
+fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]) -> ConfigError {
     let key = echo_plain(&key_path(&error.path));
     let origin = error.metadata.as_ref().map(|md| match &md.source {
         Some(Source::File(path)) => path.display().to_string(),
@@ -97,7 +97,7 @@ pub(super) fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]
 }
 
 /// ["elections", "0", "duration"] -> "elections[0].duration".
-pub(super) fn key_path(path: &[String]) -> String {
+fn key_path(path: &[String]) -> String {
     let mut out = String::new();
     for segment in path {
         if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
@@ -113,7 +113,7 @@ pub(super) fn key_path(path: &[String]) -> String {
 }
 
 /// serde's names for what it wanted, in TOML words.
-pub(super) fn plain_expected(expected: &str) -> String {
+fn plain_expected(expected: &str) -> String {
     if expected.starts_with("struct ") || expected == "a map" {
         "a table".to_string()
     } else if expected == "a sequence" {

@@ -54,7 +54,7 @@ impl Provider for FileLayer {
 }
 
 /// "No such file or directory (os error 2)" -> "No such file or directory".
-pub(super) fn io_reason(e: &std::io::Error) -> String {
+fn io_reason(e: &std::io::Error) -> String {
     let s = e.to_string();
     match s.rfind(" (os error ") {
         Some(i) => s[..i].to_string(),
@@ -62,7 +62,7 @@ pub(super) fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;

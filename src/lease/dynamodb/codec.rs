@@ -68,7 +68,7 @@ pub(super) fn parse_item(election: &str, item: &HashMap<String, AttributeValue>)
     }
 }
 
-pub(super) fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> {
+fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> {
     let required = |name: &str| {
         item.get(name)
             .ok_or_else(|| format!("attribute `{name}` is missing"))
@@ -105,7 +105,7 @@ pub(super) fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Leas
     })
 }
 
-pub(super) fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<HolderMeta>, String> {
+fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<HolderMeta>, String> {
     let m = match value {
         None => return Ok(None),
         Some(AttributeValue::M(m)) => m,
@@ -149,7 +149,7 @@ pub(super) fn number(v: &AttributeValue) -> Result<u64, String> {
     }
 }
 
-pub(super) fn wrong_type(name: &str, v: &AttributeValue, expected: &str) -> String {
+fn wrong_type(name: &str, v: &AttributeValue, expected: &str) -> String {
     format!(
         "attribute `{name}` is {}, expected {expected}",
         type_name(v)
@@ -198,7 +198,7 @@ pub(super) fn decode_value(s: &str) -> Option<AttributeValue> {
     from_json(&serde_json::from_str(s).ok()?)
 }
 
-pub(super) fn to_json(v: &AttributeValue) -> serde_json::Value {
+fn to_json(v: &AttributeValue) -> serde_json::Value {
     use serde_json::{Value, json};
     let sorted = |v: &[String]| {
         let mut v = v.to_vec();
@@ -232,7 +232,7 @@ pub(super) fn to_json(v: &AttributeValue) -> serde_json::Value {
     }
 }
 
-pub(super) fn from_json(v: &serde_json::Value) -> Option<AttributeValue> {
+fn from_json(v: &serde_json::Value) -> Option<AttributeValue> {
     let obj = v.as_object()?;
     if obj.len() != 1 {
         return None;

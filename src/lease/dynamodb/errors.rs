@@ -173,7 +173,7 @@ where
 }
 
 /// Map a DynamoDB error code (and HTTP status) to our classes.
-pub(super) fn classify_service(
+fn classify_service(
     code: Option<&str>,
     message: Option<&str>,
     status: u16,
@@ -251,12 +251,12 @@ pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-pub(super) fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
+fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
     e.is::<aws_credential_types::provider::error::CredentialsError>()
 }
 
 /// Whether this error proves the connection was never established.
-pub(super) fn is_connect_error(e: &(dyn StdError + 'static)) -> bool {
+fn is_connect_error(e: &(dyn StdError + 'static)) -> bool {
     use std::io::ErrorKind::{
         AddrNotAvailable, ConnectionRefused, HostUnreachable, NetworkUnreachable,
     };

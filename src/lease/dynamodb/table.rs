@@ -129,7 +129,7 @@ impl DynamoStore {
     }
 
     /// Poll DescribeTable until the table is ACTIVE or `deadline` passes.
-    pub(super) async fn wait_active(
+    async fn wait_active(
         &self,
         deadline: Instant,
     ) -> Result<TableDescription, StoreError> {
@@ -186,7 +186,7 @@ impl DynamoStore {
     }
 
     /// DescribeTimeToLive, mapped to our three states.
-    pub(super) async fn ttl_status(&self) -> Result<TtlStatus, StoreError> {
+    async fn ttl_status(&self) -> Result<TtlStatus, StoreError> {
         Ok(match self.describe_ttl().await? {
             Err(reason) => TtlStatus::Unsupported(reason),
             Ok(Some((
@@ -198,7 +198,7 @@ impl DynamoStore {
     }
 
     /// Turn TTL on for `expires_at` unless it is on already.
-    pub(super) async fn enable_ttl(&self) -> Result<TtlStatus, StoreError> {
+    async fn enable_ttl(&self) -> Result<TtlStatus, StoreError> {
         // Enabling twice is an error in DynamoDB, so look first. The describe
         // call alone cannot prove support (dynalite answers it with DISABLED
         // but lacks UpdateTimeToLive).
@@ -291,7 +291,7 @@ pub(super) fn table_status(desc: &TableDescription) -> String {
         .unwrap_or_else(|| "UNKNOWN".to_owned())
 }
 
-pub(super) fn table_info(table: &str, desc: &TableDescription, ttl: TtlStatus) -> TableInfo {
+fn table_info(table: &str, desc: &TableDescription, ttl: TtlStatus) -> TableInfo {
     TableInfo {
         name: desc.table_name().unwrap_or(table).to_owned(),
         status: table_status(desc),
