@@ -126,7 +126,7 @@ fn plain_expected(expected: &str) -> String {
 }
 
 /// A value as the user wrote it.
-pub(super) fn show(actual: &Actual) -> String {
+fn show(actual: &Actual) -> String {
     match actual {
         Actual::Str(s) => echo(s),
         Actual::Bool(b) => b.to_string(),

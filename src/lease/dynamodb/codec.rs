@@ -140,7 +140,7 @@ fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<HolderMeta>, Stri
 }
 
 /// An N attribute holding a non-negative integer.
-pub(super) fn number(v: &AttributeValue) -> Result<u64, String> {
+fn number(v: &AttributeValue) -> Result<u64, String> {
     match v {
         AttributeValue::N(n) => n
             .parse::<u64>()
@@ -156,7 +156,7 @@ fn wrong_type(name: &str, v: &AttributeValue, expected: &str) -> String {
     )
 }
 
-pub(super) fn type_name(v: &AttributeValue) -> &'static str {
+fn type_name(v: &AttributeValue) -> &'static str {
     match v {
         AttributeValue::S(_) => "S",
         AttributeValue::N(_) => "N",

@@ -247,7 +247,7 @@ pub(super) fn describe(err: &(dyn StdError + 'static)) -> String {
 
 /// Text from the SDK or a server on one line: a log line is one line, even
 /// for the credential chain's list of every provider it tried.
-pub(super) fn one_line(text: &str) -> String {
+fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
