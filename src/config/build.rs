@@ -442,6 +442,31 @@ fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
             "child.command: the program (first item) must not be empty",
         ));
     }
+    let child = ChildConfig {
+        command,
+        mode,
+        on_child_exit,
+        stop_signal,
+        kill_grace,
+        shutdown_grace,
+        signal_on_gain,
+        signal_on_loss,
+    };
+    check_child_mode(raw, &child)?;
+    Ok(child)
+}
+
+/// The settings that only fit one `child.mode`: `always` needs a command
+/// and cannot `release`; the transition signals need `always`.
+fn check_child_mode(raw: &RawConfig, child: &ChildConfig) -> Result<(), ConfigError> {
+    let ChildConfig {
+        command,
+        mode,
+        on_child_exit,
+        signal_on_gain,
+        signal_on_loss,
+        ..
+    } = child;
     // The keys as messages name them: with the flag that set them, if any.
     let mode_key = raw.label("child.mode");
     match mode {
@@ -454,7 +479,7 @@ fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
                     ),
                 ));
             }
-            if on_child_exit == OnChildExit::Release {
+            if *on_child_exit == OnChildExit::Release {
                 return Err(ConfigError::invalid(
                     "child.on_child_exit",
                     format!(
@@ -466,8 +491,8 @@ fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
         }
         Mode::WhileLeader => {
             for (key, signal) in [
-                ("child.signal_on_gain", signal_on_gain),
-                ("child.signal_on_loss", signal_on_loss),
+                ("child.signal_on_gain", *signal_on_gain),
+                ("child.signal_on_loss", *signal_on_loss),
             ] {
                 if let Some(signal) = signal {
                     return Err(ConfigError::invalid(
@@ -481,16 +506,7 @@ fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
             }
         }
     }
-    Ok(ChildConfig {
-        command,
-        mode,
-        on_child_exit,
-        stop_signal,
-        kill_grace,
-        shutdown_grace,
-        signal_on_gain,
-        signal_on_loss,
-    })
+    Ok(())
 }
 
 /// Every election, checked; with the warnings for elections where fewer
@@ -629,8 +645,9 @@ pub(super) fn build(
     })
 }
 
-/// `[app_check]`: one probe (http, tcp or command) and its timing, or none.
-fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigError> {
+/// The one probe the app check runs; `None` when none is set (and then no
+/// other app check setting may be).
+fn app_check_probe(raw: &RawConfig) -> Result<Option<Probe>, ConfigError> {
     let a = &raw.app_check;
     let mut probes = Vec::new();
     if let Some(url) = &a.http {
@@ -651,7 +668,7 @@ fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigErro
         }
         probes.push(("app_check.command", Probe::Command(argv.clone())));
     }
-    let probe = match probes.len() {
+    match probes.len() {
         0 => {
             let timing = [
                 ("app_check.interval", a.interval.is_some()),
@@ -667,17 +684,25 @@ fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigErro
                     ),
                 ));
             }
-            return Ok(None);
+            Ok(None)
         }
-        1 => probes.pop().expect("one probe").1,
+        1 => Ok(Some(probes.pop().expect("one probe").1)),
         _ => {
             let keys: Vec<&str> = probes.iter().map(|(k, _)| *k).collect();
-            return Err(ConfigError::invalid(
+            Err(ConfigError::invalid(
                 keys[1],
                 format!("set only one app check probe; found {}", keys.join(" and ")),
-            ));
+            ))
         }
+    }
+}
+
+/// `[app_check]`: one probe (http, tcp or command) and its timing, or none.
+fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigError> {
+    let Some(probe) = app_check_probe(raw)? else {
+        return Ok(None);
     };
+    let a = &raw.app_check;
     let interval = a.interval.map_or(app_check::defaults::INTERVAL, |d| d.0);
     check_range(
         "app_check.interval",

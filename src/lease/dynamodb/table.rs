@@ -129,10 +129,7 @@ impl DynamoStore {
     }
 
     /// Poll DescribeTable until the table is ACTIVE or `deadline` passes.
-    async fn wait_active(
-        &self,
-        deadline: Instant,
-    ) -> Result<TableDescription, StoreError> {
+    async fn wait_active(&self, deadline: Instant) -> Result<TableDescription, StoreError> {
         let mut pause = Duration::from_millis(50);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
