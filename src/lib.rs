@@ -4,7 +4,8 @@
 //! (child supervisor, HTTP, metrics, watch) watching the engines' state.
 //!
 //! - [`clock`]: the boot-time clock every decision is timed with.
-//! - [`lease`]: the lease record, the store interface and its backends.
+//! - [`lease`]: the lease record, the store interface and its backends
+//!   (SQLite's connection lanes, table and queries each in a file of their own).
 //! - [`election`]: one task per election: campaign, renew, stop, release.
 //! - [`balance`]: many elections shared fairly among the daemons that
 //!   campaign for them (member records in the store, handovers).
@@ -19,14 +20,18 @@
 //!   format, the leader's end and the follower's client.
 //! - [`http_client`]: a plain HTTP connection to another leaderd (the
 //!   watch client's, and `leaderd resign`'s).
-//! - [`metrics`]: Prometheus metrics, registered once.
+//! - [`metrics`]: Prometheus metrics, registered once (every name and help
+//!   text in one file), fed by the elections and the job, the leadership
+//!   gauges computed at scrape time.
 //! - [`shutdown`]: the one place that handles process signals.
 //! - [`notify`]: systemd's notify protocol.
 //! - [`supervisor`]: the child process (the job, an app check's command):
 //!   start, signal, stop, reap; its guard, the separate process that owns
 //!   the child's kill deadline and kills what the child leaves behind.
 //! - [`reaper`]: zombie reaping when leaderd runs as PID 1.
-//! - [`daemon`]: wiring for `leaderd run`.
+//! - [`daemon`]: wiring for `leaderd run`, and its one event loop; the job's
+//!   reconcile policy (pure: the election's state in, actions out), step-down
+//!   (resign, a failing app check) and signals each in a file of its own.
 //! - [`exit`]: the process exit codes.
 //! - [`text`]: how values are written into messages (durations, user input, hex).
 
@@ -49,6 +54,3 @@ pub mod supervisor;
 pub(crate) mod text;
 pub mod watch;
 
-/// The follower's watch client under its former name, for callers not yet
-/// moved to [`watch::client`].
-pub use watch::client as hints;

@@ -1,7 +1,25 @@
 //! Defaults and validation: the raw layers (with the flags applied) become
 //! one validated [`Config`].
 
-use super::*;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::raw::{
+    DurationValue, RawConfig, RawElection, RawStore, SignalName, resolve_listen, split_host_port,
+};
+use super::{
+    ChildConfig, Config, ConfigError, DEFAULT_ELECTION, HealthConfig, HttpConfig, LogConfig,
+    LogFormat, Mode, OnChildExit, StoreConfig, StoreKind, default_identity, defaults,
+    is_valid_identity, limits,
+};
+use crate::app_check::{AppCheckConfig, Probe};
+use crate::election::{ElectionConfig, TimingError};
+use crate::text::echo;
+use crate::{app_check, text};
 
 pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     let path = raw
@@ -55,7 +73,7 @@ pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     })
 }
 
-pub(super) fn non_empty(s: Option<String>) -> Option<String> {
+fn non_empty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
@@ -120,14 +138,14 @@ pub(super) fn check_range(
 }
 
 /// A setting's effective value, the key it came from and how messages name it.
-pub(super) struct Setting<T> {
+struct Setting<T> {
     pub(super) value: T,
     pub(super) key: String,
     pub(super) label: String,
 }
 
 /// The election's own override, else the `[lease]` value, else the default.
-pub(super) fn pick<T: Copy>(
+fn pick<T: Copy>(
     over: Option<T>,
     over_key: String,
     base: Option<T>,
@@ -271,7 +289,7 @@ fn timing_error(e: TimingError, t: &Timing, name: &str) -> ConfigError {
 }
 
 /// Election `i` of the file (after the flags), checked.
-pub(super) fn election_config(
+fn election_config(
     i: usize,
     raw: &RawConfig,
     identity: &str,
@@ -301,7 +319,7 @@ pub(super) fn election_config(
     Ok(config)
 }
 
-pub(super) fn check_log_level(level: &str) -> Result<(), ConfigError> {
+fn check_log_level(level: &str) -> Result<(), ConfigError> {
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
     let simple = !level.contains(['=', ',', '[']);
     let ok = if simple {
@@ -385,7 +403,7 @@ pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
     Ok(id.clone())
 }
 
-pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
+fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
     let c = &raw.child;
     let kill_grace = c.kill_grace.map_or(defaults::KILL_GRACE, |d| d.0);
     check_range(
@@ -424,6 +442,31 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
             "child.command: the program (first item) must not be empty",
         ));
     }
+    let child = ChildConfig {
+        command,
+        mode,
+        on_child_exit,
+        stop_signal,
+        kill_grace,
+        shutdown_grace,
+        signal_on_gain,
+        signal_on_loss,
+    };
+    check_child_mode(raw, &child)?;
+    Ok(child)
+}
+
+/// The settings that only fit one `child.mode`: `always` needs a command
+/// and cannot `release`; the transition signals need `always`.
+fn check_child_mode(raw: &RawConfig, child: &ChildConfig) -> Result<(), ConfigError> {
+    let ChildConfig {
+        command,
+        mode,
+        on_child_exit,
+        signal_on_gain,
+        signal_on_loss,
+        ..
+    } = child;
     // The keys as messages name them: with the flag that set them, if any.
     let mode_key = raw.label("child.mode");
     match mode {
@@ -436,7 +479,7 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
                     ),
                 ));
             }
-            if on_child_exit == OnChildExit::Release {
+            if *on_child_exit == OnChildExit::Release {
                 return Err(ConfigError::invalid(
                     "child.on_child_exit",
                     format!(
@@ -448,8 +491,8 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
         }
         Mode::WhileLeader => {
             for (key, signal) in [
-                ("child.signal_on_gain", signal_on_gain),
-                ("child.signal_on_loss", signal_on_loss),
+                ("child.signal_on_gain", *signal_on_gain),
+                ("child.signal_on_loss", *signal_on_loss),
             ] {
                 if let Some(signal) = signal {
                     return Err(ConfigError::invalid(
@@ -463,21 +506,12 @@ pub(super) fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
             }
         }
     }
-    Ok(ChildConfig {
-        command,
-        mode,
-        on_child_exit,
-        stop_signal,
-        kill_grace,
-        shutdown_grace,
-        signal_on_gain,
-        signal_on_loss,
-    })
+    Ok(())
 }
 
 /// Every election, checked; with the warnings for elections where fewer
 /// than two renew retries fit.
-pub(super) fn build_elections(
+fn build_elections(
     raw: &mut RawConfig,
     identity: &str,
     kill_grace: Duration,
@@ -511,7 +545,7 @@ pub(super) fn build_elections(
     Ok((elections, warnings))
 }
 
-pub(super) fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigError> {
+fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigError> {
     match non_empty(raw.http.primary.clone()) {
         Some(primary) => {
             if !names.contains(&primary) {
@@ -611,8 +645,9 @@ pub(super) fn build(
     })
 }
 
-/// `[app_check]`: one probe (http, tcp or command) and its timing, or none.
-fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigError> {
+/// The one probe the app check runs; `None` when none is set (and then no
+/// other app check setting may be).
+fn app_check_probe(raw: &RawConfig) -> Result<Option<Probe>, ConfigError> {
     let a = &raw.app_check;
     let mut probes = Vec::new();
     if let Some(url) = &a.http {
@@ -633,7 +668,7 @@ fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigErro
         }
         probes.push(("app_check.command", Probe::Command(argv.clone())));
     }
-    let probe = match probes.len() {
+    match probes.len() {
         0 => {
             let timing = [
                 ("app_check.interval", a.interval.is_some()),
@@ -649,17 +684,25 @@ fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigErro
                     ),
                 ));
             }
-            return Ok(None);
+            Ok(None)
         }
-        1 => probes.pop().expect("one probe").1,
+        1 => Ok(Some(probes.pop().expect("one probe").1)),
         _ => {
             let keys: Vec<&str> = probes.iter().map(|(k, _)| *k).collect();
-            return Err(ConfigError::invalid(
+            Err(ConfigError::invalid(
                 keys[1],
                 format!("set only one app check probe; found {}", keys.join(" and ")),
-            ));
+            ))
         }
+    }
+}
+
+/// `[app_check]`: one probe (http, tcp or command) and its timing, or none.
+fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>, ConfigError> {
+    let Some(probe) = app_check_probe(raw)? else {
+        return Ok(None);
     };
+    let a = &raw.app_check;
     let interval = a.interval.map_or(app_check::defaults::INTERVAL, |d| d.0);
     check_range(
         "app_check.interval",

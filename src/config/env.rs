@@ -2,7 +2,11 @@
 //! are ignored (the job's own variables, Kubernetes service links), and the
 //! figment provider that reads them.
 
-use super::*;
+use figment::value::{Dict, Map, Value};
+use figment::{Metadata, Profile, Provider};
+
+use super::{ConfigError, ENV_PREFIX, TEST_ENV_PREFIX, TOP_LEVEL_KEYS};
+use crate::text::{echo, echo_plain};
 
 // ---------------------------------------------------------------------------
 // Layers.
@@ -32,7 +36,7 @@ pub(super) fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
 
 /// What a `LEADERD_*` variable is to the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum EnvRole {
+enum EnvRole {
     /// A setting: `LEADERD_IDENTITY`, `LEADERD_STORE__KIND`, and anything
     /// shaped `SECTION__KEY` (a misspelt one is an error).
     Config,
@@ -45,7 +49,7 @@ pub(super) enum EnvRole {
     Unknown,
 }
 
-pub(super) fn env_role(name: &str) -> EnvRole {
+fn env_role(name: &str) -> EnvRole {
     let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
         return EnvRole::Foreign;
     };
@@ -73,7 +77,7 @@ pub(super) fn env_role(name: &str) -> EnvRole {
 /// named `leaderd` or `leaderd-…`: `SERVICE_HOST`, `SERVICE_PORT[_NAME]`,
 /// `PORT`, `PORT_9777_TCP[_ADDR|_PORT|_PROTO]`, with the rest of the
 /// Service's name in front (`METRICS_PORT`).
-pub(super) fn is_service_link(rest: &str) -> bool {
+fn is_service_link(rest: &str) -> bool {
     let words: Vec<&str> = rest.split('_').collect();
     words.windows(2).any(|w| {
         (w[0] == "SERVICE" && (w[1] == "HOST" || w[1] == "PORT"))
@@ -82,7 +86,7 @@ pub(super) fn is_service_link(rest: &str) -> bool {
 }
 
 /// `LEADERD_STORE__KIND` -> `store.kind`.
-pub(super) fn env_key(name: &str) -> String {
+fn env_key(name: &str) -> String {
     name.strip_prefix(ENV_PREFIX)
         .unwrap_or(name)
         .to_ascii_lowercase()

@@ -1,7 +1,16 @@
 //! Merging the file and environment layers, and turning figment's errors
 //! into one line that names the key, the value and where it was set.
 
-use super::*;
+use std::path::Path;
+
+use figment::error::{Actual, Kind};
+use figment::{Figment, Profile, Source};
+
+use super::ConfigError;
+use super::env::{ENV_SOURCE, EnvLayer};
+use super::file::{FileLayer, one_line};
+use super::raw::RawConfig;
+use crate::text::{echo, echo_plain};
 
 /// Defaults (serde) < file < environment, extracted into the raw layer.
 pub(super) fn extract(
@@ -29,7 +38,7 @@ pub(super) fn extract(
 
 /// Turn figment's (possibly multi-error, multi-line) error into one line
 /// about the first problem.
-pub(super) fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]) -> ConfigError {
+fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]) -> ConfigError {
     let key = echo_plain(&key_path(&error.path));
     let origin = error.metadata.as_ref().map(|md| match &md.source {
         Some(Source::File(path)) => path.display().to_string(),
@@ -88,7 +97,7 @@ pub(super) fn figment_error(error: figment::Error, env: &[(String, Vec<String>)]
 }
 
 /// ["elections", "0", "duration"] -> "elections[0].duration".
-pub(super) fn key_path(path: &[String]) -> String {
+fn key_path(path: &[String]) -> String {
     let mut out = String::new();
     for segment in path {
         if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
@@ -104,7 +113,7 @@ pub(super) fn key_path(path: &[String]) -> String {
 }
 
 /// serde's names for what it wanted, in TOML words.
-pub(super) fn plain_expected(expected: &str) -> String {
+fn plain_expected(expected: &str) -> String {
     if expected.starts_with("struct ") || expected == "a map" {
         "a table".to_string()
     } else if expected == "a sequence" {
@@ -117,7 +126,7 @@ pub(super) fn plain_expected(expected: &str) -> String {
 }
 
 /// A value as the user wrote it.
-pub(super) fn show(actual: &Actual) -> String {
+fn show(actual: &Actual) -> String {
     match actual {
         Actual::Str(s) => echo(s),
         Actual::Bool(b) => b.to_string(),

@@ -1,7 +1,12 @@
 //! The file layer: the TOML configuration file as a figment provider, with
 //! errors that name the file, line and column.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use figment::value::{Dict, Map};
+use figment::{Metadata, Profile, Provider, Source};
+
+use super::ConfigError;
 
 /// The config file layer: read and parsed by us so that a missing file is an
 /// error (figment's file provider treats it as empty) and parse errors are
@@ -49,7 +54,7 @@ impl Provider for FileLayer {
 }
 
 /// "No such file or directory (os error 2)" -> "No such file or directory".
-pub(super) fn io_reason(e: &std::io::Error) -> String {
+fn io_reason(e: &std::io::Error) -> String {
     let s = e.to_string();
     match s.rfind(" (os error ") {
         Some(i) => s[..i].to_string(),
@@ -57,7 +62,7 @@ pub(super) fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;

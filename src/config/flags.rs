@@ -4,9 +4,14 @@
 //! (subcommands, help, exit on a usage error) is [`crate::cli`]'s; it embeds
 //! these.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::Args;
 
-use super::*;
+use super::raw::{DurationValue, ListenAddr, RawConfig, RawElection, RawStore, split_host_port};
+use super::{LogFormat, Mode, OnChildExit, StoreKind, limits};
+use crate::text;
 
 /// Where the configuration file and the lease store are: the flags every
 /// subcommand that touches the store shares.
@@ -137,7 +142,59 @@ pub(super) fn apply_store_flags(store: &mut RawStore, args: &StoreArgs) {
     }
 }
 
+/// The `leaderd run` flags, over the file and environment layers.
 pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
+    note_flags(raw, args);
+    if let Some(identity) = &args.identity {
+        raw.identity = Some(identity.clone());
+    }
+    if args.balance {
+        raw.balance = Some(true);
+    }
+    if !args.elections.is_empty() {
+        raw.elections = named_elections(raw, &args.elections);
+    }
+    if let Some(listen) = &args.listen {
+        raw.http.listen = Some(ListenAddr(listen.clone()));
+    }
+    let lease = &mut raw.lease;
+    if let Some(d) = args.lease_duration {
+        lease.duration = Some(DurationValue(d));
+    }
+    if let Some(d) = args.renew_interval {
+        lease.renew_interval = Some(DurationValue(d));
+    }
+    if let Some(d) = args.retry_interval {
+        lease.retry_interval = Some(DurationValue(d));
+    }
+    if let Some(d) = args.kill_grace {
+        raw.child.kill_grace = Some(DurationValue(d));
+    }
+    if let Some(mode) = args.mode {
+        raw.child.mode = Some(mode);
+    }
+    if let Some(action) = args.on_child_exit {
+        raw.child.on_child_exit = Some(action);
+    }
+    if let Some(primary) = &args.primary {
+        raw.http.primary = Some(primary.clone());
+    }
+    if let Some(addr) = &args.advertise {
+        raw.http.advertise = Some(addr.clone());
+    }
+    if let Some(url) = &args.app_check {
+        raw.app_check.http = Some(url.clone());
+    }
+    if let Some(format) = args.log_format {
+        raw.log.format = Some(format);
+    }
+    if !args.command.is_empty() {
+        raw.child.command = Some(args.command.clone());
+    }
+}
+
+/// Remember which keys the flags set, so that messages name the flag.
+fn note_flags(raw: &mut RawConfig, args: &RunArgs) {
     let set = [
         (args.identity.is_some(), "identity", "--identity"),
         (args.listen.is_some(), "http.listen", "--listen"),
@@ -178,63 +235,22 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
             raw.flags.insert(key, flag);
         }
     }
-    if let Some(identity) = &args.identity {
-        raw.identity = Some(identity.clone());
-    }
-    if args.balance {
-        raw.balance = Some(true);
-    }
-    if !args.elections.is_empty() {
-        raw.elections = args
-            .elections
-            .iter()
-            .map(|name| {
-                raw.elections
-                    .iter()
-                    .find(|e| &e.name == name)
-                    .cloned()
-                    .unwrap_or_else(|| RawElection {
-                        name: name.clone(),
-                        ..RawElection::default()
-                    })
-            })
-            .collect();
-    }
-    if let Some(listen) = &args.listen {
-        raw.http.listen = Some(ListenAddr(listen.clone()));
-    }
-    let lease = &mut raw.lease;
-    if let Some(d) = args.lease_duration {
-        lease.duration = Some(DurationValue(d));
-    }
-    if let Some(d) = args.renew_interval {
-        lease.renew_interval = Some(DurationValue(d));
-    }
-    if let Some(d) = args.retry_interval {
-        lease.retry_interval = Some(DurationValue(d));
-    }
-    if let Some(d) = args.kill_grace {
-        raw.child.kill_grace = Some(DurationValue(d));
-    }
-    if let Some(mode) = args.mode {
-        raw.child.mode = Some(mode);
-    }
-    if let Some(action) = args.on_child_exit {
-        raw.child.on_child_exit = Some(action);
-    }
-    if let Some(primary) = &args.primary {
-        raw.http.primary = Some(primary.clone());
-    }
-    if let Some(addr) = &args.advertise {
-        raw.http.advertise = Some(addr.clone());
-    }
-    if let Some(url) = &args.app_check {
-        raw.app_check.http = Some(url.clone());
-    }
-    if let Some(format) = args.log_format {
-        raw.log.format = Some(format);
-    }
-    if !args.command.is_empty() {
-        raw.child.command = Some(args.command.clone());
-    }
+}
+
+/// `--election NAME` (repeatable): the elections, each with the overrides
+/// its `[[elections]]` entry configures, if any.
+fn named_elections(raw: &RawConfig, names: &[String]) -> Vec<RawElection> {
+    names
+        .iter()
+        .map(|name| {
+            raw.elections
+                .iter()
+                .find(|e| &e.name == name)
+                .cloned()
+                .unwrap_or_else(|| RawElection {
+                    name: name.clone(),
+                    ..RawElection::default()
+                })
+        })
+        .collect()
 }

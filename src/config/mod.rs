@@ -29,26 +29,18 @@
 //! - `store.path` is relative to the working directory; `store.region` unset
 //!   means the standard AWS chain decides.
 
-use std::collections::{BTreeMap, HashSet};
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
-use figment::error::{Actual, Kind};
-use figment::value::{Dict, Map, Value};
-use figment::{Figment, Metadata, Profile, Provider, Source};
 use nix::sys::signal::Signal;
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
 
-use crate::app_check::{self, AppCheckConfig, Probe};
-use crate::election::{ElectionConfig, TimingError};
+use crate::app_check::AppCheckConfig;
+use crate::election::ElectionConfig;
 use crate::exit::CONFIG as EX_CONFIG;
 use crate::lease::StoreSpec;
 use crate::lease::dynamodb::DynamoConfig;
-use crate::text::{self, echo, echo_plain};
 
 mod build;
 mod env;
@@ -57,13 +49,15 @@ mod file;
 pub(crate) mod flags;
 mod raw;
 
-use build::*;
-use env::*;
-use extract::*;
-use file::*;
+use build::{
+    build, build_admin_token, build_identity, build_listen, build_store, check_election_name,
+    check_range, check_unique,
+};
+use env::process_env;
+use extract::extract;
 pub use flags::{RunArgs, StoreArgs};
 use flags::{apply_run_flags, apply_store_flags};
-use raw::*;
+use raw::RawConfig;
 
 /// Prefix of every configuration environment variable.
 pub const ENV_PREFIX: &str = "LEADERD_";
@@ -182,7 +176,7 @@ pub struct HttpConfig {
     pub admin_token: Option<String>,
     /// `http.advertise`: the `HOST:PORT` written into the record while
     /// leading. `None`: derived from the bound address (see
-    /// `daemon::advertised_address`).
+    /// `daemon::advertise`).
     pub advertise: Option<String>,
 }
 

@@ -2,7 +2,19 @@
 //! every field optional, and the value types that parse durations, fractions,
 //! signal names and listen addresses.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::de::{Deserializer, Visitor};
+use serde::{Deserialize, de};
+
+use super::{LogFormat, Mode, OnChildExit, StoreKind};
+use crate::text::echo;
 
 // ---------------------------------------------------------------------------
 // Raw layer: what figment extracts. Every field optional so that defaults and

@@ -5,7 +5,10 @@
 //! tenure, or under none in mode `always`), or waiting out a restart delay.
 //! [`Job`] decides, and never does I/O: the daemon starts, signals and stops
 //! processes and releases leases as the decisions say, so every rule here
-//! is tested on paused time with no process at all.
+//! is tested on paused time with no process at all. The daemon never sets
+//! the slot itself: it tells the job what happened (started, exited, asked
+//! to stop, shutting down) through the methods below, and reads it through
+//! [`JobView`], which is what the reconcile policy (`reconcile.rs`) sees.
 //!
 //! - A child that ends while its tenure has lapsed (the lease was lost, the
 //!   guard stopped it on its own deadline, a new tenure began) was stopped
@@ -28,17 +31,17 @@ use crate::config::{Mode, OnChildExit};
 use crate::supervisor::ChildExit;
 
 /// First restart delay of `on_child_exit = "restart"`.
-pub(crate) const RESTART_FIRST: Duration = Duration::from_secs(1);
+const RESTART_FIRST: Duration = Duration::from_secs(1);
 /// Longest restart delay; a run longer than this starts the delays over.
-pub(crate) const RESTART_CAP: Duration = Duration::from_secs(30);
+const RESTART_CAP: Duration = Duration::from_secs(30);
 /// Runs in a row that fail (end on their own, non-zero, shorter than
 /// [`RESTART_CAP`]) before `/healthz` reports the job as crash-looping.
-pub(crate) const CRASH_LOOP: u32 = 3;
+const CRASH_LOOP: u32 = 3;
 
 /// Where the job is. `C` is the handle of a running child (the supervisor's
 /// `Child` in the daemon, `()` in tests).
 #[derive(Debug)]
-pub(crate) enum Slot<C> {
+enum Slot<C> {
     /// Nothing runs and nothing is scheduled.
     Idle,
     /// The child runs.
@@ -59,9 +62,30 @@ pub(crate) enum Slot<C> {
     },
 }
 
+/// What the reconcile policy sees of the job: its slot, without the child's
+/// handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JobView {
+    /// Nothing runs and nothing is scheduled.
+    Idle,
+    /// The child runs under tenure `seq` (none in mode `always`);
+    /// `stopping` once it was asked to stop.
+    Running {
+        /// The tenure it runs under.
+        seq: Option<u64>,
+        /// It was asked to stop.
+        stopping: bool,
+    },
+    /// A restart is scheduled; `over` once its delay has ended.
+    Backoff {
+        /// The delay has ended: the restart is due.
+        over: bool,
+    },
+}
+
 /// What the daemon does after the child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterExit {
+pub(super) enum AfterExit {
     /// Nothing more: a restart is scheduled, the job waits for a tenure, or
     /// the daemon is winding down anyway.
     Nothing,
@@ -73,7 +97,7 @@ pub(crate) enum AfterExit {
 
 /// What the daemon does after the child could not be started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterStartFailure {
+pub(super) enum AfterStartFailure {
     /// Try again when the slot's back-off ends.
     Retry,
     /// Release and exit with this code (127 or 126).
@@ -85,11 +109,11 @@ pub(crate) enum AfterStartFailure {
 /// The job under the primary election: its slot, restart delay and recent
 /// failures.
 #[derive(Debug)]
-pub(crate) struct Job<C> {
+pub(super) struct Job<C> {
     /// Where the job is.
-    pub(crate) slot: Slot<C>,
+    slot: Slot<C>,
     /// How the last child ended.
-    pub(crate) last_exit: Option<ChildExit>,
+    last_exit: Option<ChildExit>,
     mode: Mode,
     on_child_exit: OnChildExit,
     /// The primary election's lease duration.
@@ -99,7 +123,7 @@ pub(crate) struct Job<C> {
 }
 
 impl<C> Job<C> {
-    pub(crate) fn new(mode: Mode, on_child_exit: OnChildExit, lease: Duration) -> Self {
+    pub(super) fn new(mode: Mode, on_child_exit: OnChildExit, lease: Duration) -> Self {
         Job {
             slot: Slot::Idle,
             last_exit: None,
@@ -112,7 +136,7 @@ impl<C> Job<C> {
     }
 
     /// The child started under tenure `seq` (none in mode `always`).
-    pub(crate) fn started(&mut self, child: C, seq: Option<u64>, now: Instant) {
+    pub(super) fn started(&mut self, child: C, seq: Option<u64>, now: Instant) {
         self.trouble.started();
         self.slot = Slot::Running {
             child,
@@ -123,13 +147,97 @@ impl<C> Job<C> {
     }
 
     /// The primary election's lease duration.
-    pub(crate) fn lease(&self) -> Duration {
+    pub(super) fn lease(&self) -> Duration {
         self.lease
     }
 
     /// True when a restart delay is running and has ended.
-    pub(crate) fn backoff_over(&self, now: Instant) -> bool {
+    fn backoff_over(&self, now: Instant) -> bool {
         matches!(self.slot, Slot::Backoff { until } if now >= until)
+    }
+
+    /// Where the job is at `now`, for the reconcile policy.
+    pub(super) fn view(&self, now: Instant) -> JobView {
+        match &self.slot {
+            Slot::Idle => JobView::Idle,
+            Slot::Running { seq, stopping, .. } => JobView::Running {
+                seq: *seq,
+                stopping: *stopping,
+            },
+            Slot::Backoff { .. } => JobView::Backoff {
+                over: self.backoff_over(now),
+            },
+        }
+    }
+
+    /// Whether a child runs (it may have been asked to stop).
+    pub(super) fn is_running(&self) -> bool {
+        matches!(self.slot, Slot::Running { .. })
+    }
+
+    /// The running child's handle, to wait for, signal or arm it.
+    pub(super) fn child_mut(&mut self) -> Option<&mut C> {
+        match &mut self.slot {
+            Slot::Running { child, .. } => Some(child),
+            _ => None,
+        }
+    }
+
+    /// When a scheduled restart is due, if one is.
+    pub(super) fn restart_due(&self) -> Option<Instant> {
+        match self.slot {
+            Slot::Backoff { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// The running child is asked to stop (lease lost, resign, failing app
+    /// check). Returns its handle the first time, to send the stop; `None`
+    /// when nothing runs or it was asked before.
+    pub(super) fn stop(&mut self) -> Option<&mut C> {
+        match &mut self.slot {
+            Slot::Running {
+                child, stopping, ..
+            } if !*stopping => {
+                *stopping = true;
+                Some(child)
+            }
+            _ => None,
+        }
+    }
+
+    /// The lease a scheduled restart waited for is gone: the restart is
+    /// dropped, and the job waits for the next tenure.
+    pub(super) fn cancel_restart(&mut self) {
+        if matches!(self.slot, Slot::Backoff { .. }) {
+            self.slot = Slot::Idle;
+        }
+    }
+
+    /// The daemon shuts down. Returns the running child, to forward the
+    /// signal to; when none runs, a scheduled restart is dropped and the
+    /// last exit forgotten, so that leaderd exits 0.
+    pub(super) fn shutting_down(&mut self) -> Option<&mut C> {
+        if !self.is_running() {
+            self.slot = Slot::Idle;
+            self.last_exit = None;
+        }
+        self.child_mut()
+    }
+
+    /// The daemon ends and killed the child, which ended with `status`
+    /// (`None` when none ran): nothing runs or is scheduled any more.
+    pub(super) fn killed(&mut self, status: Option<ChildExit>) {
+        if let Some(status) = status {
+            self.last_exit = Some(status);
+        }
+        self.slot = Slot::Idle;
+    }
+
+    /// leaderd's exit code once the job is over: the last child's, 0 when
+    /// none ran (or a shutdown found none running).
+    pub(super) fn exit_code(&self) -> i32 {
+        self.last_exit.map_or(0, |e| e.exit_code())
     }
 
     /// The child ended with `status`. `leading_seq` is the tenure the
@@ -137,7 +245,7 @@ impl<C> Job<C> {
     /// set while the daemon shuts down or finishes a resign (the daemon then
     /// decides). Returns the handle of the child that ended (`None` if none
     /// was running) and what to do.
-    pub(crate) fn exited(
+    pub(super) fn exited(
         &mut self,
         status: ChildExit,
         now: Instant,
@@ -209,7 +317,7 @@ impl<C> Job<C> {
 
     /// The child could not be started: `why` in words, and the shell's exit
     /// code when the command cannot run at all (127, 126).
-    pub(crate) fn start_failed(
+    pub(super) fn start_failed(
         &mut self,
         now: Instant,
         why: String,
@@ -242,7 +350,7 @@ impl<C> Job<C> {
     }
 
     /// What `/healthz` reports of the job, if anything.
-    pub(crate) fn problem(&self) -> Option<String> {
+    pub(super) fn problem(&self) -> Option<String> {
         self.trouble.problem()
     }
 
@@ -423,9 +531,7 @@ mod tests {
             let after = run_once(&mut j, &clock, Some(5), s, ChildExit::Killed, Some(5)).await;
             assert_eq!(after, AfterExit::Nothing, "{on_exit:?}");
             j.started((), Some(5), clock.now());
-            if let Slot::Running { stopping, .. } = &mut j.slot {
-                *stopping = true;
-            }
+            assert!(j.stop().is_some(), "asked to stop");
             let ((), after) = j
                 .exited(ChildExit::Exited(0), clock.now(), Some(5), false)
                 .unwrap();
@@ -531,5 +637,69 @@ mod tests {
         let long = RESTART_CAP + Duration::from_secs(1);
         crash(&mut j, &clock, ChildExit::Exited(1), long).await;
         assert_eq!(j.problem(), None, "a long run ends it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_view_follows_the_slot_and_a_stop_is_asked_once() {
+        let clock = Clock::tokio();
+        let mut j = job(Mode::WhileLeader, OnChildExit::Restart);
+        assert_eq!(j.view(clock.now()), JobView::Idle);
+        assert!(!j.is_running() && j.child_mut().is_none() && j.stop().is_none());
+        j.started((), Some(3), clock.now());
+        let running = JobView::Running {
+            seq: Some(3),
+            stopping: false,
+        };
+        assert_eq!(j.view(clock.now()), running);
+        assert!(j.is_running() && j.child_mut().is_some());
+        assert!(j.stop().is_some());
+        assert!(j.stop().is_none(), "asked once");
+        let stopping = JobView::Running {
+            seq: Some(3),
+            stopping: true,
+        };
+        assert_eq!(j.view(clock.now()), stopping);
+
+        crash(
+            &mut j,
+            &clock,
+            ChildExit::Exited(1),
+            Duration::from_millis(100),
+        )
+        .await;
+        let until = j.restart_due().expect("a restart is scheduled");
+        assert_eq!(until, clock.now() + RESTART_FIRST);
+        assert_eq!(j.view(clock.now()), JobView::Backoff { over: false });
+        tokio::time::advance(RESTART_FIRST).await;
+        assert_eq!(j.view(clock.now()), JobView::Backoff { over: true });
+        j.cancel_restart();
+        assert_eq!(j.view(clock.now()), JobView::Idle);
+        assert_eq!(j.restart_due(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_exit_code_is_the_last_childs_unless_a_shutdown_found_none_running() {
+        let clock = Clock::tokio();
+        let s = Duration::from_secs(1);
+        let mut j = job(Mode::WhileLeader, OnChildExit::Restart);
+        assert_eq!(j.exit_code(), 0, "none ran");
+        run_once(&mut j, &clock, Some(1), s, ChildExit::Exited(4), Some(1)).await;
+        assert_eq!(j.exit_code(), 4);
+        // Shutting down with a restart pending: dropped, and exit 0.
+        assert!(j.shutting_down().is_none());
+        assert_eq!(j.view(clock.now()), JobView::Idle);
+        assert_eq!(j.exit_code(), 0);
+
+        // Shutting down while it runs: its handle, to forward the signal.
+        j.started((), Some(2), clock.now());
+        assert!(j.shutting_down().is_some());
+        assert!(j.is_running());
+        // Killed as the daemon ends: its status is the exit code.
+        j.killed(Some(ChildExit::Killed));
+        assert_eq!(j.view(clock.now()), JobView::Idle);
+        assert_eq!(j.exit_code(), 137);
+        // Nothing ran: the last exit stands.
+        j.killed(None);
+        assert_eq!(j.exit_code(), 137);
     }
 }

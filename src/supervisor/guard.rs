@@ -512,7 +512,7 @@ fn children_of(parent: Pid) -> io::Result<Vec<Pid>> {
 
 /// The parent pid from a /proc/PID/stat line. The command name (field 2) may
 /// contain spaces and parentheses, so fields are counted after the last ')'.
-pub(crate) fn parse_ppid(stat: &str) -> Option<i32> {
+fn parse_ppid(stat: &str) -> Option<i32> {
     let after = &stat[stat.rfind(')')? + 1..];
     let mut fields = after.split_ascii_whitespace();
     let _state = fields.next()?;

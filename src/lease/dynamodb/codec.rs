@@ -1,7 +1,15 @@
 //! The item codec: the lease record as DynamoDB attributes and back, the
 //! description of a malformed item, and conditions as condition expressions.
 
-use super::*;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::{KEY, TTL_ATTRIBUTE};
+use crate::lease::{Condition, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError};
+use crate::text;
 
 // ---------------------------------------------------------------------------
 // Items: the lease record <-> DynamoDB attributes.
@@ -60,7 +68,7 @@ pub(super) fn parse_item(election: &str, item: &HashMap<String, AttributeValue>)
     }
 }
 
-pub(super) fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> {
+fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> {
     let required = |name: &str| {
         item.get(name)
             .ok_or_else(|| format!("attribute `{name}` is missing"))
@@ -97,7 +105,7 @@ pub(super) fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Leas
     })
 }
 
-pub(super) fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<HolderMeta>, String> {
+fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<HolderMeta>, String> {
     let m = match value {
         None => return Ok(None),
         Some(AttributeValue::M(m)) => m,
@@ -132,7 +140,7 @@ pub(super) fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<Holder
 }
 
 /// An N attribute holding a non-negative integer.
-pub(super) fn number(v: &AttributeValue) -> Result<u64, String> {
+fn number(v: &AttributeValue) -> Result<u64, String> {
     match v {
         AttributeValue::N(n) => n
             .parse::<u64>()
@@ -141,14 +149,14 @@ pub(super) fn number(v: &AttributeValue) -> Result<u64, String> {
     }
 }
 
-pub(super) fn wrong_type(name: &str, v: &AttributeValue, expected: &str) -> String {
+fn wrong_type(name: &str, v: &AttributeValue, expected: &str) -> String {
     format!(
         "attribute `{name}` is {}, expected {expected}",
         type_name(v)
     )
 }
 
-pub(super) fn type_name(v: &AttributeValue) -> &'static str {
+fn type_name(v: &AttributeValue) -> &'static str {
     match v {
         AttributeValue::S(_) => "S",
         AttributeValue::N(_) => "N",
@@ -190,7 +198,7 @@ pub(super) fn decode_value(s: &str) -> Option<AttributeValue> {
     from_json(&serde_json::from_str(s).ok()?)
 }
 
-pub(super) fn to_json(v: &AttributeValue) -> serde_json::Value {
+fn to_json(v: &AttributeValue) -> serde_json::Value {
     use serde_json::{Value, json};
     let sorted = |v: &[String]| {
         let mut v = v.to_vec();
@@ -224,7 +232,7 @@ pub(super) fn to_json(v: &AttributeValue) -> serde_json::Value {
     }
 }
 
-pub(super) fn from_json(v: &serde_json::Value) -> Option<AttributeValue> {
+fn from_json(v: &serde_json::Value) -> Option<AttributeValue> {
     let obj = v.as_object()?;
     if obj.len() != 1 {
         return None;

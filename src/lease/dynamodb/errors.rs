@@ -2,7 +2,22 @@
 //! and the classification of SDK errors into the store's error kinds, each
 //! in one line.
 
-use super::*;
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use backon::{ExponentialBuilder, Retryable};
+use tokio::time::Instant;
+
+use super::{CONNECT_TIMEOUT, MIN_ATTEMPT};
+use crate::lease::StoreError;
 
 // ---------------------------------------------------------------------------
 // Requests: time bounds, throttling retry, error classification.
@@ -158,7 +173,7 @@ where
 }
 
 /// Map a DynamoDB error code (and HTTP status) to our classes.
-pub(super) fn classify_service(
+fn classify_service(
     code: Option<&str>,
     message: Option<&str>,
     status: u16,
@@ -232,17 +247,19 @@ pub(super) fn describe(err: &(dyn StdError + 'static)) -> String {
 
 /// Text from the SDK or a server on one line: a log line is one line, even
 /// for the credential chain's list of every provider it tried.
-pub(super) fn one_line(text: &str) -> String {
+fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-pub(super) fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
+fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
     e.is::<aws_credential_types::provider::error::CredentialsError>()
 }
 
 /// Whether this error proves the connection was never established.
-pub(super) fn is_connect_error(e: &(dyn StdError + 'static)) -> bool {
-    use std::io::ErrorKind::*;
+fn is_connect_error(e: &(dyn StdError + 'static)) -> bool {
+    use std::io::ErrorKind::{
+        AddrNotAvailable, ConnectionRefused, HostUnreachable, NetworkUnreachable,
+    };
     if let Some(h) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
         return h.is_connect();
     }

@@ -17,31 +17,14 @@
 //! exponential backoff, and only while the caller's budget lasts.
 
 use std::collections::HashMap;
-use std::error::Error as StdError;
-use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-use aws_sdk_dynamodb::config::{
-    BehaviorVersion, Region, SharedHttpClient, StalledStreamProtectionConfig,
-};
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableDescription, TableStatus,
-    TimeToLiveSpecification, TimeToLiveStatus,
-};
+use aws_sdk_dynamodb::config::{BehaviorVersion, Region, SharedHttpClient};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TableStatus};
 use aws_smithy_http_client::tls;
-use backon::{ExponentialBuilder, Retryable};
 use tokio::time::Instant;
-
-use crate::text;
 
 mod codec;
 mod errors;
@@ -49,14 +32,13 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-use codec::*;
-use errors::*;
-use table::*;
+use codec::{condition_expression, lease_item, parse_item};
+use errors::{bounded, classify, condition_failed, lease_settings, retry_throttled};
 pub use table::{TableInfo, TtlStatus};
+use table::{key_schema_problem, table_status};
 
 use super::{
-    Condition, HolderMeta, Lease, LeaseStore, MEMBER_PREFIX, Malformed, Record, RvnGuard,
-    StoreError, WriteOutcome, member_records,
+    Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
 };
 
 /// The partition key of the lease table.

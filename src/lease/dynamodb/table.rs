@@ -1,7 +1,17 @@
 //! Table administration: create (on demand, with TTL), describe, wait until
 //! ACTIVE, and the key-schema check that tells a table leaderd cannot use.
 
-use super::*;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+};
+use tokio::time::Instant;
+
+use super::errors::{bounded, classify, retry_throttled, service_code, ttl_unsupported};
+use super::{CONTROL_TIMEOUT, DynamoStore, KEY, TTL_ATTRIBUTE};
+use crate::lease::StoreError;
 
 /// What `describe_table` / `create_table` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,10 +129,7 @@ impl DynamoStore {
     }
 
     /// Poll DescribeTable until the table is ACTIVE or `deadline` passes.
-    pub(super) async fn wait_active(
-        &self,
-        deadline: Instant,
-    ) -> Result<TableDescription, StoreError> {
+    async fn wait_active(&self, deadline: Instant) -> Result<TableDescription, StoreError> {
         let mut pause = Duration::from_millis(50);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -176,7 +183,7 @@ impl DynamoStore {
     }
 
     /// DescribeTimeToLive, mapped to our three states.
-    pub(super) async fn ttl_status(&self) -> Result<TtlStatus, StoreError> {
+    async fn ttl_status(&self) -> Result<TtlStatus, StoreError> {
         Ok(match self.describe_ttl().await? {
             Err(reason) => TtlStatus::Unsupported(reason),
             Ok(Some((
@@ -188,7 +195,7 @@ impl DynamoStore {
     }
 
     /// Turn TTL on for `expires_at` unless it is on already.
-    pub(super) async fn enable_ttl(&self) -> Result<TtlStatus, StoreError> {
+    async fn enable_ttl(&self) -> Result<TtlStatus, StoreError> {
         // Enabling twice is an error in DynamoDB, so look first. The describe
         // call alone cannot prove support (dynalite answers it with DISABLED
         // but lacks UpdateTimeToLive).
@@ -281,7 +288,7 @@ pub(super) fn table_status(desc: &TableDescription) -> String {
         .unwrap_or_else(|| "UNKNOWN".to_owned())
 }
 
-pub(super) fn table_info(table: &str, desc: &TableDescription, ttl: TtlStatus) -> TableInfo {
+fn table_info(table: &str, desc: &TableDescription, ttl: TtlStatus) -> TableInfo {
     TableInfo {
         name: desc.table_name().unwrap_or(table).to_owned(),
         status: table_status(desc),

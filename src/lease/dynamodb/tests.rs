@@ -2,11 +2,15 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{ConnectorError, ErrorMetadata};
+use aws_sdk_dynamodb::error::{ConnectorError, ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
 
+use super::codec::{decode_value, encode_value, fingerprint};
 use super::*;
+use crate::lease::{HolderMeta, Malformed, RvnGuard};
 
 fn response(status: u16) -> HttpResponse {
     HttpResponse::new(status.try_into().expect("valid status code"), "".into())

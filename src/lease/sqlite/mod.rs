@@ -8,78 +8,45 @@
 //! is the strong consistency the election needs.
 //!
 //! SQLite is blocking, so requests run on tokio's blocking pool, in two
-//! lanes of fixed size: one writer connection (writes queue in arrival order
-//! inside the process, so a renewal never waits behind hundreds of follower
-//! reads or other writers of this process) and a few reader connections.
-//! Connections are kept for the store's life. Each request is bounded by its
-//! budget three times: waiting for its lane, the busy handler (short pauses,
-//! never past the deadline, while another process holds the lock), and the
-//! caller, who stops waiting when the budget is spent (a write that overran
-//! may still commit, which is what `StoreError::Timeout` says;
-//! [`LeaseStore::write`] resolves it by reading back).
+//! lanes of fixed size (one writer connection, a few readers), each request
+//! bounded by its budget ([`lanes`]). A write that overran its budget may
+//! still commit, which is what `StoreError::Timeout` says;
+//! [`LeaseStore::write`] resolves it by reading back.
+//!
+//! The rooms: this file is the store (opening the file, noticing it was
+//! replaced) and its queries; [`schema`] creates, upgrades and checks the
+//! table; [`lanes`] hands out the connections; [`row`] reads a row,
+//! whatever SQLite stored in it; `file_watch` watches the file's directory.
 //!
 //! Columns are not type-checked by SQLite (no STRICT table), so a row written
 //! by another tool may hold anything; such a row is read as
 //! [`Record::Malformed`] and never panics anything.
 
-use std::cell::Cell;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
-use tokio::sync::{Semaphore, watch};
-
-use crate::text;
+use tokio::sync::watch;
 
 mod file_watch;
+mod lanes;
 mod row;
+mod schema;
 #[cfg(test)]
 mod tests;
 
-use row::*;
+use lanes::{LaneKind, Lanes, configure};
+use row::Row;
+use schema::{check_blocking, lacking_columns, missing_table, set_up};
 
 use super::{
-    Condition, HolderMeta, Lease, LeaseStore, MEMBER_PREFIX, Malformed, Record, RvnGuard,
-    StoreError, WriteOutcome, member_records,
+    Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
 };
 
 /// The table every lease lives in.
 pub const TABLE: &str = "leases";
-
-/// Columns in the order every query selects them.
-const COLUMNS: [&str; 10] = [
-    "election",
-    "holder",
-    "rvn",
-    "fencing_token",
-    "lease_ms",
-    "acquired_at",
-    "renewed_at",
-    "expires_at",
-    "holder_meta",
-    "successor",
-];
-
-/// Columns added after the first release: a file made before them gets them
-/// when `leaderd run` opens it, and reads as if they were null until then.
-const ADDED_COLUMNS: [&str; 1] = ["successor"];
-
-const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
-    election      TEXT PRIMARY KEY NOT NULL,
-    holder        TEXT,
-    rvn           TEXT,
-    fencing_token INTEGER,
-    lease_ms      INTEGER,
-    acquired_at   INTEGER,
-    renewed_at    INTEGER,
-    expires_at    INTEGER,
-    holder_meta   TEXT,
-    successor     TEXT
-)";
 
 const SELECT_ONE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
      renewed_at, expires_at, holder_meta, successor FROM leases WHERE election = ?1";
@@ -95,7 +62,7 @@ const SELECT_RANGE: &str = "SELECT election, holder, rvn, fencing_token, lease_m
      WHERE election >= ?1 AND election < ?2 ORDER BY election";
 
 /// [`SELECT_ONE`] and [`SELECT_ALL`] on a file without the
-/// [`ADDED_COLUMNS`], opened only to be read.
+/// [`schema::ADDED_COLUMNS`], opened only to be read.
 const SELECT_ONE_OLD: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, \
      acquired_at, renewed_at, expires_at, holder_meta, NULL FROM leases WHERE election = ?1";
 const SELECT_ALL_OLD: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, \
@@ -109,66 +76,6 @@ const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fenc
 /// file's lock: instances started together on a fresh file take turns
 /// switching it to WAL and creating the table.
 const OPEN_WAIT: Duration = Duration::from_secs(10);
-
-/// Connections (and so blocking threads) writing at once: one. SQLite lets
-/// only one writer hold the file anyway; more writers in one process would
-/// only fight each other in the busy handler instead of queueing in order.
-const WRITERS: usize = 1;
-
-/// Connections reading at once. WAL readers do not block each other or the
-/// writer; two keep one slow read from stalling the others without letting
-/// hundreds of follower reads flood the blocking pool.
-const READERS: usize = 2;
-
-/// The busy handler's first and longest pause while another process holds
-/// the lock. SQLite's default handler sleeps up to 100 ms per retry, which
-/// leaves the lock idle most of the time when three processes take turns;
-/// a write holds it for well under a millisecond plus one fsync.
-const BUSY_FIRST_PAUSE: Duration = Duration::from_millis(1);
-const BUSY_MAX_PAUSE: Duration = Duration::from_millis(5);
-
-thread_local! {
-    /// The deadline of the request running on this thread, read by
-    /// [`busy_wait`] (SQLite's busy handler is a plain function pointer and
-    /// carries no state). Set and restored by [`DeadlineScope`].
-    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
-/// Sets this thread's request deadline for the busy handler; puts the
-/// previous one back on drop, also when the work panics.
-struct DeadlineScope(Option<Instant>);
-
-impl DeadlineScope {
-    fn enter(deadline: Instant) -> DeadlineScope {
-        DeadlineScope(DEADLINE.replace(Some(deadline)))
-    }
-}
-
-impl Drop for DeadlineScope {
-    fn drop(&mut self) {
-        DEADLINE.set(self.0);
-    }
-}
-
-/// SQLite's busy handler: called while another connection holds the lock
-/// this one needs; `true` retries, `false` gives up with `SQLITE_BUSY`
-/// (which `classify` turns into `Timeout`). Short pauses, and never past the
-/// request's deadline; outside a request there is nobody to wait for.
-fn busy_wait(attempt: i32) -> bool {
-    let Some(deadline) = DEADLINE.get() else {
-        return false;
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return false;
-    }
-    let shift = u32::try_from(attempt).unwrap_or(0).min(8);
-    let pause = (BUSY_FIRST_PAUSE * (1u32 << shift))
-        .min(BUSY_MAX_PAUSE)
-        .min(left);
-    std::thread::sleep(pause);
-    true
-}
 
 /// A lease store in one SQLite file, shared by the processes of one host.
 #[derive(Debug, Clone)]
@@ -208,13 +115,11 @@ impl FileId {
 struct Inner {
     path: PathBuf,
     access: Access,
-    /// The file lacks the [`ADDED_COLUMNS`] (made by an older leaderd and
+    /// The file lacks the [`schema::ADDED_COLUMNS`] (made by an older leaderd and
     /// opened only to be read): they read as null.
     legacy: bool,
-    /// Conditional writes: one at a time, in arrival order.
-    writes: Lane,
-    /// Reads, lists and schema checks.
-    reads: Lane,
+    /// The connections, a writer and a few readers (see [`lanes`]).
+    lanes: Lanes,
     /// The file the connections have open and its generation, which moves
     /// each time the path is found to name another file (or none) and the
     /// store reopens it. Connections of an older generation are dropped.
@@ -223,158 +128,6 @@ struct Inner {
     /// renews at once, and the renew, made against what the path names now,
     /// decides whether it still leads.
     changes: watch::Sender<u64>,
-}
-
-/// A fixed set of connections and a semaphore with one permit per
-/// connection: a request waits (FIFO, within its budget) for a permit
-/// before it takes a blocking thread, so a store never runs more than
-/// `size` blocking threads or holds more than `size` connections per lane.
-#[derive(Debug)]
-struct Lane {
-    permits: Arc<Semaphore>,
-    /// Connections not in use, with the file generation they belong to. A
-    /// permit holder always finds one here or opens the lane's next one (at
-    /// most `size` ever exist). The lock is held only to push or pop, never
-    /// while SQLite works.
-    idle: Mutex<Vec<(u64, Connection)>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum LaneKind {
-    Write,
-    Read,
-}
-
-impl Lane {
-    fn new(size: usize, idle: Vec<(u64, Connection)>) -> Lane {
-        Lane {
-            permits: Arc::new(Semaphore::new(size)),
-            idle: Mutex::new(idle),
-        }
-    }
-
-    fn checkout(
-        &self,
-        path: &Path,
-        access: Access,
-        generation: u64,
-    ) -> Result<Connection, StoreError> {
-        while let Some((g, conn)) = self.lock_idle().pop() {
-            if g == generation {
-                return Ok(conn);
-            }
-            // Open on a file the path no longer names: closed here.
-        }
-        // No CREATE flag: opening made the file; if it vanished since, the
-        // next request notices and reopens.
-        let flags = match access {
-            Access::ReadWrite => OpenFlags::SQLITE_OPEN_READ_WRITE,
-            Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
-        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| open_error(path, "cannot open", &e))?;
-        configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
-        Ok(conn)
-    }
-
-    fn checkin(&self, generation: u64, conn: Connection) {
-        // Never more than the permits allow, so always kept.
-        self.lock_idle().push((generation, conn));
-    }
-
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Connection)>> {
-        // The lock only guards a Vec push/pop, which cannot leave it
-        // inconsistent; a poisoned lock is safe to keep using.
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Open (creating if missing) the file at `path` in WAL mode with the
-/// `leases` table, waiting until `deadline` for other processes that hold
-/// its lock. SQLite answers some of those waits with an immediate
-/// `SQLITE_BUSY` instead of calling the busy handler (two connections both
-/// upgrading a read lock to switch the journal mode): the whole set-up is
-/// then tried again after a short pause.
-fn set_up(path: &Path, deadline: Instant) -> Result<Connection, StoreError> {
-    let _scope = DeadlineScope::enter(deadline);
-    let mut pause = Duration::from_millis(2);
-    loop {
-        match try_set_up(path) {
-            Ok(conn) => return Ok(conn),
-            Err((_, e)) if is_locked(&e) && Instant::now() < deadline => {
-                let jitter = Duration::from_micros(rand::random::<u64>() % 2_000);
-                let left = deadline.saturating_duration_since(Instant::now());
-                std::thread::sleep((pause + jitter).min(left));
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err((what, e)) => return Err(open_error(path, what, &e)),
-        }
-    }
-}
-
-fn try_set_up(path: &Path) -> Result<Connection, (&'static str, rusqlite::Error)> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(|e| ("cannot open", e))?;
-    configure(&mut conn).map_err(|e| ("cannot configure", e))?;
-    // Reading the mode takes no write lock: a file already in WAL mode
-    // (every start but the first) is not switched again.
-    let mode: String = conn
-        .pragma_query_value(None, "journal_mode", |row| row.get(0))
-        .map_err(|e| ("cannot read the journal mode of", e))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(|e| ("cannot switch to WAL mode", e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            // Still correct (every write is an immediate transaction), only
-            // readers and writers block each other more.
-            tracing::warn!(path = %path.display(), journal_mode = %mode, "SQLite lease store is not in WAL mode (file system without shared memory?)");
-        }
-    }
-    conn.execute(CREATE_TABLE, [])
-        .map_err(|e| ("cannot create the `leases` table in", e))?;
-    // A file made by an older leaderd: add what it lacks. Two instances
-    // doing it at once: the second finds the column there (or waits on the
-    // write lock and then fails with "duplicate column", checked again).
-    for column in lacking_columns(&conn).map_err(|e| ("cannot read the schema of", e))? {
-        let added = conn.execute(&format!("ALTER TABLE leases ADD COLUMN {column} TEXT"), []);
-        if let Err(e) = added
-            && lacking_columns(&conn)
-                .map_err(|e| ("cannot read the schema of", e))?
-                .contains(&column)
-        {
-            return Err(("cannot add a column to the `leases` table in", e));
-        }
-    }
-    Ok(conn)
-}
-
-/// Which of the [`ADDED_COLUMNS`] the `leases` table lacks: none when there
-/// is no table, or when it is not leaderd's (it lacks one of the first
-/// columns too; the schema check reports it, and it is left as it is).
-fn lacking_columns(conn: &Connection) -> rusqlite::Result<Vec<&'static str>> {
-    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('leases')")?;
-    let names = stmt
-        .query_map([], |row| row.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let has = |c: &str| names.iter().any(|n| n == c);
-    let ours = COLUMNS
-        .iter()
-        .filter(|c| !ADDED_COLUMNS.contains(c))
-        .all(|c| has(c));
-    if !ours {
-        return Ok(Vec::new());
-    }
-    Ok(ADDED_COLUMNS.into_iter().filter(|c| !has(c)).collect())
-}
-
-fn is_locked(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
 }
 
 impl SqliteStore {
@@ -429,8 +182,7 @@ impl SqliteStore {
                 path: path.to_owned(),
                 access,
                 legacy,
-                writes: Lane::new(WRITERS, vec![(0, conn)]),
-                reads: Lane::new(READERS, Vec::new()),
+                lanes: Lanes::new(conn),
                 file: Mutex::new((id, 0)),
                 changes: watch::Sender::new(0),
             }),
@@ -440,63 +192,6 @@ impl SqliteStore {
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// Run `work` on one of `lane`'s connections on the blocking pool, within
-    /// `budget` (waiting for the lane included). `work` gets the deadline (on
-    /// the blocking thread's clock).
-    async fn run<T, F>(&self, lane: LaneKind, budget: Duration, work: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection, &Path, Instant) -> Result<T, StoreError> + Send + 'static,
-    {
-        if budget.is_zero() {
-            return Err(StoreError::Timeout(budget));
-        }
-        let deadline = Instant::now() + budget;
-        let caller_deadline = tokio::time::Instant::now() + budget;
-        let permits = match lane {
-            LaneKind::Write => self.inner.writes.permits.clone(),
-            LaneKind::Read => self.inner.reads.permits.clone(),
-        };
-        let permit = match tokio::time::timeout_at(caller_deadline, permits.acquire_owned()).await {
-            Err(_) => return Err(StoreError::Timeout(budget)),
-            Ok(Err(closed)) => {
-                // The semaphores are never closed; say so rather than panic.
-                return Err(StoreError::Other(format!(
-                    "SQLite lease store {}: {closed}",
-                    self.inner.path.display()
-                )));
-            }
-            Ok(Ok(permit)) => permit,
-        };
-        let inner = self.inner.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            // Held until the work is done, even if the caller stopped
-            // waiting: the lane's bound counts running work, not waiters.
-            let _permit = permit;
-            let lane = match lane {
-                LaneKind::Write => &inner.writes,
-                LaneKind::Read => &inner.reads,
-            };
-            if Instant::now() >= deadline {
-                return Err(StoreError::Timeout(budget));
-            }
-            let _scope = DeadlineScope::enter(deadline);
-            let generation = inner.current_file(deadline)?;
-            let mut conn = lane.checkout(&inner.path, inner.access, generation)?;
-            let res = work(&mut conn, &inner.path, deadline);
-            lane.checkin(generation, conn);
-            res
-        });
-        match tokio::time::timeout_at(caller_deadline, task).await {
-            Err(_) => Err(StoreError::Timeout(budget)),
-            Ok(Err(join)) => Err(StoreError::Other(format!(
-                "SQLite request on {} failed: {join}",
-                self.inner.path.display()
-            ))),
-            Ok(Ok(res)) => res,
-        }
     }
 }
 
@@ -532,21 +227,8 @@ impl Inner {
     }
 }
 
-/// Per-connection settings.
-fn configure(conn: &mut Connection) -> rusqlite::Result<()> {
-    // Replaces any busy timeout: waits are bounded by the request instead.
-    conn.busy_handler(Some(busy_wait))?;
-    // FULL: a committed write survives power loss. Losing the last write of
-    // a tenure could hand out its fencing token a second time.
-    conn.pragma_update(None, "synchronous", "FULL")
-}
-
 fn open_error(path: &Path, what: &str, e: &rusqlite::Error) -> StoreError {
     StoreError::Other(format!("{what} SQLite lease store {}: {e}", path.display()))
-}
-
-fn missing_table(path: &Path) -> StoreError {
-    StoreError::TableMissing(format!("{TABLE} (in {})", path.display()))
 }
 
 /// Map a SQLite error to the store's error classes.
@@ -643,53 +325,6 @@ fn put_blocking(
     .map_err(sql_err)?;
     tx.commit().map_err(sql_err)?;
     Ok(WriteOutcome::Applied)
-}
-
-fn check_blocking(conn: &Connection, path: &Path, budget: Duration) -> Result<(), StoreError> {
-    let mut stmt = conn
-        .prepare("SELECT name, pk FROM pragma_table_info('leases')")
-        .map_err(|e| classify(path, budget, &e))?;
-    let columns = stmt
-        .query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-        })
-        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        .map_err(|e| classify(path, budget, &e))?;
-    if columns.is_empty() {
-        return Err(missing_table(path));
-    }
-    let missing: Vec<&str> = COLUMNS
-        .iter()
-        .copied()
-        .filter(|c| !ADDED_COLUMNS.contains(c))
-        .filter(|c| !columns.iter().any(|(name, _)| name == c))
-        .collect();
-    if !missing.is_empty() {
-        return Err(StoreError::WrongSchema {
-            table: TABLE.into(),
-            detail: format!(
-                "missing column(s) {} in {}",
-                missing.join(", "),
-                path.display()
-            ),
-        });
-    }
-    let key: Vec<&str> = columns
-        .iter()
-        .filter(|(_, pk)| *pk > 0)
-        .map(|(name, _)| name.as_str())
-        .collect();
-    if key != ["election"] {
-        return Err(StoreError::WrongSchema {
-            table: TABLE.into(),
-            detail: format!(
-                "primary key is ({}), expected (election) in {}",
-                key.join(", "),
-                path.display()
-            ),
-        });
-    }
-    Ok(())
 }
 
 #[async_trait]

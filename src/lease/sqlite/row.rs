@@ -2,7 +2,13 @@
 //! its reading as a lease record or as a malformed one that names what is
 //! wrong.
 
-use super::*;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use rusqlite::types::ValueRef;
+
+use super::schema::COLUMNS;
+use crate::lease::{HolderMeta, Lease, Malformed, Record, RvnGuard};
+use crate::text;
 
 /// One column's value exactly as stored.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -16,7 +22,7 @@ pub(super) enum Raw {
 }
 
 impl Raw {
-    pub(super) fn from_ref(v: ValueRef<'_>) -> Raw {
+    fn from_ref(v: ValueRef<'_>) -> Raw {
         match v {
             ValueRef::Null => Raw::Null,
             ValueRef::Integer(i) => Raw::Integer(i),
@@ -26,7 +32,7 @@ impl Raw {
         }
     }
 
-    pub(super) fn type_name(&self) -> &'static str {
+    fn type_name(&self) -> &'static str {
         match self {
             Raw::Null => "null",
             Raw::Integer(_) => "integer",
@@ -38,7 +44,7 @@ impl Raw {
 
     /// Unambiguous text form, with the type: `text:abc`, `integer:5`,
     /// `real:1.5`, `blob:00ff`, `null`.
-    pub(super) fn encode(&self) -> String {
+    fn encode(&self) -> String {
         match self {
             Raw::Null => "null".into(),
             Raw::Integer(i) => format!("integer:{i}"),
@@ -52,7 +58,7 @@ impl Raw {
         }
     }
 
-    pub(super) fn text(&self) -> Option<&str> {
+    fn text(&self) -> Option<&str> {
         match self {
             Raw::Text(t) => std::str::from_utf8(t).ok(),
             _ => None,
@@ -73,7 +79,7 @@ impl Row {
         Ok(Row(vals))
     }
 
-    pub(super) fn get(&self, column: &str) -> &Raw {
+    fn get(&self, column: &str) -> &Raw {
         let i = COLUMNS
             .iter()
             .position(|c| *c == column)
@@ -92,82 +98,16 @@ impl Row {
     /// Interpret the row as a lease, or describe everything wrong with it.
     pub(super) fn to_record(&self) -> Record {
         let mut problems = Vec::new();
-        let election = match self.get("election") {
-            Raw::Text(t) => {
-                if std::str::from_utf8(t).is_err() {
-                    problems.push("attribute `election` is not valid UTF-8".into());
-                }
-                String::from_utf8_lossy(t).into_owned()
-            }
-            other => {
-                problems.push(text_problem("election", other));
-                other.encode()
-            }
-        };
-        let mut optional_text = |column: &str| match self.get(column) {
-            Raw::Null => None,
-            raw => match raw.text() {
-                Some(s) => Some(s.to_owned()),
-                None => {
-                    problems.push(text_problem(column, raw));
-                    None
-                }
-            },
-        };
-        let holder = optional_text("holder");
-        let successor = optional_text("successor");
-        let rvn = match self.get("rvn") {
-            Raw::Null => {
-                problems.push("attribute `rvn` is missing".into());
-                String::new()
-            }
-            raw => match raw.text() {
-                Some(s) => s.to_owned(),
-                None => {
-                    problems.push(text_problem("rvn", raw));
-                    String::new()
-                }
-            },
-        };
-        let mut number = |column: &str| match self.get(column) {
-            Raw::Integer(i) => u64::try_from(*i).unwrap_or_else(|_| {
-                problems.push(format!("attribute `{column}` is negative ({i})"));
-                0
-            }),
-            Raw::Null => {
-                problems.push(format!("attribute `{column}` is missing"));
-                0
-            }
-            raw => {
-                problems.push(format!(
-                    "attribute `{column}` is not a whole number (type {}: {})",
-                    raw.type_name(),
-                    text::shorten(&raw.encode(), 40)
-                ));
-                0
-            }
-        };
-        let fencing_token = number("fencing_token");
-        let lease_ms = number("lease_ms");
-        let acquired_at_ms = number("acquired_at");
-        let renewed_at_ms = number("renewed_at");
-        let expires_at_s = number("expires_at");
-        let holder_meta = match self.get("holder_meta") {
-            Raw::Null => None,
-            raw => match raw.text().map(serde_json::from_str::<HolderMeta>) {
-                Some(Ok(meta)) => Some(meta),
-                Some(Err(e)) => {
-                    problems.push(format!(
-                        "attribute `holder_meta` is not a valid holder description: {e}"
-                    ));
-                    None
-                }
-                None => {
-                    problems.push(text_problem("holder_meta", raw));
-                    None
-                }
-            },
-        };
+        let election = self.election(&mut problems);
+        let holder = self.optional_text("holder", &mut problems);
+        let successor = self.optional_text("successor", &mut problems);
+        let rvn = self.rvn(&mut problems);
+        let fencing_token = self.number("fencing_token", &mut problems);
+        let lease_ms = self.number("lease_ms", &mut problems);
+        let acquired_at_ms = self.number("acquired_at", &mut problems);
+        let renewed_at_ms = self.number("renewed_at", &mut problems);
+        let expires_at_s = self.number("expires_at", &mut problems);
+        let holder_meta = self.holder_meta(&mut problems);
         if problems.is_empty() {
             return Record::Valid(Lease {
                 election,
@@ -195,11 +135,100 @@ impl Row {
         })
     }
 
+    /// The `election` column as text, whatever it holds.
+    fn election(&self, problems: &mut Vec<String>) -> String {
+        match self.get("election") {
+            Raw::Text(t) => {
+                if std::str::from_utf8(t).is_err() {
+                    problems.push("attribute `election` is not valid UTF-8".into());
+                }
+                String::from_utf8_lossy(t).into_owned()
+            }
+            other => {
+                problems.push(text_problem("election", other));
+                other.encode()
+            }
+        }
+    }
+
+    /// A text column that may be null.
+    fn optional_text(&self, column: &str, problems: &mut Vec<String>) -> Option<String> {
+        match self.get(column) {
+            Raw::Null => None,
+            raw => match raw.text() {
+                Some(s) => Some(s.to_owned()),
+                None => {
+                    problems.push(text_problem(column, raw));
+                    None
+                }
+            },
+        }
+    }
+
+    /// The `rvn` column: text, never null.
+    fn rvn(&self, problems: &mut Vec<String>) -> String {
+        match self.get("rvn") {
+            Raw::Null => {
+                problems.push("attribute `rvn` is missing".into());
+                String::new()
+            }
+            raw => match raw.text() {
+                Some(s) => s.to_owned(),
+                None => {
+                    problems.push(text_problem("rvn", raw));
+                    String::new()
+                }
+            },
+        }
+    }
+
+    /// A whole, non-negative number column, never null.
+    fn number(&self, column: &str, problems: &mut Vec<String>) -> u64 {
+        match self.get(column) {
+            Raw::Integer(i) => u64::try_from(*i).unwrap_or_else(|_| {
+                problems.push(format!("attribute `{column}` is negative ({i})"));
+                0
+            }),
+            Raw::Null => {
+                problems.push(format!("attribute `{column}` is missing"));
+                0
+            }
+            raw => {
+                problems.push(format!(
+                    "attribute `{column}` is not a whole number (type {}: {})",
+                    raw.type_name(),
+                    text::shorten(&raw.encode(), 40)
+                ));
+                0
+            }
+        }
+    }
+
+    /// The `holder_meta` column: JSON text, or null.
+    fn holder_meta(&self, problems: &mut Vec<String>) -> Option<HolderMeta> {
+        match self.get("holder_meta") {
+            Raw::Null => None,
+            raw => match raw.text().map(serde_json::from_str::<HolderMeta>) {
+                Some(Ok(meta)) => Some(meta),
+                Some(Err(e)) => {
+                    problems.push(format!(
+                        "attribute `holder_meta` is not a valid holder description: {e}"
+                    ));
+                    None
+                }
+                None => {
+                    problems.push(text_problem("holder_meta", raw));
+                    None
+                }
+            },
+        }
+    }
+
     /// A digest of every column (name, type and value). Only ever compared
     /// with another fingerprint taken by the same process, so std's hasher
     /// (stable within one build) is enough; two successive versions of one
     /// item colliding in 64 bits is not a practical concern.
-    pub(super) fn fingerprint(&self) -> String {
+    fn fingerprint(&self) -> String {
         let mut h = DefaultHasher::new();
         for (name, value) in COLUMNS.iter().zip(&self.0) {
             name.hash(&mut h);
@@ -209,7 +238,7 @@ impl Row {
     }
 }
 
-pub(super) fn text_problem(column: &str, raw: &Raw) -> String {
+fn text_problem(column: &str, raw: &Raw) -> String {
     match raw {
         Raw::Text(_) => format!("attribute `{column}` is not valid UTF-8"),
         _ => format!(

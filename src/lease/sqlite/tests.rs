@@ -1,5 +1,8 @@
 //! Unit tests of the SQLite store.
+use super::lanes::{READERS, WRITERS};
+use super::row::Raw;
 use super::*;
+use crate::lease::RvnGuard;
 
 fn row(values: [Raw; 10]) -> Row {
     Row(values)
@@ -232,8 +235,8 @@ async fn concurrent_requests_share_a_fixed_set_of_connections() {
     }
     assert_eq!(store.list(budget).await.map(|l| l.len()), Ok(20));
     // Every connection is back and none beyond the lanes' sizes was opened.
-    assert_eq!(store.inner.writes.lock_idle().len(), WRITERS);
-    let readers = store.inner.reads.lock_idle().len();
+    assert_eq!(store.inner.lanes.idle(LaneKind::Write), WRITERS);
+    let readers = store.inner.lanes.idle(LaneKind::Read);
     assert!(
         (1..=READERS).contains(&readers),
         "{readers} reader connections"

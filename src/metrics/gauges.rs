@@ -1,0 +1,103 @@
+//! The gauges computed at scrape time from the engines' current state and
+//! the clock, one election at a time, and the series created at zero so they
+//! exist before the first event.
+
+use tokio::sync::watch;
+
+use super::Metrics;
+use super::families::RESULTS;
+use crate::balance::Share;
+use crate::clock::{Clock, Instant};
+use crate::election::ElectionState;
+
+impl Metrics {
+    /// Set the leadership gauges from `elections`' current state at
+    /// `clock.now()`, and the balance gauges from `share`.
+    pub(super) fn refresh_gauges<'a>(
+        &self,
+        elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
+        share: Option<&Share>,
+        clock: &Clock,
+    ) {
+        let gauges = &self.gauges;
+        let mut led = 0;
+        for rx in elections {
+            // Clone out at once: holding the borrow would block the engine.
+            let state = rx.borrow().clone();
+            let now = clock.now();
+            led += i64::from(self.refresh_election(&state, now));
+        }
+        let no_labels: &[&str] = &[];
+        gauges.elections_led.with_label_values(no_labels).set(led);
+        if let Some(share) = share {
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            gauges
+                .fair_share
+                .with_label_values(no_labels)
+                .set(count(share.fair_share));
+            gauges
+                .members
+                .with_label_values(no_labels)
+                .set(count(share.members));
+        }
+    }
+
+    /// Set one election's gauges from its `state` at `now`; true while it
+    /// leads.
+    fn refresh_election(&self, state: &ElectionState, now: Instant) -> bool {
+        let gauges = &self.gauges;
+        let name = state.election.as_str();
+        self.touch(name);
+        let leading = state.is_leader_at(now);
+        gauges
+            .is_leader
+            .with_label_values(&[name])
+            .set(i64::from(leading));
+        gauges
+            .lease_remaining_seconds
+            .with_label_values(&[name])
+            .set(state.lease_remaining(now).as_secs_f64());
+        gauges
+            .watching_leader
+            .with_label_values(&[name])
+            .set(i64::from(state.watching_leader_at(now)));
+        match state.fencing_token {
+            Some(token) => gauges
+                .fencing_token
+                .with_label_values(&[name])
+                .set(i64::try_from(token).unwrap_or(i64::MAX)),
+            None => {
+                // Absent rather than a made-up 0; an error only means the
+                // series did not exist yet.
+                let _ = gauges.fencing_token.remove_label_values(&[name]);
+            }
+        }
+        leading
+    }
+
+    /// Create the series of `election` that have a fixed label set, at zero,
+    /// so they exist before the first event. Idempotent.
+    fn touch(&self, election: &str) {
+        let campaign = &self.campaign;
+        for direction in ["gained", "lost"] {
+            campaign
+                .transitions_total
+                .with_label_values(&[election, direction]);
+        }
+        for result in RESULTS {
+            campaign
+                .acquire_attempts_total
+                .with_label_values(&[election, result]);
+            campaign.renew_total.with_label_values(&[election, result]);
+        }
+        campaign
+            .malformed_records_total
+            .with_label_values(&[election]);
+        self.child.running.with_label_values(&[election]);
+        self.child.kills_total.with_label_values(&[election]);
+        self.child
+            .start_failures_total
+            .with_label_values(&[election]);
+        self.watch_streams.with_label_values(&[election]);
+    }
+}

@@ -1,0 +1,158 @@
+//! Prometheus metrics, registered once into a registry of our own.
+//!
+//! Counters and the store latency histogram are fed by the election engines
+//! through [`Observer`](crate::election::Observer) and by the child supervisor through
+//! [`Metrics::child_started`] and friends. The leadership gauges
+//! (`is_leader`, `fencing_token`, `lease_remaining_seconds`) are not fed at
+//! all: [`Metrics::render`] computes them from the engines' current state and
+//! the clock at scrape time, so a stalled engine can never leave a stale
+//! "leader = 1" behind.
+//!
+//! The rooms: this file holds [`Metrics`] and the events of the job, the app
+//! check and the watch streams; `families` names and registers every family;
+//! `observer` counts what the election engines report, store request timings
+//! included; `gauges` computes the per-election gauges at scrape time;
+//! `render` writes the text format.
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+
+use prometheus::IntGauge;
+use prometheus::core::Collector;
+
+use crate::app_check::{self, Verdict};
+
+mod families;
+mod gauges;
+mod observer;
+#[cfg(any(test, feature = "testing"))]
+mod promtool;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use families::{AppCheck, Campaign, Child, ScrapeGauges};
+#[cfg(any(test, feature = "testing"))]
+pub use promtool::promtool_check;
+
+/// Content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Every leaderd metric. Create one per process and share it (`Arc`).
+pub struct Metrics {
+    /// Every metric family, sorted by name: what a scrape renders, one family
+    /// at a time (see [`Metrics::render`]).
+    families: Vec<Box<dyn Collector>>,
+    /// Computed at scrape time.
+    gauges: ScrapeGauges,
+    /// Fed by the election engines.
+    campaign: Campaign,
+    /// Fed by the daemon as it runs the job.
+    child: Child,
+    /// Fed by the app check.
+    app_check: AppCheck,
+    /// `leaderd_watch_streams`.
+    watch_streams: prometheus::IntGaugeVec,
+    /// Serialises renders: each one sets the leadership gauges, then gathers;
+    /// two interleaved renders could otherwise mix their readings.
+    render_lock: Mutex<()>,
+    /// Length of the last rendering: the next one reserves that much at once
+    /// instead of doubling its way up (at 1,000 elections the text is 5 MB).
+    last_render_len: AtomicUsize,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One open watch stream, counted in `leaderd_watch_streams` while it lives.
+#[derive(Debug)]
+pub struct OpenWatchStream(IntGauge);
+
+impl Drop for OpenWatchStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Metrics {
+    /// Create every metric and register it into a fresh registry.
+    pub fn new() -> Self {
+        let r = families::register();
+        Metrics {
+            families: r.all,
+            gauges: r.gauges,
+            campaign: r.campaign,
+            child: r.child,
+            app_check: r.app_check,
+            watch_streams: r.watch_streams,
+            render_lock: Mutex::new(()),
+            last_render_len: AtomicUsize::new(0),
+        }
+    }
+
+    /// The child of `election` was started.
+    pub fn child_started(&self, election: &str) {
+        self.child.running.with_label_values(&[election]).set(1);
+    }
+
+    /// The child of `election` exited; `reason` is a short stable word
+    /// (e.g. `exited`, `signaled`, `stopped`).
+    pub fn child_exited(&self, election: &str, reason: &str) {
+        self.child.running.with_label_values(&[election]).set(0);
+        self.child
+            .exits_total
+            .with_label_values(&[election, reason])
+            .inc();
+    }
+
+    /// The child command of `election` could not be started.
+    pub fn child_start_failed(&self, election: &str) {
+        self.child
+            .start_failures_total
+            .with_label_values(&[election])
+            .inc();
+    }
+
+    /// The child's process group of `election` was sent SIGKILL.
+    pub fn child_killed(&self, election: &str) {
+        self.child.kills_total.with_label_values(&[election]).inc();
+    }
+
+    /// A watch stream of `election` opened; it counts until the returned
+    /// guard drops (when the stream ends or its client goes away).
+    pub fn watch_stream_opened(&self, election: &str) -> OpenWatchStream {
+        let gauge = self.watch_streams.with_label_values(&[election]);
+        gauge.inc();
+        OpenWatchStream(gauge)
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("families", &self.families.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl app_check::Report for Metrics {
+    fn probed(&self, up: bool) {
+        let failures = self
+            .app_check
+            .failures_total
+            .with_label_values(&[] as &[&str]);
+        if !up {
+            failures.inc();
+        }
+    }
+
+    fn verdict(&self, verdict: Verdict) {
+        self.app_check
+            .up
+            .with_label_values(&[] as &[&str])
+            .set(i64::from(verdict == Verdict::Pass));
+    }
+}

@@ -1,0 +1,299 @@
+//! Unit tests of the metrics: names, labels, order, scrape-time gauges
+//! and promtool.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Metrics, promtool_check};
+use crate::balance::Share;
+use crate::clock::{Clock, Instant};
+use crate::election::{ElectionState, Observer, Outcome, Role, Transition};
+use crate::lease::StoreError;
+
+fn state(name: &str, role: Role, now: Instant, token: Option<u64>) -> ElectionState {
+    let s = ElectionState::example(name, "me", now);
+    match (role, token) {
+        (Role::Follower, None) => s,
+        (Role::Follower, Some(t)) => s.seeing("me", t),
+        (role, t) => s.in_tenure(role, t.unwrap_or(1), now),
+    }
+}
+
+/// The value of the sample line starting with `series ` (exact name and labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().expect("sample value is a number"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn gauges_are_computed_at_scrape_time() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let (_tx, leader) = watch::channel(state("report", Role::Leader, now, Some(42)));
+    let (_tx2, follower) = watch::channel(state("backup", Role::Follower, now, None));
+    let m = Metrics::new();
+
+    let text = m.render([&leader, &follower], None, &clock).unwrap();
+    assert_eq!(
+        sample(&text, "leaderd_is_leader{election=\"report\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "leaderd_is_leader{election=\"backup\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "leaderd_fencing_token{election=\"report\"}"),
+        Some(42.0)
+    );
+    assert_eq!(
+        sample(&text, "leaderd_fencing_token{election=\"backup\"}"),
+        None
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "leaderd_lease_remaining_seconds{election=\"report\"}"
+        ),
+        Some(9.7)
+    );
+
+    // The engine publishes nothing, yet past stop_at the gauges drop.
+    tokio::time::advance(Duration::from_millis(7_700)).await;
+    let text = m.render([&leader, &follower], None, &clock).unwrap();
+    assert_eq!(
+        sample(&text, "leaderd_is_leader{election=\"report\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "leaderd_lease_remaining_seconds{election=\"report\"}"
+        ),
+        Some(0.0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watching_leader_holds_while_the_stream_speaks_and_never_while_leading() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let quiet_at = now + Duration::from_secs(6);
+    let watching = ElectionState {
+        hints_until: Some(quiet_at),
+        ..state("report", Role::Follower, now, Some(3))
+    };
+    let (_tx, follower) = watch::channel(watching.clone());
+    // A stale value left from before it led does not count.
+    let (_tx2, leader) = watch::channel(ElectionState {
+        hints_until: Some(quiet_at),
+        ..state("backup", Role::Leader, now, Some(4))
+    });
+    let (_tx3, polling) = watch::channel(state("web", Role::Follower, now, Some(5)));
+    let m = Metrics::new();
+    let series = |e: &str| format!("leaderd_watching_leader{{election=\"{e}\"}}");
+
+    let text = m
+        .render([&follower, &leader, &polling], None, &clock)
+        .unwrap();
+    assert_eq!(sample(&text, &series("report")), Some(1.0), "{text}");
+    assert_eq!(sample(&text, &series("backup")), Some(0.0), "{text}");
+    assert_eq!(sample(&text, &series("web")), Some(0.0), "{text}");
+
+    // The engine publishes nothing, yet once the stream went quiet the
+    // gauge drops.
+    tokio::time::advance(Duration::from_secs(6)).await;
+    let text = m.render([&follower], None, &clock).unwrap();
+    assert_eq!(sample(&text, &series("report")), Some(0.0), "{text}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn render_orders_families_by_name_and_series_by_labels() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    // Created in an order that neither sort gives.
+    let names = ["mid", "zed", "alpha", "beta"];
+    let channels: Vec<_> = names
+        .iter()
+        .map(|n| watch::channel(state(n, Role::Leader, now, Some(1))))
+        .collect();
+    let m = Metrics::new();
+    let text = m
+        .render(channels.iter().map(|(_, rx)| rx), None, &clock)
+        .unwrap();
+
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+        .collect();
+    let mut sorted = families.clone();
+    sorted.sort_unstable();
+    assert_eq!(families, sorted, "families out of order");
+    assert!(families.contains(&"leaderd_build_info"), "{families:?}");
+    // Without balance: no fair share, no member count.
+    assert_eq!(families.len(), 14, "families with a series: {families:?}");
+    assert_eq!(sample(&text, "leaderd_elections_led"), Some(4.0));
+    let share = Share {
+        led: 4,
+        fair_share: 2,
+        members: 2,
+        elections: 4,
+    };
+    let with_share = m
+        .render(channels.iter().map(|(_, rx)| rx), Some(&share), &clock)
+        .unwrap();
+    assert_eq!(sample(&with_share, "leaderd_fair_share"), Some(2.0));
+    assert_eq!(sample(&with_share, "leaderd_members"), Some(2.0));
+
+    let elections: Vec<&str> = text
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("leaderd_is_leader{election=\"")?
+                .split('"')
+                .next()
+        })
+        .collect();
+    assert_eq!(elections, ["alpha", "beta", "mid", "zed"]);
+    let results: Vec<&str> = text
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("leaderd_renew_total{election=\"alpha\",result=\"")?
+                .split('"')
+                .next()
+        })
+        .collect();
+    assert_eq!(results, ["error", "lost", "ok", "throttled", "timeout"]);
+}
+
+/// One event of every kind the observer and the supervisor report, for
+/// "report".
+fn feed_every_kind_of_event(m: &Metrics) {
+    let throttled = StoreError::Throttled("slow down".into());
+    m.acquire_attempt("report", Outcome::Ok);
+    m.renew("report", Outcome::Ok);
+    m.renew("report", Outcome::Ok);
+    m.renew("report", Outcome::Lost);
+    m.renew("report", Outcome::Failed(&throttled));
+    m.transition("report", Transition::Gained);
+    m.transition("report", Transition::Lost);
+    m.store_request("report", "renew", Duration::from_millis(3), Outcome::Ok);
+    m.store_request(
+        "report",
+        "read",
+        Duration::from_millis(120),
+        Outcome::Failed(&throttled),
+    );
+    m.malformed_record("report");
+    m.child_started("report");
+    m.child_exited("report", "exited");
+    m.child_killed("report");
+}
+
+/// The series [`feed_every_kind_of_event`] moves, and their values after it.
+const EVENT_COUNTS: &[(&str, Option<f64>)] = &[
+    (
+        "leaderd_renew_total{election=\"report\",result=\"ok\"}",
+        Some(2.0),
+    ),
+    (
+        "leaderd_renew_total{election=\"report\",result=\"lost\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_renew_total{election=\"report\",result=\"throttled\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_renew_total{election=\"report\",result=\"timeout\"}",
+        Some(0.0),
+    ),
+    (
+        "leaderd_acquire_attempts_total{election=\"report\",result=\"ok\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_transitions_total{direction=\"gained\",election=\"report\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_transitions_total{direction=\"lost\",election=\"report\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_store_errors_total{class=\"throttled\",election=\"report\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_store_request_duration_seconds_count{election=\"report\",op=\"read\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_store_request_duration_seconds_bucket{election=\"report\",op=\"renew\",le=\"0.005\"}",
+        Some(1.0),
+    ),
+    (
+        "leaderd_malformed_records_total{election=\"report\"}",
+        Some(1.0),
+    ),
+    ("leaderd_child_running{election=\"report\"}", Some(0.0)),
+    (
+        "leaderd_child_exits_total{election=\"report\",reason=\"exited\"}",
+        Some(1.0),
+    ),
+    ("leaderd_child_kills_total{election=\"report\"}", Some(1.0)),
+];
+
+#[tokio::test(start_paused = true)]
+async fn observer_events_count_and_render_passes_promtool() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let (_tx, rx) = watch::channel(state("report", Role::Leader, now, Some(7)));
+    let m = Metrics::new();
+    feed_every_kind_of_event(&m);
+
+    let text = m.render([&rx], None, &clock).unwrap();
+    let at = |s: &str| sample(&text, s);
+    for &(series, value) in EVENT_COUNTS {
+        assert_eq!(at(series), value, "{series}");
+    }
+    let version = concat!(
+        "leaderd_build_info{version=\"",
+        env!("CARGO_PKG_VERSION"),
+        "\"}"
+    );
+    assert_eq!(at(version), Some(1.0));
+    for name in [
+        "leaderd_is_leader",
+        "leaderd_fencing_token",
+        "leaderd_lease_remaining_seconds",
+        "leaderd_transitions_total",
+        "leaderd_acquire_attempts_total",
+        "leaderd_renew_total",
+        "leaderd_store_request_duration_seconds",
+        "leaderd_store_errors_total",
+        "leaderd_malformed_records_total",
+        "leaderd_child_running",
+        "leaderd_child_exits_total",
+        "leaderd_child_kills_total",
+        "leaderd_build_info",
+    ] {
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no help for {name}"
+        );
+    }
+    promtool_check(&text);
+}
+
+#[test]
+fn promtool_rejects_a_bad_counter_name() {
+    // Proves the check above can fail: a counter without `_total`.
+    let bad = "# HELP bad_counter A counter.\n# TYPE bad_counter counter\nbad_counter 1\n";
+    let result = std::panic::catch_unwind(|| promtool_check(bad));
+    assert!(
+        result.is_err(),
+        "promtool accepted a counter without _total"
+    );
+}
