@@ -53,4 +53,3 @@ pub mod shutdown;
 pub mod supervisor;
 pub(crate) mod text;
 pub mod watch;
-

@@ -35,13 +35,13 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::election::{self, ElectionHandle, ElectionState};
 use crate::exit;
-use crate::watch::client as hints;
 use crate::http::{self, AppState, ResignRequest};
 use crate::lease::{self, LeaseStore, StoreError};
 use crate::metrics::Metrics;
 use crate::notify::{self, Notifier};
 use crate::shutdown::Signals;
 use crate::supervisor::Child;
+use crate::watch::client as hints;
 
 mod advertise;
 mod child;
