@@ -42,6 +42,7 @@ use crate::exit::CONFIG as EX_CONFIG;
 use crate::lease::StoreSpec;
 use crate::lease::dynamodb::DynamoConfig;
 
+mod app_check;
 mod build;
 mod env;
 mod extract;
