@@ -650,3 +650,384 @@ async fn applied_write_with_lost_answer_is_resolved_by_read_back() {
     );
     assert_eq!(direct.read("e", BUDGET).await, Ok(Record::Valid(again)));
 }
+
+// ---------------------------------------------------------------- region
+//
+// Real `leaderd` processes with an environment of their own (`env_clear`):
+// no AWS variable of this test process or of the machine, no real ~/.aws
+// (HOME, AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE point into a
+// temporary directory), and no instance metadata unless a case serves one.
+
+/// A `leaderd` command that sees only `vars` and the fake credentials.
+fn leaderd_isolated(home: &std::path::Path, vars: &[(&str, &str)]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(common::daemon::leaderd_bin());
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("AWS_CONFIG_FILE", home.join("aws-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", home.join("aws-credentials"))
+        .env("AWS_ACCESS_KEY_ID", "leaderdtest")
+        .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(vars.iter().copied());
+    cmd
+}
+
+/// A loopback HTTP server on its own threads: `answer` gets each request
+/// head and returns the whole response, or `None` to stay silent. Returns
+/// `http://127.0.0.1:PORT`.
+fn loopback_server(answer: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let endpoint = format!("http://{}", listener.local_addr().expect("bound"));
+    let answer = Arc::new(answer);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One message: the head, then a Content-Length body.
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match conn.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+                    let length: usize = head
+                        .to_ascii_lowercase()
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < end + 4 + length {
+                        match conn.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..end + 4 + length);
+                    match answer(&head) {
+                        Some(response) => {
+                            if conn.write_all(response.as_bytes()).is_err() {
+                                return;
+                            }
+                        }
+                        // Hold the connection open, silent, until the client
+                        // gives up.
+                        None => while conn.read(&mut chunk).is_ok_and(|n| n > 0) {},
+                    }
+                }
+            });
+        }
+    });
+    endpoint
+}
+
+fn http_200(extra_headers: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// A stand-in for DynamoDB that answers every request with an empty Scan
+/// and keeps the region each request was signed for: the third field of the
+/// credential scope in its `Authorization` header
+/// (`Credential=KEY/DATE/REGION/dynamodb/aws4_request`).
+fn signing_recorder() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let regions = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = regions.clone();
+    let endpoint = loopback_server(move |head| {
+        let region = head
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+            .find_map(|l| l.split_once("Credential=")?.1.split('/').nth(2))
+            .unwrap_or("(unsigned)")
+            .to_owned();
+        seen.lock().expect("not poisoned").push(region);
+        Some(http_200(
+            "Content-Type: application/x-amz-json-1.0\r\n",
+            r#"{"Count":0,"Items":[],"ScannedCount":0}"#,
+        ))
+    });
+    (endpoint, regions)
+}
+
+/// `leaderd status FLAGS` against a signing recorder: the regions its
+/// requests were signed for, after checking it succeeded.
+fn status_signing_regions(cmd: &mut std::process::Command, flags: &[&str]) -> Vec<String> {
+    let (endpoint, regions) = signing_recorder();
+    let (out, ended) = common::daemon::output_within(
+        cmd.args(["status", "--store", "dynamodb", "--endpoint-url", &endpoint])
+            .args(flags),
+        Duration::from_secs(30),
+    );
+    assert!(ended, "status still running after 30 s");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let regions = regions.lock().expect("not poisoned").clone();
+    assert!(!regions.is_empty(), "no request reached the store");
+    regions
+}
+
+/// A case: what it shows, its environment, its flags, the region expected.
+type RegionCase = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+    &'static str,
+);
+
+const PROFILES: &str =
+    "[default]\nregion = eu-west-3\n\n[profile other]\nregion = ap-southeast-2\n";
+
+/// Flag > LEADERD_STORE__REGION > AWS_REGION > AWS_DEFAULT_REGION > the
+/// profile's region (AWS_PROFILE's, else `default`; AWS_CONFIG_FILE, else
+/// ~/.aws/config): each case shows the region the requests were signed for.
+#[test]
+fn region_comes_from_the_flag_the_environment_then_the_aws_profile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path();
+    std::fs::write(home.join("aws-config"), PROFILES).expect("write the AWS config file");
+    let cases: [RegionCase; 7] = [
+        ("the default profile", &[], &[], "eu-west-3"),
+        (
+            "AWS_PROFILE's profile",
+            &[("AWS_PROFILE", "other")],
+            &[],
+            "ap-southeast-2",
+        ),
+        (
+            "an empty AWS_REGION is unset",
+            &[("AWS_REGION", ""), ("AWS_PROFILE", "other")],
+            &[],
+            "ap-southeast-2",
+        ),
+        (
+            "AWS_DEFAULT_REGION over the profile",
+            &[("AWS_DEFAULT_REGION", "sa-east-1")],
+            &[],
+            "sa-east-1",
+        ),
+        (
+            "AWS_REGION over AWS_DEFAULT_REGION",
+            &[
+                ("AWS_DEFAULT_REGION", "sa-east-1"),
+                ("AWS_REGION", "ca-central-1"),
+            ],
+            &[],
+            "ca-central-1",
+        ),
+        (
+            "the configuration over the environment",
+            &[
+                ("AWS_REGION", "ca-central-1"),
+                ("LEADERD_STORE__REGION", "us-west-2"),
+            ],
+            &[],
+            "us-west-2",
+        ),
+        (
+            "the flag over everything",
+            &[
+                ("AWS_REGION", "ca-central-1"),
+                ("LEADERD_STORE__REGION", "us-west-2"),
+            ],
+            &["--region", "eu-north-1"],
+            "eu-north-1",
+        ),
+    ];
+    for (case, vars, flags, expect) in cases {
+        let regions = status_signing_regions(&mut leaderd_isolated(home, vars), flags);
+        assert!(
+            regions.iter().all(|r| r == expect),
+            "{case}: signed for {regions:?}, expected {expect}"
+        );
+    }
+
+    // Without AWS_CONFIG_FILE: ~/.aws/config.
+    std::fs::create_dir(home.join(".aws")).expect("mkdir ~/.aws");
+    std::fs::write(home.join(".aws/config"), "[default]\nregion = me-south-1\n")
+        .expect("write ~/.aws/config");
+    let mut cmd = leaderd_isolated(home, &[]);
+    cmd.env_remove("AWS_CONFIG_FILE");
+    assert_eq!(status_signing_regions(&mut cmd, &[]), ["me-south-1"]);
+}
+
+/// The daemon against DynamoDB Local with the region of a named profile: it
+/// logs the region and where it came from, creates the table, leads, runs
+/// its job and exits 0.
+#[test]
+fn daemon_uses_the_profile_region_on_dynamodb_local() {
+    emulators::fake_aws_env();
+    let emulator = emulators::shared_dynamodb_local();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("aws-config"), PROFILES).expect("write the AWS config file");
+    let table = common::unique_name("region");
+    let (out, ended) = common::daemon::output_within(
+        leaderd_isolated(
+            dir.path(),
+            &[
+                ("AWS_PROFILE", "other"),
+                ("LEADERD_STORE__CREATE_TABLE", "true"),
+            ],
+        )
+        .args(["run", "--store", "dynamodb", "--table", &table])
+        .args(["--endpoint-url", &emulator.endpoint])
+        .args(["--listen", "127.0.0.1:0", "--acquire-timeout", "30s"])
+        .args(common::daemon::short_lease_args("job"))
+        .args(["--", "true"]),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(ended, "still running after 60 s:\n{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("DynamoDB lease table"))
+        .unwrap_or_else(|| panic!("no region line:\n{stderr}"));
+    assert!(
+        line.contains("region=ap-southeast-2")
+            && line.contains(r#"region_from=AWS profile "other""#),
+        "{line}"
+    );
+    assert!(stderr.contains("child started"), "{stderr}");
+}
+
+/// Exit 69 and one line naming the flag, key, variable, profile and file
+/// looked at (for `status` and `table`), or one ERROR line saying as much
+/// (`run`).
+fn assert_no_region(out: &std::process::Output, needles: &[&str], run: bool) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    let lines: Vec<&str> = if run {
+        stderr.lines().filter(|l| l.contains("ERROR")).collect()
+    } else {
+        stderr.lines().filter(|l| !l.trim().is_empty()).collect()
+    };
+    assert_eq!(lines.len(), 1, "one line expected:\n{stderr}");
+    for n in [
+        "no AWS region",
+        "--region",
+        "store.region",
+        "AWS_REGION",
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+    ]
+    .iter()
+    .chain(needles)
+    {
+        assert!(lines[0].contains(n), "`{n}` missing from: {}", lines[0]);
+    }
+}
+
+/// No region anywhere: no flag or key, no variable, a config file whose
+/// profile has none, instance metadata disabled.
+#[test]
+fn no_region_anywhere_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("aws-config");
+    std::fs::write(
+        &config,
+        "[default]\noutput = json\n\n[profile other]\noutput = text\n",
+    )
+    .expect("write the AWS config file");
+    let config = config.to_str().expect("utf-8 temp path");
+    let store = [
+        "--store",
+        "dynamodb",
+        "--endpoint-url",
+        "http://127.0.0.1:9",
+    ];
+    for (vars, profile) in [
+        (&[][..], r#"profile "default""#),
+        (&[("AWS_PROFILE", "other")][..], r#"profile "other""#),
+    ] {
+        let needles = [profile, config, "AWS_EC2_METADATA_DISABLED=true"];
+        for sub in [&["status"][..], &["table", "describe"][..]] {
+            let (out, ended) = common::daemon::output_within(
+                leaderd_isolated(dir.path(), vars).args(sub).args(store),
+                Duration::from_secs(30),
+            );
+            assert!(ended, "{sub:?} still running after 30 s");
+            assert_no_region(&out, &needles, false);
+        }
+        let (out, ended) = common::daemon::output_within(
+            leaderd_isolated(dir.path(), vars)
+                .args(["run", "--listen", "127.0.0.1:0"])
+                .args(store),
+            Duration::from_secs(30),
+        );
+        assert!(ended, "run still running after 30 s");
+        assert_no_region(&out, &needles, true);
+    }
+}
+
+/// With nothing else naming a region, the EC2 instance metadata does (here
+/// a stand-in, through AWS_EC2_METADATA_SERVICE_ENDPOINT); one that does not
+/// answer costs one short wait, then the clear error.
+#[test]
+fn region_from_instance_metadata_is_asked_last_and_briefly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let asked = Arc::new(AtomicU32::new(0));
+    let counter = asked.clone();
+    let imds = loopback_server(move |head| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let request_line = head.lines().next().unwrap_or_default();
+        if request_line.starts_with("PUT /latest/api/token ") {
+            Some(http_200(
+                "x-aws-ec2-metadata-token-ttl-seconds: 21600\r\n",
+                "test-token",
+            ))
+        } else if request_line.starts_with("GET /latest/meta-data/placement/region ") {
+            Some(http_200("", "ap-northeast-3"))
+        } else {
+            Some("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_owned())
+        }
+    });
+    let mut cmd = leaderd_isolated(dir.path(), &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds)]);
+    cmd.env_remove("AWS_EC2_METADATA_DISABLED");
+    assert_eq!(status_signing_regions(&mut cmd, &[]), ["ap-northeast-3"]);
+    let asked_once = asked.load(Ordering::SeqCst);
+    assert!(asked_once >= 2, "token and region: {asked_once} requests");
+
+    // A profile that names a region comes first: the metadata is not asked.
+    std::fs::write(dir.path().join("aws-config"), PROFILES).expect("write the AWS config file");
+    let mut cmd = leaderd_isolated(dir.path(), &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds)]);
+    cmd.env_remove("AWS_EC2_METADATA_DISABLED");
+    assert_eq!(status_signing_regions(&mut cmd, &[]), ["eu-west-3"]);
+    assert_eq!(asked.load(Ordering::SeqCst), asked_once);
+    std::fs::remove_file(dir.path().join("aws-config")).expect("remove the AWS config file");
+
+    let silent = loopback_server(|_| None);
+    let t0 = Instant::now();
+    let mut cmd = leaderd_isolated(
+        dir.path(),
+        &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &silent)],
+    );
+    cmd.env_remove("AWS_EC2_METADATA_DISABLED");
+    let (out, ended) = common::daemon::output_within(
+        cmd.args([
+            "status",
+            "--store",
+            "dynamodb",
+            "--endpoint-url",
+            "http://127.0.0.1:9",
+        ]),
+        Duration::from_secs(30),
+    );
+    let took = t0.elapsed();
+    assert!(ended, "status still running after 30 s");
+    assert_no_region(&out, &["did not answer within 1s"], false);
+    // One attempt of 1 s (the SDK's default chain takes up to 5 s); the rest
+    // is process start on a busy machine.
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+}

@@ -62,7 +62,13 @@ pub async fn run(args: TableArgs) -> Result<(), ToolError> {
             "`leaderd table` manages a DynamoDB table: set --store dynamodb (or store.kind = \"dynamodb\")",
         ));
     }
-    let store = DynamoStore::new(&cfg.store.dynamo()).await;
+    let config = cfg
+        .store
+        .dynamo()
+        .resolve()
+        .await
+        .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))?;
+    let store = DynamoStore::new(&config).await;
     let info = match &args.action {
         TableAction::Create(a) => create(&store, a.ttl, a.wait).await,
         TableAction::Describe(_) => describe(&store).await,

@@ -29,7 +29,8 @@ pub struct StoreArgs {
     /// DynamoDB table [config: store.table].
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,
-    /// AWS region; default from the standard AWS chain [config: store.region].
+    /// AWS region; default from the standard AWS chain: AWS_REGION, the AWS
+    /// profile, EC2 instance metadata [config: store.region].
     #[arg(long, value_name = "REGION")]
     pub region: Option<String>,
     /// DynamoDB endpoint, e.g. http://127.0.0.1:8000 [config: store.endpoint_url].

@@ -27,7 +27,9 @@
 //!   `signal_on_gain` / `signal_on_loss` are only valid in that mode, which
 //!   also needs a command.
 //! - `store.path` is relative to the working directory; `store.region` unset
-//!   means the standard AWS chain decides.
+//!   means the standard AWS sources decide when the store is opened
+//!   (`AWS_REGION`, the AWS profile, the EC2 instance metadata: see
+//!   `lease::dynamodb::region`), and none naming one is an error then.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,7 +42,7 @@ use crate::app_check::AppCheckConfig;
 use crate::election::ElectionConfig;
 use crate::exit::CONFIG as EX_CONFIG;
 use crate::lease::StoreSpec;
-use crate::lease::dynamodb::DynamoConfig;
+use crate::lease::dynamodb::DynamoSpec;
 
 mod app_check;
 mod build;
@@ -136,7 +138,8 @@ pub struct StoreConfig {
     pub path: PathBuf,
     /// `store.table`: the DynamoDB table.
     pub table: String,
-    /// `store.region`; `None`: the standard AWS chain decides.
+    /// `store.region`; `None`: the standard AWS sources decide (see
+    /// `lease::dynamodb::region`).
     pub region: Option<String>,
     /// `store.endpoint_url`; `None`: the region's AWS endpoint.
     pub endpoint_url: Option<String>,
@@ -158,13 +161,14 @@ impl StoreConfig {
         }
     }
 
-    /// The DynamoDB table these settings name.
-    pub fn dynamo(&self) -> DynamoConfig {
-        DynamoConfig::new(
-            self.table.clone(),
-            self.region.clone(),
-            self.endpoint_url.clone(),
-        )
+    /// The DynamoDB table these settings name; its region, when unset, is
+    /// found when the store is opened ([`DynamoSpec::resolve`]).
+    pub fn dynamo(&self) -> DynamoSpec {
+        DynamoSpec {
+            table: self.table.clone(),
+            region: self.region.clone(),
+            endpoint_url: self.endpoint_url.clone(),
+        }
     }
 }
 

@@ -25,8 +25,8 @@ pub enum StoreSpec {
     Sqlite(PathBuf),
     /// A DynamoDB table; `create_table`: create it at start if missing.
     Dynamodb {
-        /// Where the table is.
-        config: dynamodb::DynamoConfig,
+        /// Where the table is (its region is resolved on opening).
+        config: dynamodb::DynamoSpec,
         /// Create the table at start if it is missing.
         create_table: bool,
     },
@@ -36,7 +36,8 @@ pub enum StoreSpec {
 const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
 
 /// Open the store for `leaderd run`: the SQLite file is created (and set up)
-/// if missing; the DynamoDB table too when asked.
+/// if missing; the DynamoDB table too when asked. No AWS region found is an
+/// error (see [`dynamodb::region`]).
 pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
     match spec {
         StoreSpec::Sqlite(path) => sqlite::SqliteStore::open(path)
@@ -46,7 +47,8 @@ pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
             config,
             create_table,
         } => {
-            let store = dynamodb::DynamoStore::new(config).await;
+            let config = config.resolve().await.map_err(|e| e.to_string())?;
+            let store = dynamodb::DynamoStore::new(&config).await;
             if *create_table {
                 store
                     .create_table(false, CREATE_TABLE_WAIT)
@@ -66,7 +68,8 @@ pub async fn open_to_read(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, Strin
             .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
             .map_err(|e| e.to_string()),
         StoreSpec::Dynamodb { config, .. } => {
-            Ok(Arc::new(dynamodb::DynamoStore::new(config).await))
+            let config = config.resolve().await.map_err(|e| e.to_string())?;
+            Ok(Arc::new(dynamodb::DynamoStore::new(&config).await))
         }
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! - this file: the store (`DynamoStore`) and its `LeaseStore` requests;
 //! - [`table`]: creating, describing and checking the table;
+//! - [`region`]: the region when none is configured (environment, AWS
+//!   profile, EC2 instance metadata);
 //! - `errors`: time bounds, throttling retry, error classification;
 //! - `codec`: the record as attributes, malformed items, conditions.
 //!
@@ -28,12 +30,14 @@ use tokio::time::Instant;
 
 mod codec;
 mod errors;
+pub mod region;
 mod table;
 #[cfg(test)]
 mod tests;
 
 use codec::{condition_expression, lease_item, parse_item};
 use errors::{bounded, classify, condition_failed, lease_settings, retry_throttled};
+pub use region::NoRegion;
 pub use table::{TableInfo, TtlStatus};
 use table::{key_schema_problem, table_status};
 
@@ -66,19 +70,36 @@ pub struct DynamoConfig {
     pub endpoint_url: Option<String>,
 }
 
-impl DynamoConfig {
-    /// The table in `region`, else the region of the standard AWS variables
-    /// (`AWS_REGION`, `AWS_DEFAULT_REGION`), else `us-east-1`.
-    pub fn new(table: String, region: Option<String>, endpoint_url: Option<String>) -> Self {
-        let region = region
-            .or_else(|| std::env::var("AWS_REGION").ok())
-            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-            .unwrap_or_else(|| "us-east-1".to_owned());
-        DynamoConfig {
-            table,
+/// Where the lease table lives, as configured: the region may be left to the
+/// standard AWS sources, asked when the store is opened
+/// ([`DynamoSpec::resolve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoSpec {
+    /// Table name.
+    pub table: String,
+    /// `--region` (`store.region`); `None`: see [`region::resolve`].
+    pub region: Option<String>,
+    /// Endpoint override.
+    pub endpoint_url: Option<String>,
+}
+
+impl DynamoSpec {
+    /// The table with its region: the configured one, else the first the
+    /// standard AWS sources name (environment, profile, EC2 instance
+    /// metadata). Logs the region and where it came from.
+    pub async fn resolve(&self) -> Result<DynamoConfig, NoRegion> {
+        let (region, source) = region::resolve(self.region.as_deref()).await?;
+        tracing::info!(
+            table = %self.table,
+            region = %region,
+            region_from = %source,
+            "DynamoDB lease table"
+        );
+        Ok(DynamoConfig {
+            table: self.table.clone(),
             region,
-            endpoint_url,
-        }
+            endpoint_url: self.endpoint_url.clone(),
+        })
     }
 }
 
@@ -105,8 +126,8 @@ pub fn https_client() -> SharedHttpClient {
 impl DynamoStore {
     /// A store for `cfg.table`, with credentials from the standard AWS chain
     /// (environment, profile, web identity/IRSA, ECS, IMDS), the given region
-    /// and optional endpoint. Does no network I/O: credentials are resolved on
-    /// the first request.
+    /// (see [`DynamoSpec::resolve`]) and optional endpoint. Does no network
+    /// I/O: credentials are resolved on the first request.
     pub async fn new(cfg: &DynamoConfig) -> DynamoStore {
         let shared = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(cfg.region.clone()))
