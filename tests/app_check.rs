@@ -226,6 +226,12 @@ fn a_leader_whose_app_fails_hands_over_nobody_leads_while_all_fail_and_it_leads_
         metric(&a, "leaderd_child_running") == Some(1.0)
     })
     .expect("a's job runs");
+    // Its first line may take a moment on a busy machine (the job is a
+    // Python script): wait for the third tenure's start, then a beat.
+    // (If it never comes, the assertion below shows the history.)
+    let _ = wait_until(Duration::from_secs(5), || {
+        check_history(&history).tenures.len() >= 3
+    });
     std::thread::sleep(Duration::from_millis(300));
 
     let summary = check_history(&history);
