@@ -307,7 +307,7 @@ pub(super) fn check_log_level(level: &str) -> Result<(), ConfigError> {
     let ok = if simple {
         LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level.trim()))
     } else {
-        tracing_subscriber::EnvFilter::try_new(level).is_ok()
+        log_filter(level).is_some()
     };
     if ok {
         Ok(())
@@ -315,7 +315,7 @@ pub(super) fn check_log_level(level: &str) -> Result<(), ConfigError> {
         Err(ConfigError::invalid(
             "log.level",
             format!(
-                "log.level = {} is not a log level (trace, debug, info, warn, error, off) or filter (like info,leaderd=debug)",
+                "log.level = {} is not a log level (trace, debug, info, warn, error, off) or filter (TARGET=LEVEL directives, like info,leaderd=debug)",
                 echo(level)
             ),
         ))
