@@ -19,6 +19,9 @@ FROM ${BUILDER} AS build
 
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# Build settings (the bundled SQLite's compile options), as on a developer's
+# machine.
+COPY .cargo ./.cargo
 COPY src ./src
 
 # Cache mounts keep the crate registry and compiled dependencies between

@@ -128,18 +128,22 @@ fn tool(f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), ToolError>) -> i3
 }
 
 fn init_logging(cfg: &LogConfig) {
-    use tracing_subscriber::EnvFilter;
-    // RUST_LOG, when set, overrides the configured level (for debugging).
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&cfg.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    // The filter layer decides alone: the formatter passes every level.
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(tracing::level_filters::LevelFilter::TRACE)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
+    let filter = cfg.filter();
     let _ = match cfg.format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .finish()
+            .with(filter)
+            .try_init(),
+        LogFormat::Text => builder.finish().with(filter).try_init(),
     };
 }

@@ -15,7 +15,7 @@ use super::raw::{
 use super::{
     ChildConfig, Config, ConfigError, DEFAULT_ELECTION, HealthConfig, HttpConfig, LogConfig,
     LogFormat, Mode, OnChildExit, StoreConfig, StoreKind, default_identity, defaults,
-    is_valid_identity, limits,
+    is_valid_identity, limits, log_filter,
 };
 use crate::election::{ElectionConfig, TimingError};
 use crate::text;
@@ -325,7 +325,7 @@ fn check_log_level(level: &str) -> Result<(), ConfigError> {
     let ok = if simple {
         LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level.trim()))
     } else {
-        tracing_subscriber::EnvFilter::try_new(level).is_ok()
+        log_filter(level).is_some()
     };
     if ok {
         Ok(())
@@ -333,7 +333,7 @@ fn check_log_level(level: &str) -> Result<(), ConfigError> {
         Err(ConfigError::invalid(
             "log.level",
             format!(
-                "log.level = {} is not a log level (trace, debug, info, warn, error, off) or filter (like info,leaderd=debug)",
+                "log.level = {} is not a log level (trace, debug, info, warn, error, off) or filter (TARGET=LEVEL directives, like info,leaderd=debug)",
                 echo(level)
             ),
         ))

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde::Deserialize;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 
 use crate::app_check::AppCheckConfig;
 use crate::election::ElectionConfig;
@@ -211,9 +212,36 @@ pub struct ChildConfig {
 pub struct LogConfig {
     /// `log.format`.
     pub format: LogFormat,
-    /// `log.level`: a level (`info`) or an `EnvFilter` directive list
-    /// (`info,leaderd=debug`); validated.
+    /// `log.level`: a level (`info`) or a list of `TARGET=LEVEL` directives
+    /// with an optional default level (`info,leaderd=debug`); validated.
     pub level: String,
+}
+
+impl LogConfig {
+    /// What to log: `RUST_LOG` when it is set and valid (for debugging),
+    /// else `log.level`, else `info`. Both are read as [`log_filter`] reads
+    /// them.
+    pub fn filter(&self) -> Targets {
+        std::env::var("RUST_LOG")
+            .ok()
+            .and_then(|v| log_filter(&v))
+            .or_else(|| log_filter(&self.level))
+            .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO))
+    }
+}
+
+/// A log filter: comma-separated `TARGET=LEVEL` directives and at most one
+/// bare level, the default (`info,leaderd=debug`); a target covers the
+/// targets it prefixes, the longest match wins. `RUST_LOG`'s syntax without
+/// its span and field filters (`target[span{field=value}]=level`), which
+/// would need a regex engine in the binary: those are `None`, as are empty
+/// and malformed lists.
+pub fn log_filter(directives: &str) -> Option<Targets> {
+    let directives = directives.trim();
+    if directives.is_empty() || directives.contains(['[', ']', '{', '}']) {
+        return None;
+    }
+    directives.parse().ok()
 }
 
 /// `[health]`.
@@ -525,4 +553,34 @@ pub fn default_identity() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "leaderd".to_string());
     format!("{host}-{:04x}", rand::random::<u16>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn log_filters_are_target_level_lists() {
+        let f = log_filter(" info,leaderd=debug,aws_config=off ").expect("valid");
+        assert!(f.would_enable("leaderd::daemon", &Level::DEBUG));
+        assert!(!f.would_enable("leaderd::daemon", &Level::TRACE));
+        assert!(f.would_enable("hyper", &Level::INFO));
+        assert!(!f.would_enable("hyper", &Level::DEBUG));
+        assert!(!f.would_enable("aws_config::imds", &Level::ERROR));
+        // A target alone: only that target, as RUST_LOG reads it.
+        let f = log_filter("leaderd=warn").expect("valid");
+        assert!(f.would_enable("leaderd", &Level::WARN));
+        assert!(!f.would_enable("hyper", &Level::ERROR));
+        for bad in [
+            "",
+            " ",
+            "info,leaderd[run]=debug",
+            "leaderd[{x}]=debug",
+            "a=b=c",
+            "x=loud",
+        ] {
+            assert!(log_filter(bad).is_none(), "{bad:?}");
+        }
+    }
 }
