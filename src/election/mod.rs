@@ -160,7 +160,7 @@ impl ElectionConfig {
     /// at most: min(R, 2·P). Reading just after a renewal finds an rvn
     /// timed from its hint, so the next such read is a whole lease away
     /// (60/L reads a minute, 6 at the defaults); and a dead leader's lease
-    /// is taken at most L·(1+D) + 2·P after its last write, whatever the
+    /// is taken at most 2·P after its takeover wait ends, whatever the
     /// stream says.
     pub fn due_read_slack(&self) -> Duration {
         self.renew_interval.min(self.retry_interval * 2)
