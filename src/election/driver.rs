@@ -275,8 +275,9 @@ impl Driver {
 
     /// Log and count what the core noted.
     fn report(&mut self, note: Note) {
-        let cfg = self.core.config().clone();
-        let (name, me) = (cfg.name.as_str(), cfg.identity.as_str());
+        let cfg = self.core.config();
+        let (name, me) = (cfg.name.clone(), cfg.identity.clone());
+        let (name, me) = (name.as_str(), me.as_str());
         let outcome = |res: &Result<bool, StoreError>| -> &'static str {
             match res {
                 Ok(true) => "ok",

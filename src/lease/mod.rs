@@ -158,13 +158,15 @@ impl Lease {
         Lease {
             election: election.to_owned(),
             holder: Some(holder.to_owned()),
+            rvn: stamp.rvn.clone(),
             fencing_token,
             lease_ms,
             acquired_at_ms,
+            renewed_at_ms: stamp.unix_ms,
+            expires_at_s: stamp.unix_ms.saturating_add(lease_ms).div_ceil(1000),
             holder_meta,
-            ..Lease::released_placeholder()
+            successor: None,
         }
-        .restamped(stamp, stamp.unix_ms.saturating_add(lease_ms))
     }
 
     /// The next write of this tenure (a renew): a fresh `rvn`, stamped now,
@@ -216,22 +218,6 @@ impl Lease {
             renewed_at_ms: stamp.unix_ms,
             expires_at_s: expires_ms.div_ceil(1000),
             ..self
-        }
-    }
-
-    /// An empty released record, filled in by [`Lease::stamped`].
-    fn released_placeholder() -> Lease {
-        Lease {
-            election: String::new(),
-            holder: None,
-            rvn: String::new(),
-            fencing_token: 0,
-            lease_ms: 0,
-            acquired_at_ms: 0,
-            renewed_at_ms: 0,
-            expires_at_s: 0,
-            holder_meta: None,
-            successor: None,
         }
     }
 

@@ -70,16 +70,10 @@ impl Core {
             fencing_token: term.lease.fencing_token,
             lease_ms: term.lease.lease_ms,
         }));
+        self.observed_ok(tick, Some(me), Some(term.lease.fencing_token), None);
         let s = &mut self.state;
         s.role = role;
         s.tenure = Some(tenure);
-        s.leader = Some(me);
-        s.fencing_token = Some(term.lease.fencing_token);
-        s.observed_at = Some(self.now);
-        s.observed_at_unix_ms = Some(tick.stamp.unix_ms);
-        s.last_error = None;
-        s.malformed = None;
-        s.first_observation_done = true;
         // Holding a tenure, it watches nobody: a stream it heard as a
         // follower must not count once it follows again (after a resign's
         // sit-out) until it hears one anew.
@@ -327,11 +321,6 @@ impl Core {
         successor: Option<String>,
         then: AfterRelease,
     ) {
-        let lease = term.lease.handed_to_with(successor.clone(), &tick.stamp);
-        let condition = Condition::HeldBy {
-            rvn: term.lease.rvn.clone(),
-            holder: self.cfg.identity.clone(),
-        };
         // Not leading from here on, whatever the store answers.
         self.state.role = Role::Follower;
         self.state.tenure = None;
@@ -339,12 +328,33 @@ impl Core {
         if role == Role::Leader {
             self.note(Note::Lost);
         }
+        let rvn = term.lease.rvn.clone();
+        self.write_release(tick, term, rvn, successor, then, false);
+    }
+
+    /// Write `term`'s lease released (to `successor`, or anyone) under the
+    /// condition that the record still holds `rvn` and names us; `again`:
+    /// the second try, from an rvn of ours found after the first failed.
+    fn write_release(
+        &mut self,
+        tick: &Tick,
+        term: Term,
+        rvn: String,
+        successor: Option<String>,
+        then: AfterRelease,
+        again: bool,
+    ) {
+        let lease = term.lease.handed_to_with(successor.clone(), &tick.stamp);
+        let condition = Condition::HeldBy {
+            rvn,
+            holder: self.cfg.identity.clone(),
+        };
         self.pending = Some(Pending::Release {
             term: Box::new(term),
             lease: lease.clone(),
             successor,
             then,
-            again: false,
+            again,
         });
         self.out.push_back(Action::Write {
             op: WriteOp::Release,
@@ -400,27 +410,7 @@ impl Core {
         then: AfterRelease,
     ) {
         match self.still_ours(current.as_ref(), &term) {
-            Some(rvn) => {
-                let lease = term.lease.handed_to_with(successor.clone(), &tick.stamp);
-                let condition = Condition::HeldBy {
-                    rvn,
-                    holder: self.cfg.identity.clone(),
-                };
-                self.pending = Some(Pending::Release {
-                    term: Box::new(term),
-                    lease: lease.clone(),
-                    successor,
-                    then,
-                    again: true,
-                });
-                self.out.push_back(Action::Write {
-                    op: WriteOp::Release,
-                    lease,
-                    condition,
-                    budget: self.cfg.renew_interval,
-                    deadline: None,
-                });
-            }
+            Some(rvn) => self.write_release(tick, term, rvn, successor, then, true),
             None => self.released(
                 Ok(WriteOutcome::ConditionFailed { current: None }),
                 &term,

@@ -488,12 +488,6 @@ impl Core {
         self.phase == Phase::Exited
     }
 
-    /// Whether a store request is in flight (the driver feeds nothing but
-    /// its answer meanwhile).
-    pub fn awaits_answer(&self) -> bool {
-        self.pending.is_some()
-    }
-
     /// Whether hints are taken now (only while following between rounds).
     pub fn takes_hints(&self) -> bool {
         self.pending.is_none() && matches!(self.phase, Phase::Following { .. })
