@@ -70,6 +70,7 @@ fn lease(election: &str, holder: &str) -> Lease {
         expires_at_s: 1_700_000_010,
         holder_meta: None,
         successor: None,
+        session: None,
     }
 }
 

@@ -72,6 +72,7 @@ fn lease(election: &str, holder: &str, fencing_token: u64) -> Lease {
         expires_at_s: 1_700_000_010,
         holder_meta: None,
         successor: None,
+        session: None,
     }
 }
 

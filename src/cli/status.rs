@@ -212,6 +212,7 @@ mod tests {
             expires_at_s: 0,
             holder_meta: None,
             successor: None,
+            session: None,
         };
         store.set("a", Record::Valid(lease.clone()));
         store.set(

@@ -30,6 +30,7 @@ fn held_by_a(store: &MemoryStore) -> Lease {
             labels: Default::default(),
         }),
         successor: None,
+        session: None,
     };
     store.set("report", Record::Valid(lease.clone()));
     lease

@@ -69,6 +69,7 @@ fn held_by(store: &MemoryStore, who: &str, token: u64) -> Lease {
         expires_at_s: 1,
         holder_meta: None,
         successor: None,
+        session: None,
     };
     store.set("report", Record::Valid(lease.clone()));
     lease

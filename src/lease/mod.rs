@@ -121,6 +121,12 @@ pub struct Lease {
     /// the lease to. For one lease only that candidate may take it at once;
     /// the others wait as if it were still held.
     pub successor: Option<String>,
+    /// The key of the holder's session, when the election is held through
+    /// one (see `crate::election::session`): the record's `rvn` then
+    /// changes only on a new tenure, a release or a handover, and the
+    /// tenure lasts as long as the session. `None`: the record is its own
+    /// lease, renewed by rewriting it.
+    pub session: Option<String>,
 }
 
 impl Lease {
@@ -166,6 +172,7 @@ impl Lease {
             expires_at_s: stamp.unix_ms.saturating_add(lease_ms).div_ceil(1000),
             holder_meta,
             successor: None,
+            session: None,
         }
     }
 
@@ -205,6 +212,7 @@ impl Lease {
             holder: None,
             holder_meta: None,
             successor,
+            session: None,
             ..self.clone()
         }
         .restamped(stamp, expires_ms)
@@ -254,6 +262,20 @@ pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
             _ => None,
         })
         .collect()
+}
+
+/// Keys of the daemons' session records (see `crate::election::session`)
+/// start with this; like member keys, no election can be named so.
+pub const SESSION_PREFIX: &str = "#session/";
+
+/// The key of `identity`'s session opened with `nonce` (fresh per opening).
+pub fn session_key(identity: &str, nonce: &str) -> String {
+    format!("{SESSION_PREFIX}{identity}/{nonce}")
+}
+
+/// Whether `key` is a session record's, not an election's.
+pub fn is_session_key(key: &str) -> bool {
+    key.starts_with(SESSION_PREFIX)
 }
 
 /// What a holder advertises about itself in the lease record.
@@ -371,6 +393,7 @@ impl Condition {
 /// The answer to a conditional write. A failed condition is an answer, not an
 /// error: someone else wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // One per write answered, never kept in bulk: boxing would buy nothing.
 pub enum WriteOutcome {
     /// The write happened.
     Applied,
@@ -485,10 +508,13 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError>;
 
     /// Every election's record (for `leaderd status` with no names): the
-    /// store's items without the member records.
+    /// store's items without the member and session records.
     async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
         let mut records = self.scan(budget).await?;
-        records.retain(|r| !r.key().is_some_and(is_member_key));
+        records.retain(|r| {
+            !r.key()
+                .is_some_and(|k| is_member_key(k) || is_session_key(k))
+        });
         Ok(records)
     }
 
@@ -627,6 +653,7 @@ mod tests {
             expires_at_s: 0,
             holder_meta: None,
             successor: None,
+            session: None,
         })
     }
 

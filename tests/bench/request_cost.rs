@@ -80,6 +80,7 @@ fn lease(election: &str, rvn: &str) -> Lease {
         expires_at_s: 1,
         holder_meta: None,
         successor: None,
+        session: None,
     }
 }
 

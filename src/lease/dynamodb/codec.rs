@@ -102,6 +102,7 @@ fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> 
             Some(AttributeValue::S(s)) => Some(s.clone()),
             Some(other) => return Err(wrong_type("successor", other, "S")),
         },
+        session: None,
     })
 }
 

@@ -148,6 +148,7 @@ fn sample_lease() -> Lease {
             labels: [("zone".to_owned(), "a".to_owned())].into(),
         }),
         successor: None,
+        session: None,
     }
 }
 

@@ -120,6 +120,7 @@ impl Row {
                 expires_at_s,
                 holder_meta,
                 successor,
+                session: None,
             });
         }
         let fencing_token = match self.get("fencing_token") {

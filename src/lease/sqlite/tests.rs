@@ -141,6 +141,7 @@ fn sample(election: &str) -> Lease {
         expires_at_s: 1,
         holder_meta: None,
         successor: None,
+        session: None,
     }
 }
 
