@@ -149,6 +149,7 @@ impl Driver {
     async fn carry_out(&mut self, action: Action) -> Option<Input> {
         match action {
             Action::Read { budget, confirming } => Some(self.read(budget, confirming).await),
+            Action::ReadSession { key, budget } => Some(self.read_session(&key, budget).await),
             Action::Write {
                 op,
                 lease,
@@ -209,6 +210,24 @@ impl Driver {
             }
         }
         Input::Read(res)
+    }
+
+    /// Read the session record under `key` within `budget` (the election
+    /// is held through it); timed for metrics as `read_session`.
+    async fn read_session(&mut self, key: &str, budget: Duration) -> Input {
+        let name = self.core.config().name.clone();
+        let start = self.clock.now();
+        let res = self.store.read(key, budget).await;
+        let outcome = match &res {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::Failed(e),
+        };
+        self.observer
+            .store_request(&name, "read_session", self.clock.now() - start, outcome);
+        if res.is_ok() {
+            self.store_answered("read_session");
+        }
+        Input::SessionRecord(res)
     }
 
     /// Write `lease` under `condition` within `budget`, giving up at

@@ -14,7 +14,7 @@ pub(super) enum RequestKind {
 
 impl RequestKind {
     pub(super) fn of(op: &str) -> RequestKind {
-        if op == "read" {
+        if op.starts_with("read") {
             RequestKind::Read
         } else {
             RequestKind::Write

@@ -611,6 +611,7 @@ mod hint_tests;
 mod hints;
 #[cfg(test)]
 mod model;
+pub mod session;
 mod takeover;
 #[cfg(test)]
 mod tests;

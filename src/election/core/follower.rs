@@ -107,7 +107,7 @@ impl Core {
                 self.observed_ok(tick, None, None, None);
                 self.takeover.forget();
                 self.hints.stop();
-                if !self.may_campaign {
+                if !self.may_campaign || !self.can_hold() {
                     return Some(Round::Wait(poll));
                 }
                 let token = self.next_token(None, tick);
@@ -145,14 +145,22 @@ impl Core {
                 address: current.holder_meta.as_ref().and_then(|m| m.address.clone()),
             });
         }
-        let ours =
-            current.holder.as_deref() == Some(me.as_str()) && self.own_rvns.contains(&current.rvn);
+        let ours = current.holder.as_deref() == Some(me.as_str())
+            && (self.own_rvns.contains(&current.rvn) || self.holds_session_of(&current));
+        // Held through someone's session: the session is what is timed
+        // (the record's own rvn does not change on renew).
+        if !ours
+            && current.holder.is_some()
+            && let Some(key) = current.session.clone()
+        {
+            return self.read_session(current, key);
+        }
         let lease_ms = self.timing_lease_ms(&current);
         let expired = self.takeover.observe(&current.rvn, lease_ms, at, learned) <= at;
         // Released to anyone or to us; a lease handed to someone else
         // waits like a held one.
         let free = self.free_for_me(&current) || ours || expired;
-        if free && !self.may_campaign {
+        if free && (!self.may_campaign || !self.can_hold()) {
             return Some(Round::Wait(poll));
         }
         if free {
@@ -202,7 +210,7 @@ impl Core {
         let key = format!("malformed:{}", m.fingerprint);
         let lease_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
         let expired = self.takeover.observe(&key, lease_ms, at, None) <= at;
-        if !expired || !self.may_campaign {
+        if !expired || !self.may_campaign || !self.can_hold() {
             return Some(Round::Wait(at + self.cfg.retry_interval));
         }
         // Treat an unreadable token as absent: unix ms keeps the new token
@@ -251,6 +259,11 @@ impl Core {
                 self.takeover.forget();
                 self.tenure_seq += 1;
                 let since = self.validity_origin(sent);
+                // Held through the session: valid as long as it is.
+                let Some(last_send) = self.session_origin(&lease, since) else {
+                    self.end_round(Round::Lost, tick);
+                    return;
+                };
                 let leads_from = if op == WriteOp::Create && self.cfg.strict_new_lease {
                     since + takeover_wait(lease.lease_ms, self.cfg.max_clock_drift)
                 } else {
@@ -259,7 +272,7 @@ impl Core {
                 let term = Term {
                     since,
                     leads_from,
-                    last_send: since,
+                    last_send,
                     seq: self.tenure_seq,
                     lease,
                 };

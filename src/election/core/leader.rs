@@ -112,7 +112,8 @@ impl Core {
             self.enter_stopping(term, valid_until);
             return;
         }
-        if now < next_renew {
+        // Held through the session, which renews for every election.
+        if self.sessions || now < next_renew {
             return;
         }
         // Renew. The request may not outlive the stop time: past it the
@@ -369,6 +370,7 @@ impl Core {
         match self.pending.take() {
             Some(Pending::Acquire { op, lease, sent }) => self.acquired(tick, op, lease, sent, res),
             Some(Pending::Renew { renewed, sent }) => self.renewed(tick, renewed, sent, res),
+            Some(Pending::EndSession { election }) => self.session_ended(tick, *election, res),
             Some(Pending::Release {
                 term,
                 lease,

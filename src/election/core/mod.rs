@@ -36,6 +36,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use super::hints::{Hint, Hints, LeaseEvent};
+use super::session::SessionView;
 use super::takeover::TakeoverTimer;
 use super::{AfterRelease, ElectionConfig, ElectionState, Role};
 use crate::clock::Instant;
@@ -84,6 +85,11 @@ pub enum Input {
     Gate(bool),
     /// The store noticed its data was replaced under it.
     StoreReplaced,
+    /// The daemon's own session as it stands now (elections held through
+    /// sessions only): `None` while none is open and valid.
+    Session(Option<SessionView>),
+    /// The answer to the [`Action::ReadSession`] asked for.
+    SessionRecord(Result<Record, StoreError>),
 }
 
 /// Which write the core asks for; also the label of its metrics.
@@ -97,6 +103,12 @@ pub enum WriteOp {
     Renew,
     /// Release our lease.
     Release,
+    /// Open the daemon's session.
+    OpenSession,
+    /// Renew the daemon's session.
+    RenewSession,
+    /// End a session timed out by the takeover rule.
+    EndSession,
 }
 
 impl WriteOp {
@@ -107,12 +119,16 @@ impl WriteOp {
             WriteOp::TakeOver => "take_over",
             WriteOp::Renew => "renew",
             WriteOp::Release => "release",
+            WriteOp::OpenSession => "open_session",
+            WriteOp::RenewSession => "renew_session",
+            WriteOp::EndSession => "end_session",
         }
     }
 }
 
 /// What the core asks its driver to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // A few queued per input, taken at once: boxing the record would buy nothing.
 pub enum Action {
     /// Read the record, within `budget`. A `confirming` read only looks
     /// whether a write whose condition failed applied before after all: it
@@ -137,6 +153,14 @@ pub enum Action {
         budget: Duration,
         /// When to stop waiting for the answer, if ever.
         deadline: Option<Instant>,
+    },
+    /// Read the session record under `key`, within `budget` (a follower
+    /// times the session an election is held through).
+    ReadSession {
+        /// The session's key.
+        key: String,
+        /// Longest the request may take.
+        budget: Duration,
     },
     /// Tell the followers this (the last event replaces the one before).
     Tell(LeaseEvent),
@@ -231,6 +255,9 @@ pub struct Mutations {
     pub hint_lease_ms_used: bool,
     /// A renew conditional on the holder only, not on the `rvn`.
     pub renew_ignores_rvn: bool,
+    /// Take an election over once its session timed out, without ending
+    /// the session first.
+    pub session_end_skipped: bool,
 }
 
 /// The leader's private view of its tenure.
@@ -303,6 +330,11 @@ enum Pending {
         successor: Option<String>,
         then: AfterRelease,
     },
+    /// A round's read found `election` held through another daemon's
+    /// session: reading that session.
+    SessionRound { election: Box<Lease> },
+    /// Ending the session `election` is held through, before taking it.
+    EndSession { election: Box<Lease> },
 }
 
 /// The follower's pause after a round that failed: P at first, doubling
@@ -339,6 +371,11 @@ pub struct Core {
     hints: Hints,
     /// Whether the app check lets this instance campaign.
     may_campaign: bool,
+    /// Whether tenures are held through the daemon's session (and not
+    /// renewed one by one).
+    sessions: bool,
+    /// The daemon's own session, when `sessions`.
+    own_session: Option<SessionView>,
     backoff: Backoff,
     /// When the last round's read was sent, and answered (or failed).
     last_read_sent: Instant,
@@ -416,6 +453,8 @@ impl Core {
             warned_malformed: None,
             hints: Hints::new(has_feed),
             may_campaign,
+            sessions: false,
+            own_session: None,
             backoff: Backoff::default(),
             last_read_sent: start,
             last_read: start,
@@ -425,6 +464,13 @@ impl Core {
             #[cfg(test)]
             mutations: Mutations::default(),
         }
+    }
+
+    /// The same core, holding its tenures through the daemon's session
+    /// (told by [`Input::Session`]) instead of renewing its own record.
+    pub fn through_sessions(mut self) -> Core {
+        self.sessions = true;
+        self
     }
 
     /// The same core with deliberate defects (model checker only).
@@ -444,6 +490,7 @@ impl Core {
         &Option<Pending>,
         (&TakeoverTimer, &Vec<String>, Option<u64>, u64),
         (&Hints, bool, &Backoff, Instant, Instant),
+        (bool, &Option<SessionView>),
         &ElectionState,
         &VecDeque<Action>,
     ) {
@@ -463,6 +510,7 @@ impl Core {
                 self.last_read_sent,
                 self.last_read,
             ),
+            (self.sessions, &self.own_session),
             &self.state,
             &self.out,
         )
@@ -514,7 +562,12 @@ impl Core {
                 next_renew,
             } => {
                 let stop_at = self.stop_at(term);
-                let wake = (*next_renew).min(stop_at);
+                // Held through a session: nothing to renew here.
+                let wake = if self.sessions {
+                    stop_at
+                } else {
+                    (*next_renew).min(stop_at)
+                };
                 Some(if *role == Role::Confirming {
                     wake.min(term.leads_from)
                 } else {
@@ -543,6 +596,8 @@ impl Core {
             Input::Orphaned => self.on_orphaned(tick),
             Input::Gate(pass) => self.on_gate(tick, pass),
             Input::StoreReplaced => self.on_store_replaced(),
+            Input::Session(view) => self.on_session(view),
+            Input::SessionRecord(res) => self.on_session_record(tick, res),
         }
         if let Some(target) = self.hints.take_retarget() {
             self.out.push_back(Action::Watch(target));
@@ -628,7 +683,7 @@ impl Core {
     }
 
     pub(super) fn new_lease(&self, token: u64, tick: &Tick) -> Lease {
-        Lease::stamped_with(
+        let mut lease = Lease::stamped_with(
             &self.cfg.name,
             &self.cfg.identity,
             token,
@@ -636,9 +691,12 @@ impl Core {
             tick.stamp.unix_ms,
             self.cfg.holder_meta.clone(),
             &tick.stamp,
-        )
+        );
+        lease.session = self.own_session.as_ref().map(|v| v.key.clone());
+        lease
     }
 }
 
 mod follower;
 mod leader;
+mod sessions;

@@ -36,6 +36,15 @@ fn bounds(identities: [&'static str; 3]) -> Bounds {
         delays: 2,
         timely: false,
         mutations: Mutations::default(),
+        sessions: false,
+    }
+}
+
+/// [`bounds`] with every election held through its daemon's session.
+fn session_bounds(identities: [&'static str; 3]) -> Bounds {
+    Bounds {
+        sessions: true,
+        ..bounds(identities)
     }
 }
 
@@ -55,9 +64,13 @@ fn budget() -> usize {
 
 /// Random walks that take the ordinary steps (wake, store, answer, time)
 /// ten times as often as a fault (a hint, a loss, a freeze, a crash, a
-/// resign), so that a walk lives long enough for a deep defect.
+/// resign, a frozen core's request served), so that a walk lives long
+/// enough for a deep defect.
 #[derive(Clone)]
-struct FaultShy;
+struct FaultShy {
+    /// How long a pause lasts at least, real ms: a lease.
+    pause: u64,
+}
 
 impl Chooser<ElectionModel> for FaultShy {
     type State = StdRng;
@@ -70,12 +83,32 @@ impl Chooser<ElectionModel> for FaultShy {
         0
     }
 
-    fn choose_action(&self, rng: &mut StdRng, _w: &World, steps: &[Step]) -> usize {
+    fn choose_action(&self, rng: &mut StdRng, w: &World, steps: &[Step]) -> usize {
         let weight = |s: &Step| match s {
-            Step::Wake(_) | Step::Store(..) | Step::Answer(_) | Step::Advance(_) => 10,
+            // The walks pause a core for a lease at least, its request
+            // still on its way (breadth first covers shorter pauses).
+            Step::Store(n, ..) | Step::Thaw(n) if w.nodes[*n].frozen => {
+                u32::from(w.t >= w.nodes[*n].frozen_at + self.pause)
+            }
+            // The walks spend their one pause on a leader with a write on
+            // its way (breadth first covers the other pauses).
+            Step::Freeze(n) => {
+                let node = &w.nodes[*n];
+                let leads = node.core.state().tenure.is_some();
+                let busy = node.request.is_some() || node.session_request.is_some();
+                u32::from(leads && busy) * 4
+            }
+            Step::Wake(_)
+            | Step::WakeSession(_)
+            | Step::Store(..)
+            | Step::Answer(..)
+            | Step::Advance(_) => 10,
             _ => 1,
         };
         let total: u32 = steps.iter().map(weight).sum();
+        if total == 0 {
+            return rng.random_range(0..steps.len());
+        }
         let mut pick = rng.random_range(0..total);
         for (i, s) in steps.iter().enumerate() {
             if pick < weight(s) {
@@ -111,6 +144,9 @@ struct Found {
 /// was explored and every property broken, with its trace.
 fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> Found {
     let started = Wall::now();
+    let walks = FaultShy {
+        pause: model.cfg.lease_duration.as_millis() as u64,
+    };
     let builder = model
         .checker()
         .threads(2)
@@ -120,7 +156,7 @@ fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> 
         Search::BreadthFirst => report(label, builder.spawn_bfs().join(), states, started),
         Search::RandomWalks => report(
             label,
-            builder.spawn_simulation(26, FaultShy).join(),
+            builder.spawn_simulation(26, walks).join(),
             states,
             started,
         ),
@@ -225,12 +261,79 @@ fn a_follower_leads_within_a_bounded_delay_whatever_the_hints_say() {
     );
 }
 
+#[test]
+fn elections_held_through_sessions_keep_every_property() {
+    for identities in [["a", "b", "c"], ["a", "b", "a"]] {
+        for (search, states) in [
+            (Search::BreadthFirst, budget() / 2),
+            (Search::RandomWalks, budget() / 2),
+        ] {
+            let found = explore(
+                &format!("{search:?}, sessions, identities {identities:?}"),
+                ElectionModel::new(session_bounds(identities)),
+                states,
+                search,
+            );
+            assert!(found.broken.is_empty(), "sessions broke {:?}", found.broken);
+        }
+    }
+}
+
+#[test]
+fn a_follower_leads_within_a_bounded_delay_through_sessions() {
+    let model = || {
+        ElectionModel::new(Bounds {
+            timely: true,
+            hints: 3,
+            losses: 0,
+            resigns: 0,
+            pauses: 0,
+            delays: 0,
+            horizon: 45_000,
+            ..session_bounds(["a", "b", "c"])
+        })
+    };
+    let bound = model().takeover_bound();
+    let mut examples = Vec::new();
+    for search in [Search::BreadthFirst, Search::RandomWalks] {
+        let found = explore(
+            &format!("{search:?}, sessions, timely, bound {bound} ms"),
+            model(),
+            budget() / 2,
+            search,
+        );
+        assert!(found.broken.is_empty(), "broken: {:?}", found.broken);
+        examples.extend(found.examples);
+    }
+    assert!(
+        examples.iter().any(|e| e == LED_AFTER_CRASH),
+        "no explored run had a takeover after a crash"
+    );
+}
+
+#[test]
+fn a_takeover_that_does_not_end_the_session_first_is_caught() {
+    caught_in(
+        session_bounds(["a", "b", "c"]),
+        Mutations {
+            session_end_skipped: true,
+            ..Mutations::default()
+        },
+        ONE_JOB,
+    );
+}
+
 /// The defect `mutations` must break a property (`expected`, or another:
 /// each broken one is printed with its trace).
 fn caught(mutations: Mutations, identities: [&'static str; 3], expected: &str) {
+    caught_in(bounds(identities), mutations, expected);
+}
+
+/// [`caught`], within `bounds`.
+fn caught_in(bounds: Bounds, mutations: Mutations, expected: &str) {
     let model = ElectionModel::new(Bounds {
         mutations,
-        ..bounds(identities)
+        ..bounds
     });
     let found = explore(
         &format!("with {mutations:?}"),

@@ -23,6 +23,10 @@
 //!   (handed to nobody, or to the receiver), `not_leader`, or the stream's
 //!   end. The core reads no other field of a hint (holder, token) for a
 //!   decision, so those carry fixed made-up values.
+//! - Sessions ([`Bounds::sessions`]): each core holds its tenures through
+//!   its daemon's [`SessionCore`], which has requests of its own beside
+//!   the core's (a lane each); the store keeps the session records beside
+//!   the election's. A frozen or crashed daemon freezes or loses both.
 //! - Properties: no two jobs run at one real instant (a core's job runs
 //!   while it is `Leader` or `Stopping` and its own clock is before the
 //!   tenure's `valid_until`: the guard kills it then, even if leaderd is
@@ -31,18 +35,26 @@
 //!   [`Bounds::timely`], a follower leads within L·(1+D)² + 3·P of the
 //!   leader's crash whatever the hints say.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use stateright::{Model, Property};
 
+use std::collections::BTreeMap;
+
 use super::core::{Action as CoreAction, Core, Input, Mutations, Tick};
-use super::hints::{Hint, LeaseEvent};
+use super::hints::LeaseEvent;
+use super::session::{SessionCore, SessionView};
 use super::{AfterRelease, ElectionConfig, Role};
 use crate::clock::Instant;
 use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, StoreError, WriteOutcome};
 
 mod checks;
+mod network;
+mod sessions;
+mod trace;
+
+use super::session::SessionInput;
+use sessions::apply_session;
 
 /// Real time, ms.
 type Ms = u64;
@@ -82,15 +94,26 @@ pub(crate) struct Bounds {
     pub timely: bool,
     /// Deliberate defects in every core.
     pub mutations: Mutations,
+    /// Each core holds its tenures through its daemon's session (a
+    /// [`SessionCore`] beside it, with its own requests).
+    pub sessions: bool,
 }
 
 /// One core and what is in flight for it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Node {
     core: Core,
+    /// The daemon's session, with sessions.
+    session: Option<SessionCore>,
+    /// The session as the core was last told of it.
+    view: Option<SessionView>,
     alive: bool,
     frozen: bool,
+    /// When it froze last, real ms.
+    frozen_at: Ms,
     request: Option<Request>,
+    /// The session core's request in flight.
+    session_request: Option<Request>,
     /// The last event it told its followers (replayed by the network).
     told: Option<LeaseEvent>,
 }
@@ -99,7 +122,11 @@ pub(crate) struct Node {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[allow(clippy::large_enum_variant)] // a few per state, never many
 enum Request {
+    /// A read of the record under `key`; `session`: the answer is a
+    /// session record the election core asked for.
     Read {
+        key: String,
+        session: bool,
         answer: Option<Result<Record, StoreError>>,
     },
     Write {
@@ -117,6 +144,8 @@ pub(crate) struct World {
     nodes: Vec<Node>,
     /// The store's record (`None`: no item).
     record: Option<Lease>,
+    /// The store's session records, by key.
+    sessions: BTreeMap<String, Lease>,
     /// When the record was last written, real ms.
     written_at: Ms,
     /// A write whose sender gave up on it, that may still apply.
@@ -160,18 +189,27 @@ pub(crate) enum Forged {
     Replay(usize),
 }
 
+/// Whose request: the election core's or its session core's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    Election,
+    Session,
+}
+
 /// One step of the system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Step {
     /// Core `n` handles the timeout it asked for.
     Wake(usize),
-    /// The store processes core `n`'s request; a failed condition is
-    /// answered with the record when the flag is set.
-    Store(usize, bool),
-    /// Core `n` receives its answer.
-    Answer(usize),
-    /// Core `n`'s answer is lost: it gets a timeout.
-    Lose(usize),
+    /// Core `n`'s session core handles the timeout it asked for.
+    WakeSession(usize),
+    /// The store processes core `n`'s request on a lane; a failed
+    /// condition is answered with the record when the flag is set.
+    Store(usize, Lane, bool),
+    /// Core `n` receives its answer on a lane.
+    Answer(usize, Lane),
+    /// Core `n`'s answer on a lane is lost: it gets a timeout.
+    Lose(usize, Lane),
     /// Core `n` receives a hint.
     Hint(usize, Forged),
     /// Core `n` resigns, handing the lease to core `m`'s identity or anyone.
@@ -254,22 +292,40 @@ impl ElectionModel {
                 .is_some_and(|t| self.local(n, w.t) < t.valid_until)
     }
 
-    /// Hand `input` to core `n` at `w.t` and collect what it asks for.
-    fn feed(&self, w: &mut World, n: usize, input: Input) {
-        let tick = Tick {
+    /// What core `n` is told along with an input at `w.t`.
+    fn tick(&self, w: &World, n: usize) -> Tick {
+        Tick {
             now: self.local(n, w.t),
             stamp: Stamp {
                 rvn: format!("r{}", w.rvns),
                 unix_ms: EPOCH_MS + w.t,
             },
             jitter: 0.0,
-        };
+        }
+    }
+
+    /// Hand `input` to core `n` at `w.t` and collect what it asks for.
+    fn feed(&self, w: &mut World, n: usize, input: Input) {
+        let tick = self.tick(w, n);
         let was_leader = w.nodes[n].core.state().role == Role::Leader;
         let node = &mut w.nodes[n];
         node.core.handle(&tick, input);
         while let Some(action) = node.core.poll_action() {
             match action {
-                CoreAction::Read { .. } => node.request = Some(Request::Read { answer: None }),
+                CoreAction::Read { .. } => {
+                    node.request = Some(Request::Read {
+                        key: ELECTION.into(),
+                        session: false,
+                        answer: None,
+                    })
+                }
+                CoreAction::ReadSession { key, .. } => {
+                    node.request = Some(Request::Read {
+                        key,
+                        session: true,
+                        answer: None,
+                    })
+                }
                 CoreAction::Write {
                     lease, condition, ..
                 } => {
@@ -293,6 +349,9 @@ impl ElectionModel {
 
     /// The store applies `lease` under `condition` if it holds.
     fn apply(&self, w: &mut World, lease: &Lease, condition: &Condition) -> Option<Record> {
+        if lease.election != ELECTION {
+            return apply_session(w, lease, condition);
+        }
         let current = w.record.clone().map_or(Record::Absent, Record::Valid);
         if !condition.holds(&current, None) {
             return Some(current);
@@ -319,37 +378,6 @@ impl ElectionModel {
         None
     }
 
-    fn forged_event(&self, w: &World, receiver: usize, kind: Forged) -> Option<Hint> {
-        let at = self.local(receiver, w.t);
-        let live = w.record.as_ref().map(|l| l.rvn.clone());
-        let me = self.bounds.identities[receiver].to_owned();
-        let event = match kind {
-            Forged::RenewedLive | Forged::RenewedMadeUp => LeaseEvent::Renewed {
-                election: ELECTION.into(),
-                holder: me,
-                rvn: if kind == Forged::RenewedLive {
-                    live?
-                } else {
-                    "forged".into()
-                },
-                fencing_token: u64::MAX,
-                lease_ms: 1,
-            },
-            Forged::ReleasedLive | Forged::ReleasedToReceiver => LeaseEvent::Released {
-                election: ELECTION.into(),
-                rvn: live?,
-                fencing_token: u64::MAX,
-                successor: (kind == Forged::ReleasedToReceiver).then_some(me),
-            },
-            Forged::NotLeader => LeaseEvent::NotLeader {
-                election: ELECTION.into(),
-            },
-            Forged::Ended => return Some(Hint::Ended),
-            Forged::Replay(m) => w.nodes[m].told.clone()?,
-        };
-        Some(Hint::Event { at, event })
-    }
-
     fn node_steps(&self, w: &World, n: usize, steps: &mut Vec<Step>) {
         let node = &w.nodes[n];
         let b = &self.bounds;
@@ -358,15 +386,23 @@ impl ElectionModel {
         }
         // The store serves a frozen core's request; the core hears of it
         // once it thaws.
-        match &node.request {
-            Some(Request::Read { answer: None }) => steps.push(Step::Store(n, false)),
-            Some(Request::Write { answer: None, .. }) => {
-                steps.push(Step::Store(n, false));
-                steps.push(Step::Store(n, true));
+        for (lane, request) in [
+            (Lane::Election, &node.request),
+            (Lane::Session, &node.session_request),
+        ] {
+            match request {
+                Some(Request::Read { answer: None, .. }) => steps.push(Step::Store(n, lane, false)),
+                Some(Request::Write { answer: None, .. }) => {
+                    steps.push(Step::Store(n, lane, false));
+                    steps.push(Step::Store(n, lane, true));
+                }
+                Some(_) if !node.frozen => steps.push(Step::Answer(n, lane)),
+                Some(_) => {}
+                None => {}
             }
-            Some(_) if !node.frozen => steps.push(Step::Answer(n)),
-            Some(_) => {}
-            None => {}
+            if request.is_some() && w.losses_left > 0 && !b.timely && !node.frozen {
+                steps.push(Step::Lose(n, lane));
+            }
         }
         if node.frozen {
             steps.push(Step::Thaw(n));
@@ -375,8 +411,8 @@ impl ElectionModel {
         if w.pauses_left > 0 {
             steps.push(Step::Freeze(n));
         }
-        if node.request.is_some() && w.losses_left > 0 && !b.timely {
-            steps.push(Step::Lose(n));
+        if self.session_due(w, n) {
+            steps.push(Step::WakeSession(n));
         }
         if node.request.is_none() {
             if node
@@ -424,10 +460,12 @@ impl ElectionModel {
     /// The store processes core `n`'s request: a read sees the record
     /// now, a write applies if its condition holds (a failed one is
     /// answered with the record when `with_record`).
-    fn serve(&self, w: &mut World, n: usize, with_record: bool) -> Option<()> {
-        let processed = match w.nodes[n].request.clone()? {
-            Request::Read { .. } => Request::Read {
-                answer: Some(Ok(w.record.clone().map_or(Record::Absent, Record::Valid))),
+    fn serve(&self, w: &mut World, n: usize, lane: Lane, with_record: bool) -> Option<()> {
+        let processed = match w.nodes[n].slot(lane).clone()? {
+            Request::Read { key, session, .. } => Request::Read {
+                answer: Some(Ok(w.read(&key))),
+                key,
+                session,
             },
             Request::Write {
                 lease, condition, ..
@@ -445,26 +483,65 @@ impl ElectionModel {
                 }
             }
         };
-        w.nodes[n].request = Some(processed);
+        *w.nodes[n].slot(lane) = Some(processed);
         Some(())
     }
 
     /// Core `n`'s answer is lost: it gets a timeout; a write that had not
     /// reached the store yet may still reach it (a stray write).
-    fn lose(&self, w: &mut World, n: usize) -> Option<()> {
+    fn lose(&self, w: &mut World, n: usize, lane: Lane) -> Option<()> {
         w.losses_left -= 1;
-        let timeout = StoreError::Timeout(self.cfg.renew_interval);
-        match w.nodes[n].request.take()? {
-            Request::Read { .. } => self.feed(w, n, Input::Read(Err(timeout))),
-            Request::Write {
-                lease,
-                condition,
-                answer,
-            } => {
-                if answer.is_none() && w.stray.is_none() {
-                    w.stray = Some((lease, condition));
-                }
-                self.feed(w, n, Input::Written(Err(timeout)));
+        let timeout = Err(StoreError::Timeout(self.cfg.renew_interval));
+        let request = w.nodes[n].slot(lane).take()?;
+        if let Request::Write {
+            lease,
+            condition,
+            answer: None,
+        } = &request
+            && w.stray.is_none()
+        {
+            w.stray = Some((lease.clone(), condition.clone()));
+        }
+        self.answer(w, n, lane, request, Some(timeout))
+    }
+
+    /// Core `n` gets the answer of `request` on `lane` (or `timeout`
+    /// instead).
+    fn answer(
+        &self,
+        w: &mut World,
+        n: usize,
+        lane: Lane,
+        request: Request,
+        timeout: Option<Result<(), StoreError>>,
+    ) -> Option<()> {
+        let error = timeout.map(|t| t.expect_err("a timeout is an error"));
+        match (lane, request) {
+            (
+                Lane::Election,
+                Request::Read {
+                    session, answer, ..
+                },
+            ) => {
+                let res = error.map_or_else(|| answer.expect("answered"), Err);
+                let input = if session {
+                    Input::SessionRecord(res)
+                } else {
+                    Input::Read(res)
+                };
+                self.feed(w, n, input);
+            }
+            (Lane::Election, Request::Write { answer, .. }) => {
+                let res = error.map_or_else(|| answer.expect("answered"), Err);
+                self.feed(w, n, Input::Written(res));
+            }
+            (Lane::Session, Request::Read { answer, .. }) => {
+                let res = error.map_or_else(|| answer.expect("answered"), Err);
+                self.feed_session(w, n, SessionInput::Read(res));
+            }
+            (Lane::Session, Request::Write { answer, .. }) => {
+                let res = error.map_or_else(|| answer.expect("answered"), Err);
+                self.feed_session(w, n, SessionInput::Written(res));
             }
         }
         Some(())
@@ -473,6 +550,9 @@ impl ElectionModel {
     /// Whether core `n` is idle and due to wake.
     fn due(&self, w: &World, n: usize) -> bool {
         let node = &w.nodes[n];
+        if self.session_due(w, n) {
+            return true;
+        }
         node.alive
             && !node.frozen
             && node.request.is_none()
@@ -493,19 +573,26 @@ impl ElectionModel {
         let delays = w
             .nodes
             .iter()
-            .any(|n| n.alive && !n.frozen && n.request.is_some());
+            .any(|n| n.alive && !n.frozen && (n.request.is_some() || n.session_request.is_some()));
         if delays && w.delays_left == 0 {
             return None;
         }
         let next = (0..3)
-            .filter_map(|n| {
+            .flat_map(|n| {
                 let node = &w.nodes[n];
-                (node.alive && !node.frozen && node.request.is_none())
+                let idle = node.alive && !node.frozen;
+                let core = (idle && node.request.is_none())
                     .then(|| node.core.next_wake())
+                    .flatten();
+                let session = (idle && node.session_request.is_none())
+                    .then(|| node.session.as_ref().and_then(SessionCore::next_wake))
+                    .flatten();
+                [core, session]
+                    .into_iter()
                     .flatten()
-                    .map(|at| self.real(n, at))
-                    .filter(|t| *t > w.t)
+                    .map(move |at| self.real(n, at))
             })
+            .filter(|t| *t > w.t)
             .min()
             .unwrap_or(w.t + self.cfg.retry_interval.as_millis() as u64);
         (next <= self.bounds.horizon).then_some((next, delays))
@@ -519,19 +606,33 @@ impl Model for ElectionModel {
     fn init_states(&self) -> Vec<World> {
         let start = Instant::from_since_origin(Duration::ZERO);
         let nodes = (0..3)
-            .map(|n| Node {
-                core: Core::new(self.node_config(n), start, Duration::ZERO, true, true)
-                    .mutated(self.bounds.mutations),
-                alive: true,
-                frozen: false,
-                request: None,
-                told: None,
+            .map(|n| {
+                let core = Core::new(self.node_config(n), start, Duration::ZERO, true, true)
+                    .mutated(self.bounds.mutations);
+                let (core, session) = if self.bounds.sessions {
+                    let session = SessionCore::new(self.node_config(n), start);
+                    (core.through_sessions(), Some(session))
+                } else {
+                    (core, None)
+                };
+                Node {
+                    core,
+                    session,
+                    view: None,
+                    alive: true,
+                    frozen: false,
+                    frozen_at: 0,
+                    request: None,
+                    session_request: None,
+                    told: None,
+                }
             })
             .collect();
         vec![World {
             t: 0,
             nodes,
             record: None,
+            sessions: BTreeMap::new(),
             written_at: 0,
             stray: None,
             rvns: 0,
@@ -566,15 +667,13 @@ impl Model for ElectionModel {
         let mut w = last.clone();
         match step {
             Step::Wake(n) => self.feed(&mut w, n, Input::Timeout),
-            Step::Store(n, with_record) => self.serve(&mut w, n, with_record)?,
-            Step::Answer(n) => match w.nodes[n].request.take()? {
-                Request::Read { answer: Some(a) } => self.feed(&mut w, n, Input::Read(a)),
-                Request::Write {
-                    answer: Some(a), ..
-                } => self.feed(&mut w, n, Input::Written(a)),
-                _ => return None,
-            },
-            Step::Lose(n) => self.lose(&mut w, n)?,
+            Step::WakeSession(n) => self.feed_session(&mut w, n, SessionInput::Timeout),
+            Step::Store(n, lane, with_record) => self.serve(&mut w, n, lane, with_record)?,
+            Step::Answer(n, lane) => {
+                let request = w.nodes[n].slot(lane).take()?;
+                self.answer(&mut w, n, lane, request, None)?;
+            }
+            Step::Lose(n, lane) => self.lose(&mut w, n, lane)?,
             Step::Hint(n, kind) => {
                 w.hints_left -= 1;
                 let hint = self.forged_event(&w, n, kind)?;
@@ -598,19 +697,22 @@ impl Model for ElectionModel {
                 }
                 let node = &mut w.nodes[n];
                 node.alive = false;
-                if let Some(Request::Write {
-                    lease,
-                    condition,
-                    answer: None,
-                }) = node.request.take()
-                    && w.stray.is_none()
-                {
-                    w.stray = Some((lease, condition));
+                for request in [node.request.take(), node.session_request.take()] {
+                    if let Some(Request::Write {
+                        lease,
+                        condition,
+                        answer: None,
+                    }) = request
+                        && w.stray.is_none()
+                    {
+                        w.stray = Some((lease, condition));
+                    }
                 }
             }
             Step::Freeze(n) => {
                 w.pauses_left -= 1;
                 w.nodes[n].frozen = true;
+                w.nodes[n].frozen_at = w.t;
             }
             Step::Thaw(n) => w.nodes[n].frozen = false,
             Step::Stray => {
@@ -656,67 +758,5 @@ impl Model for ElectionModel {
 
     fn within_boundary(&self, w: &World) -> bool {
         w.t <= self.bounds.horizon
-    }
-}
-
-impl ElectionModel {
-    /// One line per step of a counterexample: the step, real time, each
-    /// core's role, and the record.
-    pub fn trace(&self, path: &[(World, Option<Step>)]) -> String {
-        let mut out = String::new();
-        let mut idle = 0;
-        for (i, (w, step)) in path.iter().enumerate() {
-            // Time passing with nothing else happening: one line.
-            let next_advances = matches!(step, Some(Step::Advance(_)));
-            let prev_advanced = i > 0 && matches!(path[i - 1].1, Some(Step::Advance(_)));
-            if next_advances && prev_advanced {
-                idle += 1;
-                continue;
-            }
-            if idle > 0 {
-                let _ = writeln!(out, "      ... time passes ({idle} more steps)");
-                idle = 0;
-            }
-            let roles: Vec<String> = (0..3)
-                .map(|n| {
-                    let node = &w.nodes[n];
-                    let s = node.core.state();
-                    let mark = if !node.alive {
-                        "dead".to_owned()
-                    } else {
-                        format!("{:?}", s.role)
-                    };
-                    let job = if self.runs_job(w, n) {
-                        " (job runs)"
-                    } else {
-                        ""
-                    };
-                    format!("{}{}={mark}{job}", self.bounds.identities[n], n)
-                })
-                .collect();
-            let record = match &w.record {
-                None => "no item".to_owned(),
-                Some(l) => format!(
-                    "{} rvn {} token {}{}",
-                    l.holder.as_deref().unwrap_or("released"),
-                    l.rvn,
-                    l.fencing_token,
-                    l.successor
-                        .as_deref()
-                        .map(|s| format!(" to {s}"))
-                        .unwrap_or_default()
-                ),
-            };
-            let _ = writeln!(
-                out,
-                "  t={:>6} ms  [{}]  store: {record}",
-                w.t,
-                roles.join(" ")
-            );
-            if let Some(step) = step {
-                let _ = writeln!(out, "      -> {step:?}");
-            }
-        }
-        out
     }
 }

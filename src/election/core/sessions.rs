@@ -1,0 +1,217 @@
+//! Elections held through sessions: a tenure lasts as long as the
+//! daemon's session (see `super::super::session`), and an election held
+//! through another daemon's session is taken over only once that session
+//! has been timed out by the takeover rule *and ended* (a write
+//! conditional on the session's `rvn`). Ending it first is what makes a
+//! renew of the owner still on its way fail instead of stretching the
+//! tenures of elections taken from under it.
+
+use super::super::session::SessionView;
+use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
+use crate::clock::Instant;
+use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
+
+impl Core {
+    /// Whether a tenure may start now: without sessions always; with
+    /// them, only through an open session with time left before its
+    /// tenures would have to stop.
+    pub(super) fn can_hold(&self) -> bool {
+        !self.sessions
+            || self
+                .own_session
+                .as_ref()
+                .is_some_and(|v| self.now + self.cfg.kill_grace < v.last_send + self.cfg.validity())
+    }
+
+    /// Whether `record` is held through this daemon's open session.
+    pub(super) fn holds_session_of(&self, record: &Lease) -> bool {
+        record.session.is_some()
+            && record.session.as_ref() == self.own_session.as_ref().map(|v| &v.key)
+    }
+
+    /// Where the validity of a tenure just won with `lease` counts from:
+    /// its own write's send (`sent`) for a self-leased record, the
+    /// session's last successful write for one held through the session;
+    /// `None` if that session is no longer open.
+    pub(super) fn session_origin(&self, lease: &Lease, sent: Instant) -> Option<Instant> {
+        let Some(key) = &lease.session else {
+            return Some(sent);
+        };
+        self.own_session
+            .as_ref()
+            .filter(|v| &v.key == key)
+            .map(|v| v.last_send.min(sent))
+    }
+
+    /// A round found `election` held through the session `key`: read it.
+    pub(super) fn read_session(&mut self, election: Lease, key: String) -> Option<Round> {
+        self.pending = Some(Pending::SessionRound {
+            election: Box::new(election),
+        });
+        self.out.push_back(Action::ReadSession {
+            key,
+            budget: self.cfg.renew_interval,
+        });
+        None
+    }
+
+    pub(super) fn on_session_record(&mut self, tick: &Tick, res: Result<Record, StoreError>) {
+        let Some(Pending::SessionRound { election }) = self.pending.take() else {
+            return;
+        };
+        let round = match res {
+            Err(error) => {
+                self.store_error("read_session", error);
+                Some(Round::Failed)
+            }
+            Ok(record) => self.consider_session(*election, record, tick),
+        };
+        if let Some(round) = round {
+            self.end_round(round, tick);
+        }
+    }
+
+    /// The session `election` is held through reads `record`: an ended
+    /// session frees the election at once; a live one is timed by its
+    /// `rvn`, a missing or unreadable one like a missing or malformed
+    /// record, and once the wait is over it is ended (a live one) and the
+    /// election taken.
+    fn consider_session(&mut self, election: Lease, record: Record, tick: &Tick) -> Option<Round> {
+        let at = self.now;
+        let poll = at + self.cfg.retry_interval;
+        let key = election.session.clone().unwrap_or_default();
+        let own_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
+        let (timed, live_rvn) = match &record {
+            Record::Valid(s) if s.holder.is_none() => (None, None),
+            Record::Valid(s) => (
+                Some((format!("{key}@{}", s.rvn), s.lease_ms)),
+                Some(s.rvn.clone()),
+            ),
+            Record::Absent => (Some((format!("{key}@missing"), own_ms)), None),
+            Record::Malformed(m) => (
+                Some((format!("{key}@malformed:{}", m.fingerprint), own_ms)),
+                None,
+            ),
+        };
+        if let Some((timer_key, lease_ms)) = timed {
+            let due = self.takeover.observe(&timer_key, lease_ms, at, None);
+            if due > at {
+                return Some(Round::Wait(poll.min(due)));
+            }
+        }
+        if !self.may_campaign || !self.can_hold() {
+            return Some(Round::Wait(poll));
+        }
+        #[cfg(test)]
+        let live_rvn = live_rvn.filter(|_| !self.mutations.session_end_skipped);
+        match (live_rvn, record) {
+            (Some(rvn), Record::Valid(session)) => {
+                let ended = session.handed_to_with(None, &tick.stamp);
+                self.pending = Some(Pending::EndSession {
+                    election: Box::new(election),
+                });
+                self.out.push_back(Action::Write {
+                    op: WriteOp::EndSession,
+                    lease: ended,
+                    condition: Condition::RvnIs(rvn),
+                    budget: self.cfg.renew_interval,
+                    deadline: None,
+                });
+            }
+            _ => self.take_election(election, tick),
+        }
+        None
+    }
+
+    /// Take over `election`, whose session is over.
+    fn take_election(&mut self, election: Lease, tick: &Tick) {
+        let token = self.next_token(Some(election.fencing_token), tick);
+        let lease = self.new_lease(token, tick);
+        self.acquire(WriteOp::TakeOver, lease, Condition::RvnIs(election.rvn));
+    }
+
+    /// The end of the session `election` is held through was answered.
+    pub(super) fn session_ended(
+        &mut self,
+        tick: &Tick,
+        election: Lease,
+        res: Result<WriteOutcome, StoreError>,
+    ) {
+        let ended = match &res {
+            Ok(WriteOutcome::Applied) => true,
+            // Someone else ended it first: as good.
+            Ok(WriteOutcome::ConditionFailed {
+                current: Some(Record::Valid(s)),
+            }) => s.holder.is_none(),
+            _ => false,
+        };
+        self.takeover.forget();
+        if ended && self.may_campaign && self.can_hold() {
+            self.take_election(election, tick);
+            return;
+        }
+        let round = match res {
+            Err(error) => {
+                self.store_error(WriteOp::EndSession.label(), error);
+                Round::Failed
+            }
+            _ => Round::Lost,
+        };
+        self.end_round(round, tick);
+    }
+
+    /// The daemon's session as it stands now. A tenure held through it
+    /// is valid as long as it is; once it is gone (ended by a follower,
+    /// deleted, or replaced by a new one), so is every such tenure.
+    pub(super) fn on_session(&mut self, view: Option<SessionView>) {
+        self.own_session = view.clone();
+        // A tenure being released is over, whatever the session does
+        // next: a renew of it must never revive it.
+        if matches!(
+            self.pending,
+            Some(Pending::Release { .. } | Pending::ReleaseConflict { .. })
+        ) {
+            return;
+        }
+        let Phase::Leading {
+            mut term,
+            role,
+            next_renew,
+        } = self.phase.clone()
+        else {
+            return;
+        };
+        if term.lease.session.is_none() {
+            return;
+        }
+        match view {
+            Some(v) if term.lease.session.as_ref() == Some(&v.key) => {
+                if v.last_send > term.last_send {
+                    term.last_send = v.last_send;
+                    self.publish_validity(&term, role);
+                    self.phase = Phase::Leading {
+                        term,
+                        role,
+                        next_renew,
+                    };
+                }
+            }
+            _ => {
+                self.note(Note::LeaseLost {
+                    fencing_token: term.lease.fencing_token,
+                    written_by: None,
+                });
+                let valid_until = term.last_send + self.cfg.validity();
+                let kill_at = (self.now + self.cfg.kill_grace).min(valid_until);
+                self.enter_stopping(term, kill_at);
+            }
+        }
+    }
+
+    /// The tenure's validity moved on with the session's.
+    fn publish_validity(&mut self, term: &Term, role: super::super::Role) {
+        let valid_until = term.last_send + self.cfg.validity();
+        self.state.role = role;
+        self.state.tenure = Some(Self::tenure_of(term, valid_until, self.stop_at(term)));
+    }
+}

@@ -1,0 +1,101 @@
+//! The model's sessions: each core's daemon session beside it, with its
+//! own store requests, and the store's session records.
+
+use super::super::core::{Action as CoreAction, Input};
+use super::super::session::{SessionCore, SessionInput};
+use super::{ElectionModel, Lane, Node, Request, World};
+use crate::lease::{Condition, Lease, Record};
+
+impl Node {
+    /// The request slot of `lane`.
+    pub(super) fn slot(&mut self, lane: Lane) -> &mut Option<Request> {
+        match lane {
+            Lane::Election => &mut self.request,
+            Lane::Session => &mut self.session_request,
+        }
+    }
+}
+
+impl World {
+    /// What a consistent read of `key` finds now.
+    pub(super) fn read(&self, key: &str) -> Record {
+        let found = if key == super::ELECTION {
+            self.record.clone()
+        } else {
+            self.sessions.get(key).cloned()
+        };
+        found.map_or(Record::Absent, Record::Valid)
+    }
+}
+
+/// The store applies a write of a session record if its condition holds;
+/// else returns the record as it is.
+pub(super) fn apply_session(w: &mut World, lease: &Lease, condition: &Condition) -> Option<Record> {
+    let current = w.read(&lease.election);
+    if !condition.holds(&current, None) {
+        return Some(current);
+    }
+    w.sessions.insert(lease.election.clone(), lease.clone());
+    None
+}
+
+impl ElectionModel {
+    /// Whether core `n`'s session core is idle and due to wake.
+    pub(super) fn session_due(&self, w: &World, n: usize) -> bool {
+        let node = &w.nodes[n];
+        node.alive
+            && !node.frozen
+            && node.session_request.is_none()
+            && node
+                .session
+                .as_ref()
+                .and_then(SessionCore::next_wake)
+                .is_some_and(|at| at <= self.local(n, w.t))
+    }
+
+    /// Hand `input` to core `n`'s session core, collect what it asks
+    /// for, and tell the election core when the session it sees changed.
+    pub(super) fn feed_session(&self, w: &mut World, n: usize, input: SessionInput) {
+        let tick = self.tick(w, n);
+        let Some(session) = w.nodes[n].session.as_mut() else {
+            return;
+        };
+        session.handle(&tick, input);
+        let mut request = None;
+        while let Some(action) = session.poll_action() {
+            match action {
+                CoreAction::Read { .. } => {
+                    request = Some(Request::Read {
+                        key: session.record_key().unwrap_or_default().to_owned(),
+                        session: false,
+                        answer: None,
+                    });
+                }
+                CoreAction::Write {
+                    lease, condition, ..
+                } => {
+                    request = Some(Request::Write {
+                        lease,
+                        condition,
+                        answer: None,
+                    })
+                }
+                _ => {}
+            }
+        }
+        let view = session.view();
+        if let Some(Request::Write { lease, .. }) = &request
+            && lease.rvn == tick.stamp.rvn
+        {
+            w.rvns += 1;
+        }
+        let node = &mut w.nodes[n];
+        if request.is_some() {
+            node.session_request = request;
+        }
+        if view != node.view {
+            node.view = view.clone();
+            self.feed(w, n, Input::Session(view));
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! A daemon's session: one record whose renewals keep every election held
+//! through it, so that a daemon leading a thousand elections writes one
+//! record every R instead of a thousand. Pure, like the election core: a
+//! [`Tick`] and what happened in, [`Action`]s out.
+//!
+//! The rules (instants on the boot-time clock):
+//! - each process opens its own session under a key no other process
+//!   uses (`#session/IDENTITY/NONCE`, a fresh nonce per opening): a
+//!   restarted process never inherits the old one, and the key is never
+//!   created twice (a create whose answer was lost is not retried under
+//!   the same key);
+//! - the session is written like a self-leased record: renewed every R
+//!   under `HeldBy` its last `rvn`, retried every P; it is valid until the
+//!   send instant of its last successful write + L·(1−D) − M, and so is
+//!   every tenure held through it ([`SessionView`]);
+//! - a follower that has timed the session's `rvn` by the takeover rule
+//!   ends it (a write that clears its holder, conditional on that `rvn`)
+//!   before it takes any election held through it: a renew of the owner
+//!   that was still on its way then fails instead of stretching the
+//!   tenures of elections taken from under it;
+//! - a renew that finds the session ended, deleted or rewritten loses it
+//!   (and with it every tenure); the daemon opens a new one at once.
+
+use super::ElectionConfig;
+use super::core::{Action, Tick, WriteOp};
+use crate::clock::Instant;
+use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome, session_key};
+
+/// The daemon's own session as the elections held through it see it:
+/// open, and the send instant of its last write known to have applied.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionView {
+    /// The session record's key.
+    pub key: String,
+    /// When its last successful write was sent: every tenure held through
+    /// it is valid until this + L·(1−D) − M.
+    pub last_send: Instant,
+}
+
+/// What happened, as the session core is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionInput {
+    /// The instant asked for by [`SessionCore::next_wake`] came.
+    Timeout,
+    /// The answer to the read asked for.
+    Read(Result<Record, StoreError>),
+    /// The answer to the write asked for.
+    Written(Result<WriteOutcome, StoreError>),
+}
+
+/// What the session core is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // One per daemon.
+enum Phase {
+    /// No session: open one at `at`.
+    Closed { at: Instant },
+    /// Open: `lease` is the record of its last successful write, sent at
+    /// `last_send`; renew at `next_renew`.
+    Open {
+        lease: Lease,
+        last_send: Instant,
+        next_renew: Instant,
+    },
+}
+
+/// The request in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Pending {
+    Create {
+        lease: Lease,
+        sent: Instant,
+    },
+    Renew {
+        lease: Lease,
+        sent: Instant,
+    },
+    /// Reading back after a renew refused without the record.
+    Confirm,
+}
+
+/// One daemon's session; see the module docs.
+#[derive(Debug, Clone)]
+pub struct SessionCore {
+    cfg: ElectionConfig,
+    phase: Phase,
+    pending: Option<Pending>,
+    /// rvns of renews whose answer was lost: finding one in the record
+    /// means nobody else wrote since.
+    own_rvns: Vec<String>,
+    /// Failed openings in a row (for the back-off).
+    failures: u32,
+    now: Instant,
+    out: std::collections::VecDeque<Action>,
+}
+
+impl PartialEq for SessionCore {
+    fn eq(&self, other: &SessionCore) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for SessionCore {}
+
+impl std::hash::Hash for SessionCore {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl SessionCore {
+    /// Everything that changes (the config is fixed for a core's life).
+    #[allow(clippy::type_complexity)]
+    fn key(
+        &self,
+    ) -> (
+        &Phase,
+        &Option<Pending>,
+        &Vec<String>,
+        u32,
+        Instant,
+        &std::collections::VecDeque<Action>,
+    ) {
+        (
+            &self.phase,
+            &self.pending,
+            &self.own_rvns,
+            self.failures,
+            self.now,
+            &self.out,
+        )
+    }
+
+    /// A session for the daemon of `cfg.identity` with `cfg`'s timing,
+    /// opened at `start`.
+    pub fn new(cfg: ElectionConfig, start: Instant) -> SessionCore {
+        SessionCore {
+            cfg,
+            phase: Phase::Closed { at: start },
+            pending: None,
+            own_rvns: Vec::new(),
+            failures: 0,
+            now: start,
+            out: Default::default(),
+        }
+    }
+
+    /// The open session, if its validity has not run out yet.
+    pub fn view(&self) -> Option<SessionView> {
+        match &self.phase {
+            Phase::Open {
+                lease, last_send, ..
+            } if self.now < *last_send + self.cfg.validity() => Some(SessionView {
+                key: lease.election.clone(),
+                last_send: *last_send,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The key of the open session's record, if one is open.
+    pub fn record_key(&self) -> Option<&str> {
+        match &self.phase {
+            Phase::Open { lease, .. } => Some(&lease.election),
+            Phase::Closed { .. } => None,
+        }
+    }
+
+    /// The next action to carry out, if any.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.out.pop_front()
+    }
+
+    /// When the core wants a [`SessionInput::Timeout`]; `None` while a
+    /// request is in flight.
+    pub fn next_wake(&self) -> Option<Instant> {
+        if self.pending.is_some() {
+            return None;
+        }
+        Some(match &self.phase {
+            Phase::Closed { at } => *at,
+            Phase::Open {
+                last_send,
+                next_renew,
+                ..
+            } => {
+                // Wake when the validity ends too, so that the view drops.
+                let end = *last_send + self.cfg.validity();
+                if self.now < end {
+                    (*next_renew).min(end)
+                } else {
+                    *next_renew
+                }
+            }
+        })
+    }
+
+    /// Take `input` in at `tick`.
+    pub fn handle(&mut self, tick: &Tick, input: SessionInput) {
+        self.now = self.now.max(tick.now);
+        match input {
+            SessionInput::Timeout => self.on_timeout(tick),
+            SessionInput::Written(res) => self.on_written(res),
+            SessionInput::Read(res) => self.on_read(res),
+        }
+    }
+
+    fn on_timeout(&mut self, tick: &Tick) {
+        if self.pending.is_some() {
+            return;
+        }
+        match self.phase.clone() {
+            Phase::Closed { at } if self.now >= at => self.open(tick),
+            Phase::Open {
+                lease, next_renew, ..
+            } if self.now >= next_renew => self.renew(tick, &lease),
+            _ => {}
+        }
+    }
+
+    fn open(&mut self, tick: &Tick) {
+        let key = session_key(&self.cfg.identity, &tick.stamp.rvn);
+        let lease_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
+        let lease = Lease::stamped_with(
+            &key,
+            &self.cfg.identity,
+            0,
+            lease_ms,
+            tick.stamp.unix_ms,
+            self.cfg.holder_meta.clone(),
+            &tick.stamp,
+        );
+        self.own_rvns.clear();
+        self.pending = Some(Pending::Create {
+            lease: lease.clone(),
+            sent: self.now,
+        });
+        self.out.push_back(Action::Write {
+            op: WriteOp::OpenSession,
+            lease,
+            condition: Condition::NotExists,
+            budget: self.cfg.renew_interval,
+            deadline: None,
+        });
+    }
+
+    fn renew(&mut self, tick: &Tick, lease: &Lease) {
+        let renewed = lease.renewed_with(&tick.stamp);
+        self.own_rvns.push(renewed.rvn.clone());
+        if self.own_rvns.len() > 4 {
+            self.own_rvns.remove(0);
+        }
+        self.pending = Some(Pending::Renew {
+            lease: renewed.clone(),
+            sent: self.now,
+        });
+        self.out.push_back(Action::Write {
+            op: WriteOp::RenewSession,
+            lease: renewed,
+            condition: Condition::HeldBy {
+                rvn: lease.rvn.clone(),
+                holder: self.cfg.identity.clone(),
+            },
+            budget: self.cfg.renew_interval,
+            deadline: None,
+        });
+    }
+
+    fn on_written(&mut self, res: Result<WriteOutcome, StoreError>) {
+        match (self.pending.take(), res) {
+            (Some(Pending::Create { lease, sent }), Ok(WriteOutcome::Applied)) => {
+                self.failures = 0;
+                self.phase = Phase::Open {
+                    lease,
+                    last_send: sent,
+                    next_renew: sent + self.cfg.renew_interval,
+                };
+            }
+            // Refused, or unknown: never create this key again (a lost
+            // create may still apply; nobody names that record then).
+            (Some(Pending::Create { .. }), _) => {
+                self.failures = self.failures.saturating_add(1);
+                let pause = self.cfg.retry_interval * 2u32.pow(self.failures.min(3) - 1);
+                self.phase = Phase::Closed {
+                    at: self.now + pause,
+                };
+            }
+            (Some(Pending::Renew { lease, sent }), Ok(WriteOutcome::Applied)) => {
+                self.phase = Phase::Open {
+                    lease,
+                    last_send: sent,
+                    next_renew: sent + self.cfg.renew_interval,
+                };
+            }
+            (Some(Pending::Renew { .. }), Ok(WriteOutcome::ConditionFailed { current })) => {
+                match current {
+                    Some(record) => self.conflict(record),
+                    None => {
+                        self.pending = Some(Pending::Confirm);
+                        self.out.push_back(Action::Read {
+                            budget: self.cfg.renew_interval,
+                            confirming: true,
+                        });
+                    }
+                }
+            }
+            (Some(Pending::Renew { .. }), Err(_)) => self.retry_later(),
+            (other, _) => self.pending = other,
+        }
+    }
+
+    fn on_read(&mut self, res: Result<Record, StoreError>) {
+        match (self.pending.take(), res) {
+            (Some(Pending::Confirm), Ok(record)) => self.conflict(record),
+            (Some(Pending::Confirm), Err(_)) => self.retry_later(),
+            (other, _) => self.pending = other,
+        }
+    }
+
+    fn retry_later(&mut self) {
+        if let Phase::Open { next_renew, .. } = &mut self.phase {
+            *next_renew = self.now + self.cfg.retry_interval;
+        }
+    }
+
+    /// A renew was refused and `current` is the record now. A renew of
+    /// ours whose answer was lost applied after all: carry on from it
+    /// (validity still counts from the last write known to have applied).
+    /// Anything else (ended, deleted, rewritten): the session is lost.
+    fn conflict(&mut self, current: Record) {
+        let Phase::Open { last_send, .. } = self.phase.clone() else {
+            return;
+        };
+        match current {
+            Record::Valid(lease)
+                if lease.holder.as_deref() == Some(self.cfg.identity.as_str())
+                    && self.own_rvns.contains(&lease.rvn) =>
+            {
+                self.phase = Phase::Open {
+                    lease,
+                    last_send,
+                    next_renew: self.now,
+                };
+            }
+            _ => {
+                self.phase = Phase::Closed { at: self.now };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::lease::Stamp;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn at(ms: u64) -> Tick {
+        Tick {
+            now: Instant::from_since_origin(MS * ms as u32),
+            stamp: Stamp {
+                rvn: format!("v{ms}"),
+                unix_ms: 1_700_000_000_000 + ms,
+            },
+            jitter: 0.0,
+        }
+    }
+
+    fn session() -> SessionCore {
+        SessionCore::new(ElectionConfig::with_defaults("-", "me"), at(0).now)
+    }
+
+    /// The write the core asks for next.
+    fn write(core: &mut SessionCore) -> (Lease, Condition) {
+        match core.poll_action() {
+            Some(Action::Write {
+                lease, condition, ..
+            }) => (lease, condition),
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    fn applied(core: &mut SessionCore, ms: u64) {
+        core.handle(&at(ms), SessionInput::Written(Ok(WriteOutcome::Applied)));
+    }
+
+    #[test]
+    fn a_session_opens_under_a_fresh_key_and_is_renewed_every_r_from_its_send() {
+        let mut s = session();
+        assert_eq!(s.view(), None);
+        s.handle(&at(0), SessionInput::Timeout);
+        let (opened, condition) = write(&mut s);
+        assert_eq!(opened.election, "#session/me/v0");
+        assert_eq!(condition, Condition::NotExists);
+        assert_eq!(s.next_wake(), None, "no wake while a request is in flight");
+        applied(&mut s, 40);
+        let view = s.view().expect("open");
+        assert_eq!(view.key, "#session/me/v0");
+        assert_eq!(view.last_send, at(0).now, "validity counts from the send");
+        assert_eq!(s.next_wake(), Some(at(5_000).now));
+        s.handle(&at(5_000), SessionInput::Timeout);
+        let (renewed, condition) = write(&mut s);
+        assert_eq!(renewed.election, opened.election);
+        assert_eq!(renewed.rvn, "v5000");
+        assert_eq!(
+            condition,
+            Condition::HeldBy {
+                rvn: "v0".into(),
+                holder: "me".into()
+            }
+        );
+        applied(&mut s, 5_100);
+        assert_eq!(s.view().unwrap().last_send, at(5_000).now);
+    }
+
+    #[test]
+    fn a_session_found_ended_is_lost_and_a_new_key_is_opened_at_once() {
+        let mut s = session();
+        s.handle(&at(0), SessionInput::Timeout);
+        let (opened, _) = write(&mut s);
+        applied(&mut s, 10);
+        s.handle(&at(5_000), SessionInput::Timeout);
+        write(&mut s);
+        let ended = opened.handed_to_with(None, &at(4_000).stamp);
+        s.handle(
+            &at(5_010),
+            SessionInput::Written(Ok(WriteOutcome::ConditionFailed {
+                current: Some(Record::Valid(ended)),
+            })),
+        );
+        assert_eq!(s.view(), None, "every tenure held through it is over");
+        assert_eq!(s.next_wake(), Some(at(5_010).now));
+        s.handle(&at(5_010), SessionInput::Timeout);
+        let (reopened, condition) = write(&mut s);
+        assert_eq!(reopened.election, "#session/me/v5010");
+        assert_eq!(condition, Condition::NotExists);
+    }
+
+    #[test]
+    fn a_renew_whose_answer_was_lost_is_adopted_without_stretching_validity() {
+        let mut s = session();
+        s.handle(&at(0), SessionInput::Timeout);
+        let (opened, _) = write(&mut s);
+        applied(&mut s, 10);
+        s.handle(&at(5_000), SessionInput::Timeout);
+        let (lost, _) = write(&mut s);
+        s.handle(
+            &at(10_000),
+            SessionInput::Written(Err(StoreError::Timeout(Duration::from_secs(5)))),
+        );
+        // Retried after P, from the last rvn known: refused, without the
+        // record (not every store returns it): read back.
+        assert_eq!(s.next_wake(), Some(at(11_000).now));
+        s.handle(&at(11_000), SessionInput::Timeout);
+        let (_, condition) = write(&mut s);
+        assert_eq!(
+            condition,
+            Condition::HeldBy {
+                rvn: opened.rvn.clone(),
+                holder: "me".into()
+            }
+        );
+        s.handle(
+            &at(11_010),
+            SessionInput::Written(Ok(WriteOutcome::ConditionFailed { current: None })),
+        );
+        assert!(matches!(
+            s.poll_action(),
+            Some(Action::Read {
+                confirming: true,
+                ..
+            })
+        ));
+        s.handle(
+            &at(11_020),
+            SessionInput::Read(Ok(Record::Valid(lost.clone()))),
+        );
+        // Ours: carry on from it at once; validity still from the open
+        // (the lost write's send is not known to have applied in time).
+        assert_eq!(s.next_wake(), Some(at(11_020).now));
+        s.handle(&at(11_020), SessionInput::Timeout);
+        let (_, condition) = write(&mut s);
+        assert_eq!(
+            condition,
+            Condition::HeldBy {
+                rvn: lost.rvn,
+                holder: "me".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_open_never_reuses_its_key_and_backs_off() {
+        let mut s = session();
+        s.handle(&at(0), SessionInput::Timeout);
+        let (first, _) = write(&mut s);
+        s.handle(
+            &at(100),
+            SessionInput::Written(Err(StoreError::Timeout(Duration::from_secs(5)))),
+        );
+        assert_eq!(s.view(), None);
+        assert_eq!(
+            s.next_wake(),
+            Some(at(1_100).now),
+            "P after the first failure"
+        );
+        s.handle(&at(1_100), SessionInput::Timeout);
+        let (second, _) = write(&mut s);
+        assert_ne!(first.election, second.election);
+        s.handle(
+            &at(1_200),
+            SessionInput::Written(Err(StoreError::Throttled("slow down".into()))),
+        );
+        assert_eq!(s.next_wake(), Some(at(3_200).now), "then 2·P");
+    }
+
+    #[test]
+    fn the_view_drops_when_validity_ends_without_a_renew() {
+        let mut s = session();
+        s.handle(&at(0), SessionInput::Timeout);
+        write(&mut s);
+        applied(&mut s, 10);
+        s.handle(&at(5_000), SessionInput::Timeout);
+        write(&mut s);
+        s.handle(
+            &at(5_100),
+            SessionInput::Written(Err(StoreError::Transport("refused".into()))),
+        );
+        assert_eq!(s.next_wake(), Some(at(6_100).now), "retried after P");
+        s.handle(&at(6_100), SessionInput::Timeout);
+        write(&mut s);
+        s.handle(
+            &at(9_699),
+            SessionInput::Written(Err(StoreError::Transport("refused".into()))),
+        );
+        assert!(s.view().is_some());
+        // L·(1−D) − M = 9,700 ms after the send of the last success: the
+        // core wakes then, so that the view drops on time.
+        assert_eq!(s.next_wake(), Some(at(9_700).now));
+        s.handle(&at(9_700), SessionInput::Timeout);
+        assert_eq!(s.view(), None);
+    }
+}
