@@ -17,7 +17,7 @@ use super::hints::{Hint, HintFeed, LeaseEvent};
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
-use crate::lease::{Condition, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
+use crate::lease::{Condition, FORMAT, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
 use crate::text;
 
 /// One election's task: see the module docs.
@@ -341,6 +341,10 @@ impl Driver {
             Note::Malformed(problem) => {
                 tracing::warn!(election = %name, problem = %problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
                 self.observer.malformed_record(name);
+            }
+            Note::UnknownFormat { format, holder } => {
+                tracing::warn!(election = %name, format = %format, holder = ?holder, "lease record has format {format}, and this build knows only format {FORMAT}: it is left alone, never taken over or overwritten however long it stays; upgrade this instance");
+                self.observer.unknown_format_record(name);
             }
             Note::OverwritingMalformed => {
                 tracing::warn!(election = %name, "overwriting a malformed lease record that stayed unchanged for a full lease")
