@@ -343,7 +343,7 @@ impl Driver {
                 self.observer.malformed_record(name);
             }
             Note::UnknownFormat { format, holder } => {
-                tracing::warn!(election = %name, format = %format, holder = ?holder, "lease record has format {format}, and this build knows only format {FORMAT}: it is left alone, never taken over or overwritten however long it stays; upgrade this instance");
+                tracing::warn!(election = %name, format = %format, holder = %holder.as_deref().unwrap_or("(unreadable)"), "lease record has format {format}, and this build knows only format {FORMAT}: it is left alone, never taken over or overwritten however long it stays; upgrade this instance");
                 self.observer.unknown_format_record(name);
             }
             Note::OverwritingMalformed => {
