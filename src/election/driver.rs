@@ -338,6 +338,19 @@ impl Driver {
             Note::SittingOut(d) => {
                 tracing::info!(election = %name, identity = %me, sit_out = %text::duration(d), "sitting out before campaigning again")
             }
+            note @ (Note::Malformed(_)
+            | Note::OverwritingMalformed
+            | Note::UnknownFormat { .. }) => self.report_record(name, note),
+            Note::StreamDistrusted { holder, address } => {
+                tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
+            }
+        }
+    }
+
+    /// Log and count what the core noted of a record it cannot use as it
+    /// is: malformed, or of a format this build does not know.
+    fn report_record(&self, name: &str, note: Note) {
+        match note {
             Note::Malformed(problem) => {
                 tracing::warn!(election = %name, problem = %problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
                 self.observer.malformed_record(name);
@@ -349,9 +362,8 @@ impl Driver {
             Note::OverwritingMalformed => {
                 tracing::warn!(election = %name, "overwriting a malformed lease record that stayed unchanged for a full lease")
             }
-            Note::StreamDistrusted { holder, address } => {
-                tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
-            }
+            // Every other note is `report`'s.
+            _ => {}
         }
     }
 }
