@@ -24,6 +24,8 @@ pub enum Fault {
     Blackhole,
     /// Apply writes but answer with a timeout.
     LoseWriteAnswers,
+    /// Answer writes with a timeout without applying them.
+    TimeOutWrites,
     /// Answer reads; refuse every write with a credentials error (a policy
     /// that lacks the write permission).
     RefuseWrites,
@@ -147,6 +149,9 @@ impl LeaseStore for MemoryStore {
             return Err(StoreError::Credentials(
                 "not authorized to write (injected)".into(),
             ));
+        }
+        if fault == Fault::TimeOutWrites {
+            return Err(StoreError::Timeout(budget));
         }
         let current = inner
             .items

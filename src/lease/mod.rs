@@ -740,38 +740,12 @@ mod tests {
         })
     }
 
-    /// A store whose every write times out unapplied, and whose record is
-    /// `current`.
-    struct Unanswered(memory::MemoryStore);
-
-    #[async_trait]
-    impl LeaseStore for Unanswered {
-        fn kind(&self) -> &'static str {
-            "unanswered"
-        }
-        async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
-            self.0.read(election, budget).await
-        }
-        async fn put(
-            &self,
-            _: &Lease,
-            _: &Condition,
-            budget: Duration,
-        ) -> Result<WriteOutcome, StoreError> {
-            Err(StoreError::Timeout(budget))
-        }
-        async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
-            self.0.scan(budget).await
-        }
-        async fn check(&self, _: Duration) -> Result<(), StoreError> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_read_back_that_finds_an_unknown_format_is_a_failed_condition() {
-        let store = Unanswered(memory::MemoryStore::new());
-        store.0.set("e", unknown_format());
+        let store = memory::MemoryStore::new();
+        store.set("e", unknown_format());
+        // The write's answer is lost: only the read-back can tell.
+        store.set_fault(memory::Fault::TimeOutWrites);
         let Record::Valid(mine) = valid("r1", Some("me")) else {
             unreachable!()
         };
@@ -787,6 +761,6 @@ mod tests {
                 current: Some(unknown_format())
             })
         );
-        assert_eq!(store.0.get("e"), unknown_format());
+        assert_eq!(store.get("e"), unknown_format());
     }
 }
