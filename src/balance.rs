@@ -307,6 +307,15 @@ impl Worker {
                 holder: self.config.identity.clone(),
             },
             None => match self.store.read(&self.key, self.budget()).await {
+                Ok(Record::UnknownFormat(u)) => {
+                    // A later release's record under our identity: not ours
+                    // to overwrite. Without it we are simply no member.
+                    self.failed(
+                        "write our member record",
+                        &format!("it has format {}, which this build does not know", u.format),
+                    );
+                    return;
+                }
                 Ok(current) => condition_over(&current),
                 Err(e) => {
                     self.failed("read our member record", &e.to_string());
@@ -446,11 +455,14 @@ impl Worker {
 }
 
 /// The condition to write our member record over what the store holds.
+/// Nothing holds on a record of an unknown format (`Condition::holds`);
+/// callers do not try.
 fn condition_over(current: &Record) -> Condition {
     match current {
         Record::Absent => Condition::NotExists,
         Record::Valid(l) => Condition::RvnIs(l.rvn.clone()),
         Record::Malformed(m) => Condition::Unchanged(m.guard.clone()),
+        Record::UnknownFormat(_) => Condition::NotExists,
     }
 }
 

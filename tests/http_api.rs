@@ -164,6 +164,17 @@ async fn followers_and_stopping_answer_503_with_the_same_fields() {
     assert_eq!(body["lease_remaining_ms"], 0);
     assert_eq!(body["leader_since"], Value::Null);
     assert_eq!(body["observed_at"], 1_700_000_000_500u64);
+    assert_eq!(body["unknown_format"], Value::Null);
+
+    // A record of a format this build does not know: its holder, and the
+    // format as stored.
+    f.states[0].send_modify(|s| s.unknown_format = Some("2".into()));
+    let body = call(&f.app, get("/leader")).await.json();
+    assert_eq!(body["leader"], "web-2");
+    assert_eq!(body["unknown_format"], "2");
+    let status = call(&f.app, get("/status")).await.json();
+    assert_eq!(status["elections"]["report"]["unknown_format"], "2");
+    f.states[0].send_modify(|s| s.unknown_format = None);
 
     // The other election leads; percent-encoded names are decoded.
     let a = call(&f.app, get("/leader/my%20election")).await;

@@ -35,6 +35,7 @@ mod lock;
 mod monitoring;
 mod pid1;
 mod reaper;
+mod record_format;
 mod safety;
 mod soak;
 mod sqlite_file;

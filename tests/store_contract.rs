@@ -140,6 +140,13 @@ fn expect_malformed(record: Record) -> leaderd::lease::Malformed {
     }
 }
 
+fn expect_unknown_format(record: Record) -> leaderd::lease::UnknownFormat {
+    match record {
+        Record::UnknownFormat(u) => u,
+        other => panic!("expected a record of an unknown format, got {other:?}"),
+    }
+}
+
 fn assert_condition_failed(outcome: Result<WriteOutcome, StoreError>, what: &str) {
     match outcome {
         Ok(WriteOutcome::ConditionFailed { .. }) => {}
@@ -597,6 +604,63 @@ mod contract {
         expect_malformed(read(&store, &election).await);
     }
 
+    /// An item of a format this build does not know reads as such (holder
+    /// and token as far as they read), and no write replaces it, whatever
+    /// its condition: not even `Unchanged` with its own raw rvn. Nor is it
+    /// a member. An item of format 1 is this build's.
+    pub async fn unknown_format_is_never_written(b: &dyn Backend) {
+        let store = b.store().await;
+        for (format, shown) in [(RawValue::N(2), "2"), (RawValue::S("x"), "\"x\"")] {
+            let election = common::unique_name("format");
+            // First malformed in this format, to learn its raw rvn.
+            b.put_raw(&election, &spoiled("fencing_token", None)).await;
+            let guard = expect_malformed(read(&store, &election).await).guard;
+            let mut later = good_attrs();
+            later.push(("format", format.clone()));
+            b.put_raw(&election, &later).await;
+            let u = expect_unknown_format(read(&store, &election).await);
+            assert_eq!(
+                (u.format.as_str(), u.holder.as_deref(), u.fencing_token),
+                (shown, Some("other-tool"), Some(41))
+            );
+            let mine = lease(&election, "other-tool", 42);
+            for condition in [
+                Condition::NotExists,
+                Condition::RvnIs("raw-rvn-1".into()),
+                Condition::HeldBy {
+                    rvn: "raw-rvn-1".into(),
+                    holder: "other-tool".into(),
+                },
+                Condition::Unchanged(guard.clone()),
+            ] {
+                let what = format!("{condition:?} over format {shown}");
+                assert_condition_failed(store.put(&mine, &condition, BUDGET).await, &what);
+            }
+            assert_eq!(read(&store, &election).await, Record::UnknownFormat(u));
+            let listed = store.list(BUDGET).await.expect("list");
+            assert!(listed.iter().any(|r| r.key() == Some(election.as_str())));
+        }
+        let member = member_key(&common::unique_name("later"));
+        let mut later = good_attrs();
+        later.push(("format", RawValue::N(2)));
+        b.put_raw(&member, &later).await;
+        let members = store.members(BUDGET).await.expect("members");
+        assert!(!members.iter().any(|m| m.election == member), "{members:?}");
+        // Format 1, as this build writes it: renewed like any lease.
+        let election = common::unique_name("format-1");
+        let mut ours = good_attrs();
+        ours.push(("format", RawValue::N(1)));
+        b.put_raw(&election, &ours).await;
+        expect_valid(read(&store, &election).await);
+        let renew = Condition::HeldBy {
+            rvn: "raw-rvn-1".into(),
+            holder: "other-tool".into(),
+        };
+        let mine = lease(&election, "other-tool", 41);
+        assert_applied(store.put(&mine, &renew, BUDGET).await, "renew of format 1");
+        assert_eq!(expect_valid(read(&store, &election).await), mine);
+    }
+
     /// A missing table is its own clear error for every operation.
     pub async fn missing_table(b: &dyn Backend) {
         let store = b.store_without_table().await;
@@ -673,6 +737,11 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn member_records_are_not_elections() {
                 contract::member_records_are_not_elections(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn unknown_format_is_never_written() {
+                contract::unknown_format_is_never_written(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -28,7 +28,7 @@ use crate::clock::{self, Clock, Instant};
 use crate::config::LockConfig;
 use crate::election;
 use crate::exit;
-use crate::lease::{self, Condition, Lease, LeaseStore, Record, WriteOutcome};
+use crate::lease::{self, Condition, FORMAT, Lease, LeaseStore, Record, WriteOutcome};
 use crate::text;
 
 /// Longest one store request may take.
@@ -127,7 +127,8 @@ fn lease_ms(d: Duration) -> u64 {
 
 /// What keeps `identity` from taking the lock at once, as one clause naming
 /// the lock: who holds it, whom it was handed to, or that its record is
-/// malformed. `None` when nothing does.
+/// malformed or of a format this build does not know. `None` when nothing
+/// does.
 fn obstacle(name: &str, identity: &str, record: &Record) -> Option<String> {
     let name = text::echo_plain(name);
     match record {
@@ -150,6 +151,13 @@ fn obstacle(name: &str, identity: &str, record: &Record) -> Option<String> {
         Record::Malformed(m) => Some(format!(
             "lock {name}: the record is malformed ({}); it is overwritten only once it stayed unchanged for a lease",
             m.problem
+        )),
+        Record::UnknownFormat(u) => Some(format!(
+            "lock {name} is held{} in {}",
+            u.holder
+                .as_deref()
+                .map_or_else(String::new, |h| format!(" by {}", text::echo_plain(h))),
+            unknown_format(&u.format)
         )),
         Record::Absent => None,
     }
@@ -195,6 +203,12 @@ impl Waiter {
                 m.fencing_token,
                 Condition::Unchanged(m.guard.clone()),
             ),
+            // Held by someone this build cannot time: never taken, however
+            // long it stays; looked at again as a live holder's lock is.
+            Record::UnknownFormat(_) => {
+                self.takeover.forget();
+                return Err(at + Duration::from_millis(self.lease_ms));
+            }
         };
         let due = self.takeover.observe(&key, lease_ms, at, None);
         if at < due {
@@ -335,7 +349,18 @@ async fn ours(store: &dyn LeaseStore, name: &str, token: &LockToken) -> Result<L
             name,
             format!("the record is malformed ({})", m.problem),
         )),
+        Record::UnknownFormat(u) => Err(not_ours(
+            name,
+            format!("it is {}", unknown_format(&u.format)),
+        )),
     }
+}
+
+/// A record of format `format`, and why it is left alone.
+fn unknown_format(format: &str) -> String {
+    format!(
+        "a record of format {format}, which this leaderd does not know (it knows only format {FORMAT}) and never writes: upgrade leaderd"
+    )
 }
 
 /// Write `next` under "still the write `token` names".

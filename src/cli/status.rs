@@ -12,14 +12,14 @@ use super::StatusArgs;
 use super::tool::{self, ToolError};
 use crate::clock;
 use crate::exit;
-use crate::lease::{LeaseStore, Record, StoreError};
+use crate::lease::{FORMAT, LeaseStore, Record, StoreError};
 
 /// One election as `status` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ElectionStatus {
     /// Election name.
     pub election: String,
-    /// "held", "released", "absent" or "malformed".
+    /// "held", "released", "absent", "malformed" or "unknown_format".
     pub state: &'static str,
     /// Current holder, if held.
     pub holder: Option<String>,
@@ -37,6 +37,9 @@ pub struct ElectionStatus {
     pub holder_address: Option<String>,
     /// What is wrong with a malformed record.
     pub problem: Option<String>,
+    /// The format of a record of a format this build does not know, as
+    /// stored.
+    pub format: Option<String>,
 }
 
 impl ElectionStatus {
@@ -52,6 +55,7 @@ impl ElectionStatus {
             age_ms: None,
             holder_address: None,
             problem: None,
+            format: None,
         };
         match record {
             Record::Absent => {}
@@ -75,6 +79,15 @@ impl ElectionStatus {
                 s.state = "malformed";
                 s.fencing_token = m.fencing_token;
                 s.problem = Some(m.problem.clone());
+            }
+            // Only what this build can read of it: the rest of its layout
+            // is the later format's.
+            Record::UnknownFormat(u) => {
+                s.election = u.election.clone();
+                s.state = "unknown_format";
+                s.holder = u.holder.clone();
+                s.fencing_token = u.fencing_token;
+                s.format = Some(u.format.clone());
             }
         }
         s
@@ -120,9 +133,12 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
         let dash = || "-".to_owned();
         lines.push([
             r.election.clone(),
-            match &r.problem {
-                Some(p) => format!("malformed ({p})"),
-                None => r.state.to_owned(),
+            match (&r.problem, &r.format) {
+                (Some(p), _) => format!("malformed ({p})"),
+                (None, Some(f)) => {
+                    format!("unknown_format (format {f}; this leaderd knows {FORMAT})")
+                }
+                (None, None) => r.state.to_owned(),
             },
             r.holder.clone().unwrap_or_else(dash),
             r.fencing_token.map_or_else(dash, |t| t.to_string()),
@@ -198,7 +214,7 @@ mod tests {
     use crate::lease::{Lease, Malformed, RvnGuard};
 
     #[tokio::test]
-    async fn reports_held_released_absent_and_malformed() {
+    async fn reports_held_released_absent_malformed_and_unknown_format() {
         let store = MemoryStore::new();
         let now = clock::unix_ms();
         let lease = Lease {
@@ -233,12 +249,18 @@ mod tests {
                 guard: RvnGuard::Missing,
             }),
         );
-        let names = ["a", "b", "m", "z"].map(String::from);
+        store.plant_unknown_format("u", "2", Some("web-9"), Some(40));
+        let names = ["a", "b", "m", "z", "u"].map(String::from);
         let rows = collect(&store, &names, Duration::from_secs(1))
             .await
             .unwrap();
         let states: Vec<_> = rows.iter().map(|r| r.state).collect();
-        assert_eq!(states, ["held", "released", "malformed", "absent"]);
+        assert_eq!(
+            states,
+            ["held", "released", "malformed", "absent", "unknown_format"]
+        );
+        assert_eq!(rows[4].holder.as_deref(), Some("web-9"));
+        assert_eq!(rows[4].fencing_token, Some(40));
         assert_eq!(rows[0].holder.as_deref(), Some("web-1"));
         assert_eq!(rows[0].fencing_token, Some(12));
         assert!((2_000..3_000).contains(&rows[0].age_ms.unwrap()));
@@ -247,7 +269,13 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&render_json(&rows)).unwrap();
         assert_eq!(json[0]["fencing_token"], 12);
         assert_eq!(json[3]["state"], "absent");
+        assert_eq!(json[4]["state"], "unknown_format");
+        assert_eq!(json[4]["format"], "2");
+        assert!(
+            text.contains("unknown_format (format 2; this leaderd knows 1)"),
+            "{text}"
+        );
         let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();
-        assert_eq!(all.len(), 3);
+        assert_eq!(all.len(), 4);
     }
 }

@@ -17,7 +17,7 @@ use super::hints::{Hint, HintFeed, LeaseEvent};
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
-use crate::lease::{Condition, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
+use crate::lease::{Condition, FORMAT, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
 use crate::text;
 
 /// One election's task: see the module docs.
@@ -357,16 +357,32 @@ impl Driver {
             Note::SittingOut(d) => {
                 tracing::info!(election = %name, identity = %me, sit_out = %text::duration(d), "sitting out before campaigning again")
             }
+            note @ (Note::Malformed(_)
+            | Note::OverwritingMalformed
+            | Note::UnknownFormat { .. }) => self.report_record(name, note),
+            Note::StreamDistrusted { holder, address } => {
+                tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
+            }
+        }
+    }
+
+    /// Log and count what the core noted of a record it cannot use as it
+    /// is: malformed, or of a format this build does not know.
+    fn report_record(&self, name: &str, note: Note) {
+        match note {
             Note::Malformed(problem) => {
                 tracing::warn!(election = %name, problem = %problem, "lease record is malformed; it will be overwritten only if it stays unchanged for a full lease");
                 self.observer.malformed_record(name);
             }
+            Note::UnknownFormat { format, holder } => {
+                tracing::warn!(election = %name, format = %format, holder = %holder.as_deref().unwrap_or("(unreadable)"), "lease record has format {format}, and this build knows only format {FORMAT}: it is left alone, never taken over or overwritten however long it stays; upgrade this instance");
+                self.observer.unknown_format_record(name);
+            }
             Note::OverwritingMalformed => {
                 tracing::warn!(election = %name, "overwriting a malformed lease record that stayed unchanged for a full lease")
             }
-            Note::StreamDistrusted { holder, address } => {
-                tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
-            }
+            // Every other note is `report`'s.
+            _ => {}
         }
     }
 }

@@ -275,6 +275,9 @@ pub struct ElectionState {
     pub last_error: Option<String>,
     /// What is wrong with the stored record, if it is malformed.
     pub malformed: Option<String>,
+    /// The stored record's format, as stored, when this build does not
+    /// know it (see [`crate::lease::FORMAT`]): it never writes that record.
+    pub unknown_format: Option<String>,
     /// Boot instant at which the campaign loop last made progress.
     pub heartbeat: Instant,
     /// True once the first read of the record has been answered.
@@ -331,6 +334,7 @@ impl ElectionState {
             observed_at_unix_ms: Some(1_700_000_000_000),
             last_error: None,
             malformed: None,
+            unknown_format: None,
             heartbeat: now,
             first_observation_done: true,
             finished: false,
@@ -421,6 +425,8 @@ pub trait Observer: Send + Sync + 'static {
     fn transition(&self, _election: &str, _t: Transition) {}
     /// A malformed record was seen.
     fn malformed_record(&self, _election: &str) {}
+    /// A record of a format this build does not know was seen.
+    fn unknown_format_record(&self, _election: &str) {}
 }
 
 /// An observer that ignores everything.

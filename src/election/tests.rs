@@ -642,3 +642,79 @@ async fn a_closed_gate_never_campaigns_and_opening_it_acquires_at_once() {
     assert_eq!(stored(&store).holder.as_deref(), Some("b"));
     assert_eq!(stored(&store).fencing_token, 8);
 }
+
+/// Counts the records of an unknown format the engine reported.
+#[derive(Default)]
+struct UnknownFormats(std::sync::atomic::AtomicU32);
+
+impl Observer for UnknownFormats {
+    fn unknown_format_record(&self, _election: &str) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl UnknownFormats {
+    fn seen(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_never_writes_a_record_of_an_unknown_format_however_long_it_stays() {
+    let store = MemoryStore::new();
+    let planted = store.plant_unknown_format("report", "2", Some("old"), Some(99));
+    let seen = Arc::new(UnknownFormats::default());
+    let mut h = spawn(
+        Arc::new(store.clone()),
+        cfg("a"),
+        Clock::tokio(),
+        seen.clone(),
+    );
+    until(&mut h, S, |s| s.unknown_format.is_some()).await;
+    let state = h.state.borrow().clone();
+    assert_eq!(state.unknown_format.as_deref(), Some("2"));
+    assert_eq!(
+        (state.leader.as_deref(), state.fencing_token),
+        (Some("old"), Some(99))
+    );
+    // Ten leases: never a write, a read every R (5 s), not every P (1 s).
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_eq!(store.get("report"), planted);
+    let (reads, writes) = store.counts();
+    assert_eq!(writes, 0, "wrote over an unknown format");
+    assert!((20..=22).contains(&reads), "{reads} reads in 100 s");
+    assert_eq!(h.state.borrow().role, Role::Follower);
+    assert_eq!(seen.seen(), 1, "warned once while it stays the same");
+    // Another write of the later format: warned again, still left alone.
+    store.plant_unknown_format("report", "2", Some("old"), Some(100));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(seen.seen(), 2);
+    assert_eq!(store.counts().1, 0);
+    // Back to this format, released: taken at once, above every token seen.
+    let mut released = held_by(&store, "old", 50);
+    released.holder = None;
+    store.set("report", Record::Valid(released));
+    until(&mut h, Duration::from_secs(6), |s| s.role == Role::Leader).await;
+    assert_eq!(stored(&store).fencing_token, 101);
+    assert_eq!(h.state.borrow().unknown_format, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_record_turned_to_an_unknown_format_has_lost_it() {
+    let store = MemoryStore::new();
+    let (rec, mut h) = lead(&store).await;
+    let token = stored(&store).fencing_token;
+    // A later release took the record, even under our identity.
+    let planted = store.plant_unknown_format("report", "2", Some("a"), Some(token));
+    until(&mut h, Duration::from_secs(6), |s| s.role == Role::Stopping).await;
+    let renews = rec.renews.lock().unwrap().clone();
+    assert_eq!(renews.last().map(|(_, r)| *r), Some("lost"), "{renews:?}");
+    let took = until(&mut h, Duration::from_secs(30), |s| {
+        s.role == Role::Follower && s.unknown_format.is_some()
+    })
+    .await;
+    assert!(took <= Duration::from_secs(15), "{took:?}");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(store.get("report"), planted, "the record was written over");
+    assert_eq!(h.state.borrow().role, Role::Follower);
+}

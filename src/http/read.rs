@@ -50,6 +50,8 @@ struct LeaderView {
     observed_at: Option<u64>,
     last_error: Option<String>,
     malformed: Option<String>,
+    /// The stored record's format when this build does not know it.
+    unknown_format: Option<String>,
     /// The app check's verdict; absent without an app check.
     #[serde(skip_serializing_if = "Option::is_none")]
     app_check: Option<&'static str>,
@@ -79,6 +81,7 @@ impl LeaderView {
             observed_at: state.observed_at_unix_ms,
             last_error: state.last_error.clone(),
             malformed: state.malformed.clone(),
+            unknown_format: state.unknown_format.clone(),
             app_check: None,
         }
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Condition, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome};
+use super::{
+    Condition, Lease, LeaseStore, Record, RvnGuard, StoreError, UnknownFormat, WriteOutcome,
+};
 
 /// How the store misbehaves, set by tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -22,6 +24,8 @@ pub enum Fault {
     Blackhole,
     /// Apply writes but answer with a timeout.
     LoseWriteAnswers,
+    /// Answer writes with a timeout without applying them.
+    TimeOutWrites,
     /// Answer reads; refuse every write with a credentials error (a policy
     /// that lacks the write permission).
     RefuseWrites,
@@ -61,13 +65,35 @@ impl MemoryStore {
             .unwrap_or(Record::Absent)
     }
 
-    /// Replace or delete (with `Record::Absent`) an item, as another tool would.
+    /// Replace or delete (with `Record::Absent`) an item, as another tool
+    /// (or a later release: `Record::UnknownFormat`) would.
     pub fn set(&self, election: &str, record: Record) {
         let mut inner = self.lock();
         match record {
             Record::Absent => inner.items.remove(election),
             r => inner.items.insert(election.to_owned(), r),
         };
+    }
+
+    /// Put a record of format `format` (one this build does not know) for
+    /// `election`, held by `holder` under `token`, as a later release would
+    /// write it; returns it. The same arguments give the same record.
+    pub fn plant_unknown_format(
+        &self,
+        election: &str,
+        format: &str,
+        holder: Option<&str>,
+        token: Option<u64>,
+    ) -> Record {
+        let record = Record::UnknownFormat(UnknownFormat {
+            election: election.to_owned(),
+            format: format.to_owned(),
+            holder: holder.map(str::to_owned),
+            fencing_token: token,
+            fingerprint: format!("{format}/{holder:?}/{token:?}"),
+        });
+        self.set(election, record.clone());
+        record
     }
 
     /// Number of (reads, writes) answered so far.
@@ -123,6 +149,9 @@ impl LeaseStore for MemoryStore {
             return Err(StoreError::Credentials(
                 "not authorized to write (injected)".into(),
             ));
+        }
+        if fault == Fault::TimeOutWrites {
+            return Err(StoreError::Timeout(budget));
         }
         let current = inner
             .items

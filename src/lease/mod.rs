@@ -253,7 +253,8 @@ pub fn is_member_key(key: &str) -> bool {
 }
 
 /// The well-formed member records among `records`: what every store's
-/// [`LeaseStore::members`] returns of what it read.
+/// [`LeaseStore::members`] returns of what it read. A member record of an
+/// unknown format is no member to this build: membership is advice.
 pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
     records
         .into_iter()
@@ -285,6 +286,32 @@ pub struct HolderMeta {
     pub address: Option<String>,
     /// Free-form labels.
     pub labels: BTreeMap<String, String>,
+}
+
+/// The record format this build writes and the only one it reads: the
+/// layout of a record and the rules its writers follow. A later release
+/// that changes them writes another number, so that a build that does not
+/// know that number leaves such a record alone instead of misreading it
+/// (during a rolling upgrade, a misread live lease could be taken over: two
+/// leaders). Records without the `format` attribute, as written before it
+/// existed, are format 1.
+pub const FORMAT: u64 = 1;
+
+/// A record of a format this build does not know (see [`FORMAT`]): never
+/// taken over, overwritten or deleted by this build, however long it stays.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UnknownFormat {
+    /// The election's name.
+    pub election: String,
+    /// The `format` attribute as stored, for humans: `2`, or `"x"` for a
+    /// string.
+    pub format: String,
+    /// The holder, when that attribute could be read as this build reads it.
+    pub holder: Option<String>,
+    /// The fencing token, likewise.
+    pub fencing_token: Option<u64>,
+    /// A digest of the whole stored item: changes whenever anything changes.
+    pub fingerprint: String,
 }
 
 /// A record whose attributes are missing or of the wrong type.
@@ -324,6 +351,8 @@ pub enum Record {
     Valid(Lease),
     /// An item leaderd cannot interpret.
     Malformed(Malformed),
+    /// An item of a later format: see [`UnknownFormat`].
+    UnknownFormat(UnknownFormat),
 }
 
 impl Record {
@@ -333,6 +362,7 @@ impl Record {
             Record::Absent => None,
             Record::Valid(l) => Some(&l.election),
             Record::Malformed(m) => Some(&m.election),
+            Record::UnknownFormat(u) => Some(&u.election),
         }
     }
 }
@@ -372,8 +402,13 @@ impl Condition {
     /// the same. That is safe: every write of a candidate brings a fresh
     /// `rvn`, so an item that still has the observed one was written by no
     /// candidate since.
+    ///
+    /// No condition holds on an item of an unknown format, whatever its
+    /// raw `rvn`: what this build would write over it could end a live
+    /// lease it cannot read.
     pub fn holds(&self, current: &Record, raw_rvn: Option<&RvnGuard>) -> bool {
         match (self, current) {
+            (_, Record::UnknownFormat(_)) => false,
             (Condition::NotExists, Record::Absent) => true,
             (Condition::RvnIs(rvn), Record::Valid(l)) => &l.rvn == rvn,
             (Condition::HeldBy { rvn, holder }, Record::Valid(l)) => {
@@ -566,6 +601,13 @@ pub trait LeaseStore: Send + Sync + 'static {
                     tracing::debug!(election = %lease.election, "ambiguous write resolved by read-back: applied");
                     return Ok(WriteOutcome::Applied);
                 }
+                // A writer of a later format owns the record now, whatever
+                // became of ours: lost, never retried over it.
+                Ok(current @ Record::UnknownFormat(_)) => {
+                    return Ok(WriteOutcome::ConditionFailed {
+                        current: Some(current),
+                    });
+                }
                 // Not applied, and the condition still holds: nobody else
                 // wrote, so this is the original (retryable) error, not a
                 // lost lease.
@@ -695,5 +737,57 @@ mod tests {
         assert!(!Condition::Unchanged(raw("s:r1")).holds(&ok, Some(&raw("s:r2"))));
         assert!(!Condition::Unchanged(raw("s:r1")).holds(&ok, None));
         assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&ok, Some(&raw("s:r1"))));
+        // An item of an unknown format: nothing holds, not even `Unchanged`
+        // with its very raw rvn.
+        let later = unknown_format();
+        for condition in [
+            Condition::NotExists,
+            Condition::RvnIs("r1".into()),
+            held,
+            Condition::Unchanged(raw("s:r1")),
+            Condition::Unchanged(RvnGuard::Missing),
+            Condition::HolderIs("me".into()),
+        ] {
+            for raw_rvn in [None, Some(raw("s:r1")), Some(RvnGuard::Missing)] {
+                assert!(
+                    !condition.holds(&later, raw_rvn.as_ref()),
+                    "{condition:?} held on an unknown format ({raw_rvn:?})"
+                );
+            }
+        }
+    }
+
+    fn unknown_format() -> Record {
+        Record::UnknownFormat(UnknownFormat {
+            election: "e".into(),
+            format: "2".into(),
+            holder: Some("me".into()),
+            fencing_token: Some(7),
+            fingerprint: "f".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_read_back_that_finds_an_unknown_format_is_a_failed_condition() {
+        let store = memory::MemoryStore::new();
+        store.set("e", unknown_format());
+        // The write's answer is lost: only the read-back can tell.
+        store.set_fault(memory::Fault::TimeOutWrites);
+        let Record::Valid(mine) = valid("r1", Some("me")) else {
+            unreachable!()
+        };
+        let renew = Condition::HeldBy {
+            rvn: "r1".into(),
+            holder: "me".into(),
+        };
+        assert_eq!(
+            store
+                .write(&mine.renewed(), &renew, Duration::from_secs(1))
+                .await,
+            Ok(WriteOutcome::ConditionFailed {
+                current: Some(unknown_format())
+            })
+        );
+        assert_eq!(store.get("e"), unknown_format());
     }
 }

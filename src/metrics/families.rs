@@ -68,6 +68,8 @@ pub(super) struct Campaign {
     pub(super) store_errors_total: IntCounterVec,
     /// `leaderd_malformed_records_total`.
     pub(super) malformed_records_total: IntCounterVec,
+    /// `leaderd_unknown_format_records_total`.
+    pub(super) unknown_format_records_total: IntCounterVec,
 }
 
 /// The job under the primary election.
@@ -262,6 +264,11 @@ impl Campaign {
             "Times a malformed lease record (missing or mistyped attributes) was first seen.",
             &["election"],
         );
+        let unknown_format_records_total = r.counter(
+            "leaderd_unknown_format_records_total",
+            "Times a lease record of a format this build does not know was first seen; such a record is never written: upgrade the instance.",
+            &["election"],
+        );
         Campaign {
             transitions_total,
             acquire_attempts_total,
@@ -269,6 +276,7 @@ impl Campaign {
             store_request_duration_seconds,
             store_errors_total,
             malformed_records_total,
+            unknown_format_records_total,
         }
     }
 }

@@ -93,6 +93,9 @@ impl Metrics {
         campaign
             .malformed_records_total
             .with_label_values(&[election]);
+        campaign
+            .unknown_format_records_total
+            .with_label_values(&[election]);
         self.child.running.with_label_values(&[election]);
         self.child.kills_total.with_label_values(&[election]);
         self.child

@@ -1,6 +1,6 @@
 //! What the election engines report, counted: campaign results,
-//! transitions, malformed records, and the timing and errors of every store
-//! request.
+//! transitions, malformed records, records of an unknown format, and the
+//! timing and errors of every store request.
 
 use std::time::Duration;
 
@@ -55,6 +55,13 @@ impl Observer for Metrics {
     fn malformed_record(&self, election: &str) {
         self.campaign
             .malformed_records_total
+            .with_label_values(&[election])
+            .inc();
+    }
+
+    fn unknown_format_record(&self, election: &str) {
+        self.campaign
+            .unknown_format_records_total
             .with_label_values(&[election])
             .inc();
     }

@@ -133,7 +133,7 @@ async fn render_orders_families_by_name_and_series_by_labels() {
     assert_eq!(families, sorted, "families out of order");
     assert!(families.contains(&"leaderd_build_info"), "{families:?}");
     // Without balance: no fair share, no member count.
-    assert_eq!(families.len(), 14, "families with a series: {families:?}");
+    assert_eq!(families.len(), 15, "families with a series: {families:?}");
     assert_eq!(sample(&text, "leaderd_elections_led"), Some(4.0));
     let share = Share {
         led: 4,
@@ -186,6 +186,8 @@ fn feed_every_kind_of_event(m: &Metrics) {
         Outcome::Failed(&throttled),
     );
     m.malformed_record("report");
+    m.unknown_format_record("report");
+    m.unknown_format_record("report");
     m.child_started("report");
     m.child_exited("report", "exited");
     m.child_killed("report");
@@ -237,6 +239,10 @@ const EVENT_COUNTS: &[(&str, Option<f64>)] = &[
         "leaderd_malformed_records_total{election=\"report\"}",
         Some(1.0),
     ),
+    (
+        "leaderd_unknown_format_records_total{election=\"report\"}",
+        Some(2.0),
+    ),
     ("leaderd_child_running{election=\"report\"}", Some(0.0)),
     (
         "leaderd_child_exits_total{election=\"report\",reason=\"exited\"}",
@@ -274,6 +280,7 @@ async fn observer_events_count_and_render_passes_promtool() {
         "leaderd_store_request_duration_seconds",
         "leaderd_store_errors_total",
         "leaderd_malformed_records_total",
+        "leaderd_unknown_format_records_total",
         "leaderd_child_running",
         "leaderd_child_exits_total",
         "leaderd_child_kills_total",

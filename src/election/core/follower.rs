@@ -6,7 +6,7 @@ use super::super::hints::{AfterHint, Hint};
 use super::super::takeover::takeover_wait;
 use super::{Action, Backoff, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
 use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Malformed, Record, StoreError, WriteOutcome};
+use crate::lease::{Condition, Lease, Malformed, Record, StoreError, UnknownFormat, WriteOutcome};
 
 impl Core {
     /// The follower's wake between rounds: at `poll_at`, or, while the
@@ -117,6 +117,7 @@ impl Core {
             }
             Record::Valid(current) => self.consider_valid(current, tick),
             Record::Malformed(m) => self.consider_malformed(m, tick),
+            Record::UnknownFormat(u) => Some(self.consider_unknown_format(u, tick)),
         }
     }
 
@@ -222,6 +223,29 @@ impl Core {
         self.note(Note::OverwritingMalformed);
         self.acquire(WriteOp::TakeOver, lease, Condition::Unchanged(m.guard));
         None
+    }
+
+    /// A record of a format this build does not know: held by someone it
+    /// cannot time, so it never writes it, whatever time passes. It reads
+    /// again every R, not P: this lasts until the record changes or this
+    /// instance is upgraded, so it is kept cheap.
+    pub(super) fn consider_unknown_format(&mut self, u: UnknownFormat, tick: &Tick) -> Round {
+        self.hints.stop();
+        // A record that turns readable again is timed from that read.
+        self.takeover.forget();
+        if self.warned_unknown_format.as_deref() != Some(u.fingerprint.as_str()) {
+            self.note(Note::UnknownFormat {
+                format: u.format.clone(),
+                holder: u.holder.clone(),
+            });
+            self.warned_unknown_format = Some(u.fingerprint.clone());
+        }
+        if let Some(t) = u.fencing_token {
+            self.note_token(t);
+        }
+        self.observed_ok(tick, u.holder, u.fencing_token, None);
+        self.state.unknown_format = Some(u.format);
+        Round::Wait(self.now + self.cfg.renew_interval)
     }
 
     /// Try to start a tenure with `lease` under `condition`.

@@ -218,6 +218,10 @@ impl Core {
             Some(Record::Valid(l)) => l.holder.clone().unwrap_or_else(|| "(released)".into()),
             Some(Record::Absent) => "(item deleted)".into(),
             Some(Record::Malformed(m)) => format!("(malformed: {})", m.problem),
+            Some(Record::UnknownFormat(u)) => match &u.holder {
+                Some(h) => format!("{h} (in a record of unknown format {})", u.format),
+                None => format!("(a record of unknown format {})", u.format),
+            },
             None => "(unknown)".into(),
         };
         self.note(Note::LeaseLost {

@@ -97,7 +97,8 @@ pub enum Input {
 pub enum WriteOp {
     /// Create the missing item.
     Create,
-    /// Take over a released, expired or malformed record.
+    /// Take over a released, expired or malformed record (never one of an
+    /// unknown format).
     TakeOver,
     /// Renew our lease.
     Renew,
@@ -232,6 +233,14 @@ pub enum Note {
     Malformed(String),
     /// Overwriting a malformed record that stayed unchanged for a lease.
     OverwritingMalformed,
+    /// A record of a format this build does not know, first seen in this
+    /// form: left alone for as long as it stays.
+    UnknownFormat {
+        /// Its format, as stored.
+        format: String,
+        /// Its holder, if it could be read.
+        holder: Option<String>,
+    },
     /// The leader's stream contradicts the store: polling for this tenure.
     StreamDistrusted {
         /// The record's holder.
@@ -368,6 +377,8 @@ pub struct Core {
     last_token: Option<u64>,
     tenure_seq: u64,
     warned_malformed: Option<String>,
+    /// The fingerprint of the unknown-format record warned about last.
+    warned_unknown_format: Option<String>,
     hints: Hints,
     /// Whether the app check lets this instance campaign.
     may_campaign: bool,
@@ -434,6 +445,7 @@ impl Core {
             observed_at_unix_ms: None,
             last_error: None,
             malformed: None,
+            unknown_format: None,
             heartbeat: start,
             first_observation_done: false,
             finished: false,
@@ -451,6 +463,7 @@ impl Core {
             last_token: None,
             tenure_seq: 0,
             warned_malformed: None,
+            warned_unknown_format: None,
             hints: Hints::new(has_feed),
             may_campaign,
             sessions: false,
@@ -658,6 +671,7 @@ impl Core {
         s.leader = leader;
         s.fencing_token = token;
         s.malformed = malformed;
+        s.unknown_format = None;
     }
 
     pub(super) fn remember_own(&mut self, rvn: &str) {

@@ -8,7 +8,9 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{KEY, TTL_ATTRIBUTE};
-use crate::lease::{Condition, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError};
+use crate::lease::{
+    Condition, FORMAT, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError, UnknownFormat,
+};
 use crate::text;
 
 // ---------------------------------------------------------------------------
@@ -24,6 +26,7 @@ pub(super) fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
         ("acquired_at".to_owned(), n(lease.acquired_at_ms)),
         ("renewed_at".to_owned(), n(lease.renewed_at_ms)),
         (TTL_ATTRIBUTE.to_owned(), n(lease.expires_at_s)),
+        (FORMAT_ATTRIBUTE.to_owned(), n(FORMAT)),
     ]);
     // A released lease carries neither holder nor holder metadata.
     if let Some(holder) = &lease.holder {
@@ -48,15 +51,32 @@ pub(super) fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
     item
 }
 
-/// A read item as a record; never fails, never panics.
+/// The attribute that names the record's format (see [`FORMAT`]).
+const FORMAT_ATTRIBUTE: &str = "format";
+
+/// A read item as a record; never fails, never panics. The format comes
+/// first: an item of another format is never judged by this one's layout.
 pub(super) fn parse_item(election: &str, item: &HashMap<String, AttributeValue>) -> Record {
+    let election = match item.get(KEY) {
+        Some(AttributeValue::S(name)) => name.clone(),
+        _ => election.to_owned(),
+    };
+    if let Some(format) = unknown_format(item.get(FORMAT_ATTRIBUTE)) {
+        return Record::UnknownFormat(UnknownFormat {
+            election,
+            format,
+            holder: match item.get("holder") {
+                Some(AttributeValue::S(h)) => Some(h.clone()),
+                _ => None,
+            },
+            fencing_token: item.get("fencing_token").and_then(|v| number(v).ok()),
+            fingerprint: fingerprint(item),
+        });
+    }
     match parse_lease(item) {
         Ok(lease) => Record::Valid(lease),
         Err(problem) => Record::Malformed(Malformed {
-            election: match item.get(KEY) {
-                Some(AttributeValue::S(name)) => name.clone(),
-                _ => election.to_owned(),
-            },
+            election,
             problem,
             fingerprint: fingerprint(item),
             fencing_token: item.get("fencing_token").and_then(|v| number(v).ok()),
@@ -66,6 +86,19 @@ pub(super) fn parse_item(election: &str, item: &HashMap<String, AttributeValue>)
             },
         }),
     }
+}
+
+/// The stored `format`, as humans read it, unless it is absent or this
+/// build's: a number as stored, a string quoted, another type in
+/// DynamoDB's JSON form.
+fn unknown_format(value: Option<&AttributeValue>) -> Option<String> {
+    let shown = match value? {
+        AttributeValue::N(n) if n.parse::<u64>() == Ok(FORMAT) => return None,
+        AttributeValue::N(n) => n.clone(),
+        AttributeValue::S(s) => format!("{s:?}"),
+        other => encode_value(other),
+    };
+    Some(text::shorten(&shown, 40))
 }
 
 fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> {
@@ -291,38 +324,47 @@ pub(super) fn condition_expression(
     let names = |list: &[(&str, &str)]| {
         list.iter()
             .map(|(p, n)| ((*p).to_owned(), (*n).to_owned()))
+            .chain([("#f".to_owned(), FORMAT_ATTRIBUTE.to_owned())])
+            .collect::<HashMap<_, _>>()
+    };
+    // Every write over an item requires it to be of this build's format
+    // (`#f` absent or :f): what a later format means is not ours to judge,
+    // whatever this process read before.
+    let values = |list: Vec<(&str, AttributeValue)>| {
+        list.into_iter()
+            .map(|(p, v)| (p.to_owned(), v))
+            .chain([(":f".to_owned(), AttributeValue::N(FORMAT.to_string()))])
             .collect::<HashMap<_, _>>()
     };
     let s = |v: &str| AttributeValue::S(v.to_owned());
     Ok(match condition {
         Condition::NotExists => ConditionExpression {
             expression: "attribute_not_exists(#e)",
-            names: names(&[("#e", KEY)]),
+            names: HashMap::from([("#e".to_owned(), KEY.to_owned())]),
             values: None,
         },
         // The numeric attributes' types are part of the condition: an item
         // another tool corrupted is malformed, and only
         // `Unchanged` may overwrite it, as in every other store.
         Condition::RvnIs(rvn) => ConditionExpression {
-            expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n)",
+            expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n) \
+                AND (attribute_not_exists(#f) OR #f = :f)",
             names: names(&[("#r", "rvn"), ("#t", "fencing_token"), ("#l", "lease_ms")]),
-            values: Some(HashMap::from([
-                (":r".to_owned(), s(rvn)),
-                (":n".to_owned(), s("N")),
-            ])),
+            values: Some(values(vec![(":r", s(rvn)), (":n", s("N"))])),
         },
         Condition::HeldBy { rvn, holder } => ConditionExpression {
-            expression: "#r = :r AND #h = :h AND attribute_type(#t, :n) AND attribute_type(#l, :n)",
+            expression: "#r = :r AND #h = :h AND attribute_type(#t, :n) \
+                AND attribute_type(#l, :n) AND (attribute_not_exists(#f) OR #f = :f)",
             names: names(&[
                 ("#r", "rvn"),
                 ("#h", "holder"),
                 ("#t", "fencing_token"),
                 ("#l", "lease_ms"),
             ]),
-            values: Some(HashMap::from([
-                (":r".to_owned(), s(rvn)),
-                (":h".to_owned(), s(holder)),
-                (":n".to_owned(), s("N")),
+            values: Some(values(vec![
+                (":r", s(rvn)),
+                (":h", s(holder)),
+                (":n", s("N")),
             ])),
         },
         Condition::Unchanged(RvnGuard::Raw(raw)) => {
@@ -332,15 +374,16 @@ pub(super) fn condition_expression(
                 ))
             })?;
             ConditionExpression {
-                expression: "#r = :raw",
+                expression: "#r = :raw AND (attribute_not_exists(#f) OR #f = :f)",
                 names: names(&[("#r", "rvn")]),
-                values: Some(HashMap::from([(":raw".to_owned(), value)])),
+                values: Some(values(vec![(":raw", value)])),
             }
         }
         Condition::Unchanged(RvnGuard::Missing) => ConditionExpression {
-            expression: "attribute_exists(#e) AND attribute_not_exists(#r)",
+            expression: "attribute_exists(#e) AND attribute_not_exists(#r) \
+                AND (attribute_not_exists(#f) OR #f = :f)",
             names: names(&[("#e", KEY), ("#r", "rvn")]),
-            values: None,
+            values: Some(values(Vec::new())),
         },
         #[cfg(test)]
         Condition::HolderIs(_) => {

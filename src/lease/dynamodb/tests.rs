@@ -335,3 +335,101 @@ async fn other_errors_are_not_retried() {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 }
+
+#[test]
+fn every_item_carries_format_1_and_one_without_it_is_format_1() {
+    let item = lease_item(&sample_lease());
+    assert_eq!(item.get("format"), Some(&AttributeValue::N("1".into())));
+    let mut old = item.clone();
+    old.remove("format");
+    assert_eq!(parse_item("report", &old), Record::Valid(sample_lease()));
+}
+
+#[test]
+fn any_other_format_is_unknown_whatever_the_rest_of_the_item() {
+    let unknown = |format: AttributeValue, spoil: bool| {
+        let mut item = lease_item(&sample_lease());
+        item.insert("format".into(), format);
+        if spoil {
+            item.remove("rvn");
+        }
+        match parse_item("report", &item) {
+            Record::UnknownFormat(u) => u,
+            other => panic!("expected an unknown format, got {other:?}"),
+        }
+    };
+    let u = unknown(AttributeValue::N("2".into()), false);
+    assert_eq!((u.election.as_str(), u.format.as_str()), ("report", "2"));
+    assert_eq!(
+        (u.holder.as_deref(), u.fencing_token),
+        (Some("web-1"), Some(7))
+    );
+    assert_eq!(unknown(AttributeValue::N("2".into()), true).format, "2");
+    assert_eq!(
+        unknown(AttributeValue::S("x".into()), false).format,
+        "\"x\""
+    );
+    assert_eq!(
+        unknown(AttributeValue::S("1".into()), false).format,
+        "\"1\""
+    );
+    assert_eq!(
+        unknown(AttributeValue::N("1.5".into()), false).format,
+        "1.5"
+    );
+    assert_eq!(
+        unknown(AttributeValue::Bool(true), false).format,
+        "{\"BOOL\":true}"
+    );
+    assert_ne!(
+        unknown(AttributeValue::N("2".into()), false).fingerprint,
+        unknown(AttributeValue::N("3".into()), false).fingerprint
+    );
+}
+
+/// The `#name` and `:value` placeholders of an expression.
+fn placeholders(expression: &str, sigil: char) -> std::collections::BTreeSet<String> {
+    expression
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == sigil))
+        .filter(|w| w.starts_with(sigil))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_write_over_an_item_requires_this_format() {
+    let guard = RvnGuard::Raw(encode_value(&AttributeValue::S("abc".into())));
+    let over_an_item = [
+        Condition::RvnIs("abc".into()),
+        Condition::HeldBy {
+            rvn: "abc".into(),
+            holder: "web-1".into(),
+        },
+        Condition::Unchanged(guard),
+        Condition::Unchanged(RvnGuard::Missing),
+    ];
+    for condition in over_an_item.iter().chain([&Condition::NotExists]) {
+        let c = condition_expression(condition).expect("an expression");
+        // DynamoDB refuses a placeholder the expression does not use.
+        let names: std::collections::BTreeSet<String> = c.names.keys().cloned().collect();
+        assert_eq!(placeholders(c.expression, '#'), names, "{condition:?}");
+        let values: std::collections::BTreeSet<String> =
+            c.values.iter().flatten().map(|(k, _)| k.clone()).collect();
+        assert_eq!(placeholders(c.expression, ':'), values, "{condition:?}");
+        if *condition == Condition::NotExists {
+            assert_eq!(c.expression, "attribute_not_exists(#e)");
+            continue;
+        }
+        assert!(
+            c.expression
+                .ends_with(" AND (attribute_not_exists(#f) OR #f = :f)"),
+            "{condition:?}: {}",
+            c.expression
+        );
+        assert_eq!(c.names.get("#f").map(String::as_str), Some("format"));
+        assert_eq!(
+            c.values.as_ref().and_then(|v| v.get(":f")),
+            Some(&AttributeValue::N("1".into()))
+        );
+    }
+}

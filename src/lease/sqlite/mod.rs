@@ -39,38 +39,54 @@ mod tests;
 
 use lanes::{LaneKind, Lanes, configure};
 use row::Row;
-use schema::{check_blocking, lacking_columns, missing_table, set_up};
+use schema::{COLUMNS, check_blocking, lacking_columns, missing_table, set_up};
 
 use super::{
-    Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
+    Condition, FORMAT, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome,
+    member_records,
 };
 
 /// The table every lease lives in.
 pub const TABLE: &str = "leases";
 
-const SELECT_ONE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
-     renewed_at, expires_at, holder_meta, successor FROM leases WHERE election = ?1";
+/// The queries that read rows, on a file whose table may lack some of the
+/// [`schema::ADDED_COLUMNS`] (made by an older leaderd and opened only to be
+/// read): those read as null.
+#[derive(Debug)]
+struct Selects {
+    /// One election's row: `?1`.
+    one: Arc<str>,
+    /// Every row.
+    all: Arc<str>,
+    /// The member records (`crate::balance`): the keys from `?1` (the
+    /// prefix) up to `?2` (the prefix with its last byte raised), a range
+    /// of the key's index.
+    range: Arc<str>,
+}
 
-const SELECT_ALL: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
-     renewed_at, expires_at, holder_meta, successor FROM leases ORDER BY election";
-
-/// The member records (`crate::balance`): the keys from `?1` (the prefix)
-/// up to `?2` (the prefix with its last byte raised), a range of the key's
-/// index.
-const SELECT_RANGE: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, acquired_at, \
-     renewed_at, expires_at, holder_meta, successor FROM leases \
-     WHERE election >= ?1 AND election < ?2 ORDER BY election";
-
-/// [`SELECT_ONE`] and [`SELECT_ALL`] on a file without the
-/// [`schema::ADDED_COLUMNS`], opened only to be read.
-const SELECT_ONE_OLD: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, \
-     acquired_at, renewed_at, expires_at, holder_meta, NULL FROM leases WHERE election = ?1";
-const SELECT_ALL_OLD: &str = "SELECT election, holder, rvn, fencing_token, lease_ms, \
-     acquired_at, renewed_at, expires_at, holder_meta, NULL FROM leases ORDER BY election";
+impl Selects {
+    /// The queries for a table that lacks the columns `lacking`.
+    fn lacking(lacking: &[&str]) -> Selects {
+        let list = COLUMNS
+            .iter()
+            .map(|c| if lacking.contains(c) { "NULL" } else { c })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Selects {
+            one: format!("SELECT {list} FROM leases WHERE election = ?1").into(),
+            all: format!("SELECT {list} FROM leases ORDER BY election").into(),
+            range: format!(
+                "SELECT {list} FROM leases WHERE election >= ?1 AND election < ?2 \
+                 ORDER BY election"
+            )
+            .into(),
+        }
+    }
+}
 
 const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fencing_token, \
-     lease_ms, acquired_at, renewed_at, expires_at, holder_meta, successor) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+     lease_ms, acquired_at, renewed_at, expires_at, holder_meta, successor, format) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
 /// How long opening a store may wait for other processes that hold the
 /// file's lock: instances started together on a fresh file take turns
@@ -115,9 +131,9 @@ impl FileId {
 struct Inner {
     path: PathBuf,
     access: Access,
-    /// The file lacks the [`schema::ADDED_COLUMNS`] (made by an older leaderd and
-    /// opened only to be read): they read as null.
-    legacy: bool,
+    /// How rows are read: every column, or (a file made by an older
+    /// leaderd, opened only to be read) null for the columns it lacks.
+    selects: Selects,
     /// The connections, a writer and a few readers (see [`lanes`]).
     lanes: Lanes,
     /// The file the connections have open and its generation, which moves
@@ -143,7 +159,7 @@ impl SqliteStore {
                 path.display()
             ))
         })?;
-        let store = Self::with(path, Access::ReadWrite, false, id, conn);
+        let store = Self::with(path, Access::ReadWrite, &[], id, conn);
         if let Err(e) = file_watch::start(&store.inner) {
             // The per-request check still notices, at the next request.
             tracing::warn!(path = %path.display(), error = %e, "cannot watch the SQLite lease store's directory; a deleted file is noticed at the next request");
@@ -164,16 +180,15 @@ impl SqliteStore {
         let mut conn = Connection::open_with_flags(path, flags)
             .map_err(|e| open_error(path, "cannot open", &e))?;
         configure(&mut conn).map_err(|e| open_error(path, "cannot configure", &e))?;
-        let legacy = !lacking_columns(&conn)
-            .map_err(|e| open_error(path, "cannot read the schema of", &e))?
-            .is_empty();
-        Ok(Self::with(path, Access::ReadOnly, legacy, id, conn))
+        let lacking = lacking_columns(&conn)
+            .map_err(|e| open_error(path, "cannot read the schema of", &e))?;
+        Ok(Self::with(path, Access::ReadOnly, &lacking, id, conn))
     }
 
     fn with(
         path: &Path,
         access: Access,
-        legacy: bool,
+        lacking: &[&str],
         id: FileId,
         conn: Connection,
     ) -> SqliteStore {
@@ -181,7 +196,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 access,
-                legacy,
+                selects: Selects::lacking(lacking),
                 lanes: Lanes::new(conn),
                 file: Mutex::new((id, 0)),
                 changes: watch::Sender::new(0),
@@ -254,8 +269,7 @@ fn holds(current: Option<&Row>, condition: &Condition) -> bool {
     }
 }
 
-fn read_row(conn: &Connection, election: &str, legacy: bool) -> rusqlite::Result<Option<Row>> {
-    let sql = if legacy { SELECT_ONE_OLD } else { SELECT_ONE };
+fn read_row(conn: &Connection, sql: &str, election: &str) -> rusqlite::Result<Option<Row>> {
     conn.query_row(sql, [election], Row::from_sql).optional()
 }
 
@@ -267,11 +281,13 @@ fn to_i64(column: &str, v: u64) -> Result<i64, StoreError> {
     })
 }
 
+/// Write `lease` if `condition` holds on the row `select_one` reads.
 fn put_blocking(
     conn: &mut Connection,
     path: &Path,
     budget: Duration,
     deadline: Instant,
+    select_one: &str,
     lease: &Lease,
     condition: &Condition,
 ) -> Result<WriteOutcome, StoreError> {
@@ -288,6 +304,7 @@ fn put_blocking(
         to_i64("acquired_at", lease.acquired_at_ms)?,
         to_i64("renewed_at", lease.renewed_at_ms)?,
         to_i64("expires_at", lease.expires_at_s)?,
+        to_i64("format", FORMAT)?,
     );
     // IMMEDIATE takes the write lock before the read: nobody can write
     // between our check and our write.
@@ -299,7 +316,9 @@ fn put_blocking(
     if Instant::now() >= deadline {
         return Err(StoreError::Timeout(budget));
     }
-    let current = read_row(&tx, &lease.election, false).map_err(sql_err)?;
+    let current = read_row(&tx, select_one, &lease.election).map_err(sql_err)?;
+    // A row of an unknown format fails every condition here (see
+    // `Condition::holds`), so it is never replaced.
     if !holds(current.as_ref(), condition) {
         let current = current.map_or(Record::Absent, |row| row.to_record());
         // Dropping the transaction rolls it back; nothing was written.
@@ -320,6 +339,7 @@ fn put_blocking(
             values.4,
             meta,
             lease.successor,
+            values.5,
         ],
     )
     .map_err(sql_err)?;
@@ -335,9 +355,9 @@ impl LeaseStore for SqliteStore {
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
         let election = election.to_owned();
-        let legacy = self.inner.legacy;
+        let sql = self.inner.selects.one.clone();
         self.run(LaneKind::Read, budget, move |conn, path, _| {
-            let row = read_row(conn, &election, legacy).map_err(|e| classify(path, budget, &e))?;
+            let row = read_row(conn, &sql, &election).map_err(|e| classify(path, budget, &e))?;
             Ok(row.map_or(Record::Absent, |r| r.to_record()))
         })
         .await
@@ -351,21 +371,18 @@ impl LeaseStore for SqliteStore {
     ) -> Result<WriteOutcome, StoreError> {
         let lease = lease.clone();
         let condition = condition.clone();
+        let sql = self.inner.selects.one.clone();
         self.run(LaneKind::Write, budget, move |conn, path, deadline| {
-            put_blocking(conn, path, budget, deadline, &lease, &condition)
+            put_blocking(conn, path, budget, deadline, &sql, &lease, &condition)
         })
         .await
     }
 
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
-        let sql = if self.inner.legacy {
-            SELECT_ALL_OLD
-        } else {
-            SELECT_ALL
-        };
+        let sql = self.inner.selects.all.clone();
         self.run(LaneKind::Read, budget, move |conn, path, _| {
             let err = |e: rusqlite::Error| classify(path, budget, &e);
-            let mut stmt = conn.prepare(sql).map_err(err)?;
+            let mut stmt = conn.prepare(&sql).map_err(err)?;
             let rows = stmt
                 .query_map([], Row::from_sql)
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
@@ -376,16 +393,12 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
-        if self.inner.legacy {
-            // A file without the newer columns has no member records:
-            // `run` adds the columns before anything writes one.
-            return Ok(Vec::new());
-        }
         // "#member/" .. "#member0": '0' follows '/'.
         let upper = format!("{}0", MEMBER_PREFIX.trim_end_matches('/'));
+        let sql = self.inner.selects.range.clone();
         self.run(LaneKind::Read, budget, move |conn, path, _| {
             let err = |e: rusqlite::Error| classify(path, budget, &e);
-            let mut stmt = conn.prepare(SELECT_RANGE).map_err(err)?;
+            let mut stmt = conn.prepare(&sql).map_err(err)?;
             let rows = stmt
                 .query_map([MEMBER_PREFIX, upper.as_str()], Row::from_sql)
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())

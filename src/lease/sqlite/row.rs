@@ -7,7 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use rusqlite::types::ValueRef;
 
 use super::schema::COLUMNS;
-use crate::lease::{HolderMeta, Lease, Malformed, Record, RvnGuard};
+use crate::lease::{FORMAT, HolderMeta, Lease, Malformed, Record, RvnGuard, UnknownFormat};
 use crate::text;
 
 /// One column's value exactly as stored.
@@ -68,11 +68,11 @@ impl Raw {
 
 /// A whole row as stored, one value per entry of [`COLUMNS`].
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Row(pub(super) [Raw; 10]);
+pub(super) struct Row(pub(super) [Raw; COLUMNS.len()]);
 
 impl Row {
     pub(super) fn from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-        let mut vals: [Raw; 10] = Default::default();
+        let mut vals: [Raw; COLUMNS.len()] = Default::default();
         for (i, v) in vals.iter_mut().enumerate() {
             *v = Raw::from_ref(row.get_ref(i)?);
         }
@@ -96,9 +96,20 @@ impl Row {
     }
 
     /// Interpret the row as a lease, or describe everything wrong with it.
+    /// The format comes first: a row of another format is never judged by
+    /// this one's layout.
     pub(super) fn to_record(&self) -> Record {
         let mut problems = Vec::new();
         let election = self.election(&mut problems);
+        if let Some(format) = self.unknown_format() {
+            return Record::UnknownFormat(UnknownFormat {
+                election,
+                format,
+                holder: self.get("holder").text().map(str::to_owned),
+                fencing_token: self.token(),
+                fingerprint: self.fingerprint(),
+            });
+        }
         let holder = self.optional_text("holder", &mut problems);
         let successor = self.optional_text("successor", &mut problems);
         let rvn = self.rvn(&mut problems);
@@ -123,17 +134,36 @@ impl Row {
                 session: None,
             });
         }
-        let fencing_token = match self.get("fencing_token") {
-            Raw::Integer(i) => u64::try_from(*i).ok(),
-            _ => None,
-        };
         Record::Malformed(Malformed {
             election,
             problem: problems.join("; "),
             fingerprint: self.fingerprint(),
-            fencing_token,
+            fencing_token: self.token(),
             guard: self.guard(),
         })
+    }
+
+    /// The fencing token, when that one column can be read.
+    fn token(&self) -> Option<u64> {
+        match self.get("fencing_token") {
+            Raw::Integer(i) => u64::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+
+    /// The `format` column, as humans read it, unless it is null (a row
+    /// written before the column existed) or this build's: a number as
+    /// stored, text quoted, a blob in hex.
+    fn unknown_format(&self) -> Option<String> {
+        let shown = match self.get("format") {
+            Raw::Null => return None,
+            Raw::Integer(i) if u64::try_from(*i) == Ok(FORMAT) => return None,
+            Raw::Integer(i) => i.to_string(),
+            Raw::Real(f) => f.to_string(),
+            Raw::Text(t) => format!("{:?}", String::from_utf8_lossy(t)),
+            Raw::Blob(b) => format!("blob {}", text::hex(b)),
+        };
+        Some(text::shorten(&shown, 40))
     }
 
     /// The `election` column as text, whatever it holds.

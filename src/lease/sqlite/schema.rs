@@ -12,7 +12,7 @@ use super::{TABLE, classify, open_error};
 use crate::lease::StoreError;
 
 /// Columns in the order every query selects them.
-pub(super) const COLUMNS: [&str; 10] = [
+pub(super) const COLUMNS: [&str; 11] = [
     "election",
     "holder",
     "rvn",
@@ -23,11 +23,20 @@ pub(super) const COLUMNS: [&str; 10] = [
     "expires_at",
     "holder_meta",
     "successor",
+    "format",
 ];
 
-/// Columns added after the first release: a file made before them gets them
-/// when `leaderd run` opens it, and reads as if they were null until then.
-const ADDED_COLUMNS: [&str; 1] = ["successor"];
+/// Columns added after the first release, with their types: a file made
+/// before them gets them when `leaderd run` opens it, and reads as if they
+/// were null until then. `format` is an INTEGER column so that SQLite keeps
+/// the numbers written to it as numbers (a TEXT column would turn them into
+/// text).
+const ADDED_COLUMNS: [(&str, &str); 2] = [("successor", "TEXT"), ("format", "INTEGER")];
+
+/// Whether `column` is one of the [`ADDED_COLUMNS`].
+fn added(column: &str) -> bool {
+    ADDED_COLUMNS.iter().any(|(c, _)| *c == column)
+}
 
 /// The table, as `leaderd run` creates it in a new file.
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
@@ -40,7 +49,8 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
     renewed_at    INTEGER,
     expires_at    INTEGER,
     holder_meta   TEXT,
-    successor     TEXT
+    successor     TEXT,
+    format        INTEGER
 )";
 
 /// Open (creating if missing) the file at `path` in WAL mode with the
@@ -94,7 +104,11 @@ fn try_set_up(path: &Path) -> Result<Connection, (&'static str, rusqlite::Error)
     // doing it at once: the second finds the column there (or waits on the
     // write lock and then fails with "duplicate column", checked again).
     for column in lacking_columns(&conn).map_err(|e| ("cannot read the schema of", e))? {
-        let added = conn.execute(&format!("ALTER TABLE leases ADD COLUMN {column} TEXT"), []);
+        let ty = ADDED_COLUMNS
+            .iter()
+            .find_map(|(c, ty)| (*c == column).then_some(*ty))
+            .expect("lacking_columns names only added columns");
+        let added = conn.execute(&format!("ALTER TABLE leases ADD COLUMN {column} {ty}"), []);
         if let Err(e) = added
             && lacking_columns(&conn)
                 .map_err(|e| ("cannot read the schema of", e))?
@@ -115,14 +129,15 @@ pub(super) fn lacking_columns(conn: &Connection) -> rusqlite::Result<Vec<&'stati
         .query_map([], |row| row.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let has = |c: &str| names.iter().any(|n| n == c);
-    let ours = COLUMNS
-        .iter()
-        .filter(|c| !ADDED_COLUMNS.contains(c))
-        .all(|c| has(c));
+    let ours = COLUMNS.iter().filter(|c| !added(c)).all(|c| has(c));
     if !ours {
         return Ok(Vec::new());
     }
-    Ok(ADDED_COLUMNS.into_iter().filter(|c| !has(c)).collect())
+    Ok(ADDED_COLUMNS
+        .into_iter()
+        .map(|(c, _)| c)
+        .filter(|c| !has(c))
+        .collect())
 }
 
 /// Another connection holds the lock this one needs.
@@ -161,7 +176,7 @@ pub(super) fn check_blocking(
     let missing: Vec<&str> = COLUMNS
         .iter()
         .copied()
-        .filter(|c| !ADDED_COLUMNS.contains(c))
+        .filter(|c| !added(c))
         .filter(|c| !columns.iter().any(|(name, _)| name == c))
         .collect();
     if !missing.is_empty() {

@@ -2,13 +2,16 @@
 use super::lanes::{READERS, WRITERS};
 use super::row::Raw;
 use super::*;
-use crate::lease::RvnGuard;
+use crate::lease::{RvnGuard, UnknownFormat};
 
-fn row(values: [Raw; 10]) -> Row {
+fn row(values: [Raw; 11]) -> Row {
     Row(values)
 }
 
-fn good() -> [Raw; 10] {
+/// The index of the `format` column.
+const FORMAT_COLUMN: usize = 10;
+
+fn good() -> [Raw; 11] {
     [
         Raw::Text(b"e".to_vec()),
         Raw::Text(b"me".to_vec()),
@@ -20,6 +23,7 @@ fn good() -> [Raw; 10] {
         Raw::Integer(3),
         Raw::Null,
         Raw::Null,
+        Raw::Integer(1),
     ]
 }
 
@@ -31,6 +35,47 @@ fn a_well_formed_row_is_a_lease() {
     assert_eq!(l.rvn, "r1");
     assert_eq!(l.fencing_token, 7);
     assert_eq!(l.holder.as_deref(), Some("me"));
+}
+
+#[test]
+fn format_one_or_none_is_a_lease_and_any_other_is_unknown() {
+    let mut old = good();
+    old[FORMAT_COLUMN] = Raw::Null;
+    assert_eq!(row(old).to_record(), row(good()).to_record());
+    let unknown = |format: Raw| {
+        let mut values = good();
+        values[FORMAT_COLUMN] = format;
+        // Even a row that is malformed by this format's layout.
+        values[2] = Raw::Null;
+        match row(values).to_record() {
+            Record::UnknownFormat(u) => u,
+            other => panic!("expected an unknown format, got {other:?}"),
+        }
+    };
+    let u = unknown(Raw::Integer(2));
+    assert_eq!(
+        (u.election.as_str(), u.format.as_str()),
+        ("e", "2"),
+        "{u:?}"
+    );
+    assert_eq!(
+        (u.holder.as_deref(), u.fencing_token),
+        (Some("me"), Some(7))
+    );
+    assert_eq!(unknown(Raw::Text(b"x".to_vec())).format, "\"x\"");
+    assert_eq!(unknown(Raw::Text(b"1".to_vec())).format, "\"1\"");
+    assert_eq!(unknown(Raw::Real(1.5)).format, "1.5");
+    assert_eq!(unknown(Raw::Integer(-1)).format, "-1");
+    // The fingerprint follows every column.
+    let mut later = good();
+    later[FORMAT_COLUMN] = Raw::Integer(2);
+    let mut renewed = later.clone();
+    renewed[2] = Raw::Text(b"r2".to_vec());
+    let fingerprint = |v: [Raw; 11]| match row(v).to_record() {
+        Record::UnknownFormat(UnknownFormat { fingerprint, .. }) => fingerprint,
+        other => panic!("expected an unknown format, got {other:?}"),
+    };
+    assert_ne!(fingerprint(later), fingerprint(renewed));
 }
 
 #[test]
@@ -127,6 +172,18 @@ fn conditions_match_the_memory_store() {
         Some(&valid),
         &Condition::Unchanged(RvnGuard::Raw("text:r1".into()))
     ));
+    // A row of another format: no condition, not even its own raw rvn.
+    let mut later = good();
+    later[FORMAT_COLUMN] = Raw::Integer(2);
+    let later = row(later);
+    for condition in [
+        Condition::NotExists,
+        Condition::RvnIs("r1".into()),
+        held,
+        Condition::Unchanged(later.guard()),
+    ] {
+        assert!(!holds(Some(&later), &condition), "{condition:?}");
+    }
 }
 
 fn sample(election: &str) -> Lease {
@@ -373,9 +430,10 @@ async fn an_older_file_is_read_as_it_is_and_gains_the_new_column_when_run_opens_
             .expect("the schema")
     };
     assert!(!columns(&path).contains(&"successor".to_owned()));
-    // `leaderd run` adds the column, keeping the row.
+    // `leaderd run` adds the columns, keeping the row.
     let store = SqliteStore::open(&path).expect("open to run");
     assert!(columns(&path).contains(&"successor".to_owned()));
+    assert!(columns(&path).contains(&"format".to_owned()));
     let Ok(Record::Valid(kept)) = store.read("e", budget).await else {
         panic!("the row is kept");
     };
@@ -392,4 +450,117 @@ async fn an_older_file_is_read_as_it_is_and_gains_the_new_column_when_run_opens_
     assert_eq!(store.read("e", budget).await, Ok(Record::Valid(handed)));
     // Opening it again (another instance) finds the column there.
     SqliteStore::open(&path).expect("open again");
+}
+
+/// The `format` column of `election`'s row as SQLite stored it.
+fn stored_format(path: &std::path::Path, election: &str) -> rusqlite::types::Value {
+    Connection::open(path)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT format FROM leases WHERE election = ?1",
+                [election],
+                |r| r.get(0),
+            )
+        })
+        .expect("the row's format")
+}
+
+#[tokio::test]
+async fn every_write_stores_format_1_and_a_later_format_is_never_replaced() {
+    use rusqlite::types::Value;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let budget = Duration::from_secs(10);
+    let mine = sample("e");
+    assert_eq!(
+        store.put(&mine, &Condition::NotExists, budget).await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert_eq!(stored_format(&path, "e"), Value::Integer(1));
+    // A later release rewrites it in its own format, keeping our rvn.
+    Connection::open(&path)
+        .and_then(|c| c.execute("UPDATE leases SET format = 2 WHERE election = 'e'", []))
+        .expect("a later release's write");
+    let Ok(Record::UnknownFormat(u)) = store.read("e", budget).await else {
+        panic!("format 2 reads as an unknown format");
+    };
+    assert_eq!((u.format.as_str(), u.holder.as_deref()), ("2", Some("me")));
+    // The raw rvn is still the one we wrote: only the format says no.
+    let raw_rvn = RvnGuard::Raw(format!("text:{}", mine.rvn));
+    for condition in [
+        Condition::NotExists,
+        Condition::RvnIs(mine.rvn.clone()),
+        Condition::HeldBy {
+            rvn: mine.rvn.clone(),
+            holder: "me".into(),
+        },
+        Condition::Unchanged(raw_rvn),
+    ] {
+        let res = store.write(&mine.renewed(), &condition, budget).await;
+        assert_eq!(
+            res,
+            Ok(WriteOutcome::ConditionFailed {
+                current: Some(Record::UnknownFormat(u.clone()))
+            }),
+            "{condition:?}"
+        );
+    }
+    assert_eq!(stored_format(&path, "e"), Value::Integer(2));
+    assert_eq!(store.read("e", budget).await, Ok(Record::UnknownFormat(u)));
+}
+
+/// The `leases` table as the releases before `format` made it.
+const SECOND_SCHEMA: &str = "CREATE TABLE leases (election TEXT PRIMARY KEY NOT NULL, \
+     holder TEXT, rvn TEXT, fencing_token INTEGER, lease_ms INTEGER, acquired_at INTEGER, \
+     renewed_at INTEGER, expires_at INTEGER, holder_meta TEXT, successor TEXT); \
+     INSERT INTO leases VALUES ('e', 'me', 'r1', 7, 10000, 1, 2, 3, NULL, NULL)";
+
+#[tokio::test]
+async fn a_file_without_format_reads_as_format_1_and_gains_an_integer_column() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    Connection::open(&path)
+        .and_then(|c| c.execute_batch(SECOND_SCHEMA))
+        .expect("a file of an earlier release");
+    let budget = Duration::from_secs(10);
+    let reader = SqliteStore::open_read_only(&path).expect("open to read");
+    let Ok(Record::Valid(l)) = reader.read("e", budget).await else {
+        panic!("the old row reads as a lease of format 1");
+    };
+    assert_eq!(
+        reader.list(budget).await,
+        Ok(vec![Record::Valid(l.clone())])
+    );
+    let format_type = |path: &std::path::Path| {
+        Connection::open(path)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT type FROM pragma_table_info('leases') WHERE name = 'format'",
+                    [],
+                    |r| r.get::<_, String>(0),
+                )
+                .optional()
+            })
+            .expect("the schema")
+    };
+    assert_eq!(format_type(&path), None, "reading changes nothing");
+    let store = SqliteStore::open(&path).expect("open to run");
+    assert_eq!(format_type(&path).as_deref(), Some("INTEGER"));
+    assert_eq!(store.read("e", budget).await, Ok(Record::Valid(l.clone())));
+    assert_eq!(stored_format(&path, "e"), rusqlite::types::Value::Null);
+    let renewed = l.renewed();
+    let held = Condition::HeldBy {
+        rvn: "r1".into(),
+        holder: "me".into(),
+    };
+    assert_eq!(
+        store.put(&renewed, &held, budget).await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert_eq!(
+        stored_format(&path, "e"),
+        rusqlite::types::Value::Integer(1)
+    );
+    assert_eq!(store.read("e", budget).await, Ok(Record::Valid(renewed)));
 }
