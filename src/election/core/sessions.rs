@@ -92,6 +92,9 @@ impl Core {
                 Some((format!("{key}@malformed:{}", m.fingerprint), own_ms)),
                 None,
             ),
+            // Written by a later build: never ended here, and what it
+            // holds is never taken; looked at again every R.
+            Record::UnknownFormat(_) => return Some(Round::Wait(at + self.cfg.renew_interval)),
         };
         if let Some((timer_key, lease_ms)) = timed {
             let due = self.takeover.observe(&timer_key, lease_ms, at, None);

@@ -1,0 +1,47 @@
+//! The keys of the records that are not elections': the daemons' member
+//! and session records, in the same table. No election can be named with
+//! a `#` or a `/`, so none of them is ever taken for an election.
+
+use super::{Lease, Record};
+
+/// Keys of the daemons' member records (see `crate::balance`) start with
+/// this. No election can be named so (election names never hold `#` or
+/// `/`), so a member record is never taken for an election.
+pub const MEMBER_PREFIX: &str = "#member/";
+
+/// The key of `identity`'s member record.
+pub fn member_key(identity: &str) -> String {
+    format!("{MEMBER_PREFIX}{identity}")
+}
+
+/// Whether `key` is a member record's, not an election's.
+pub fn is_member_key(key: &str) -> bool {
+    key.starts_with(MEMBER_PREFIX)
+}
+
+/// The well-formed member records among `records`: what every store's
+/// [`super::LeaseStore::members`] returns of what it read. A member record of an
+/// unknown format is no member to this build: membership is advice.
+pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
+    records
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Valid(l) if is_member_key(&l.election) => Some(l),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Keys of the daemons' session records (see `crate::election::session`)
+/// start with this; like member keys, no election can be named so.
+pub const SESSION_PREFIX: &str = "#session/";
+
+/// The key of `identity`'s session opened with `nonce` (fresh per opening).
+pub fn session_key(identity: &str, nonce: &str) -> String {
+    format!("{SESSION_PREFIX}{identity}/{nonce}")
+}
+
+/// Whether `key` is a session record's, not an election's.
+pub fn is_session_key(key: &str) -> bool {
+    key.starts_with(SESSION_PREFIX)
+}
