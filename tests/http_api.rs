@@ -168,12 +168,12 @@ async fn followers_and_stopping_answer_503_with_the_same_fields() {
 
     // A record of a format this build does not know: its holder, and the
     // format as stored.
-    f.states[0].send_modify(|s| s.unknown_format = Some("2".into()));
+    f.states[0].send_modify(|s| s.unknown_format = Some("3".into()));
     let body = call(&f.app, get("/leader")).await.json();
     assert_eq!(body["leader"], "web-2");
-    assert_eq!(body["unknown_format"], "2");
+    assert_eq!(body["unknown_format"], "3");
     let status = call(&f.app, get("/status")).await.json();
-    assert_eq!(status["elections"]["report"]["unknown_format"], "2");
+    assert_eq!(status["elections"]["report"]["unknown_format"], "3");
     f.states[0].send_modify(|s| s.unknown_format = None);
 
     // The other election leads; percent-encoded names are decoded.

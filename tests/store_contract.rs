@@ -610,7 +610,7 @@ mod contract {
     /// a member. An item of format 1 is this build's.
     pub async fn unknown_format_is_never_written(b: &dyn Backend) {
         let store = b.store().await;
-        for (format, shown) in [(RawValue::N(2), "2"), (RawValue::S("x"), "\"x\"")] {
+        for (format, shown) in [(RawValue::N(3), "3"), (RawValue::S("x"), "\"x\"")] {
             let election = common::unique_name("format");
             // First malformed in this format, to learn its raw rvn.
             b.put_raw(&election, &spoiled("fencing_token", None)).await;

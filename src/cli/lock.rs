@@ -28,7 +28,7 @@ use crate::clock::{self, Clock, Instant};
 use crate::config::LockConfig;
 use crate::election;
 use crate::exit;
-use crate::lease::{self, Condition, FORMAT, Lease, LeaseStore, Record, WriteOutcome};
+use crate::lease::{self, Condition, Lease, LeaseStore, Record, WriteOutcome};
 use crate::text;
 
 /// Longest one store request may take.
@@ -359,7 +359,8 @@ async fn ours(store: &dyn LeaseStore, name: &str, token: &LockToken) -> Result<L
 /// A record of format `format`, and why it is left alone.
 fn unknown_format(format: &str) -> String {
     format!(
-        "a record of format {format}, which this leaderd does not know (it knows only format {FORMAT}) and never writes: upgrade leaderd"
+        "a record of format {format}, which this leaderd does not know (it knows formats {}) and never writes: upgrade leaderd",
+        crate::lease::known_formats()
     )
 }
 

@@ -12,7 +12,7 @@ use super::StatusArgs;
 use super::tool::{self, ToolError};
 use crate::clock;
 use crate::exit;
-use crate::lease::{FORMAT, LeaseStore, Record, StoreError};
+use crate::lease::{LeaseStore, Record, StoreError};
 
 /// One election as `status` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,7 +136,10 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
             match (&r.problem, &r.format) {
                 (Some(p), _) => format!("malformed ({p})"),
                 (None, Some(f)) => {
-                    format!("unknown_format (format {f}; this leaderd knows {FORMAT})")
+                    format!(
+                        "unknown_format (format {f}; this leaderd knows {})",
+                        crate::lease::known_formats()
+                    )
                 }
                 (None, None) => r.state.to_owned(),
             },
@@ -249,7 +252,7 @@ mod tests {
                 guard: RvnGuard::Missing,
             }),
         );
-        store.plant_unknown_format("u", "2", Some("web-9"), Some(40));
+        store.plant_unknown_format("u", "3", Some("web-9"), Some(40));
         let names = ["a", "b", "m", "z", "u"].map(String::from);
         let rows = collect(&store, &names, Duration::from_secs(1))
             .await
@@ -270,9 +273,9 @@ mod tests {
         assert_eq!(json[0]["fencing_token"], 12);
         assert_eq!(json[3]["state"], "absent");
         assert_eq!(json[4]["state"], "unknown_format");
-        assert_eq!(json[4]["format"], "2");
+        assert_eq!(json[4]["format"], "3");
         assert!(
-            text.contains("unknown_format (format 2; this leaderd knows 1)"),
+            text.contains("unknown_format (format 3; this leaderd knows 1 and 2)"),
             "{text}"
         );
         let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();

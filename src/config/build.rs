@@ -629,6 +629,7 @@ pub(super) fn build(
     let app_check = build_app_check(&raw)?;
     warnings.append(&mut raw.warnings);
 
+    let sessions = check_sessions(raw.sessions.unwrap_or(false), &elections)?;
     Ok(Config {
         identity,
         store,
@@ -641,8 +642,36 @@ pub(super) fn build(
         app_check,
         acquire_timeout,
         balance: raw.balance.unwrap_or(false),
+        sessions,
         warnings,
     })
+}
+
+/// With `sessions`, one session carries every election, so they must share
+/// one lease timing (L, R, P, D, M): the session is renewed on it.
+fn check_sessions(sessions: bool, elections: &[ElectionConfig]) -> Result<bool, ConfigError> {
+    let Some(first) = elections.first().filter(|_| sessions) else {
+        return Ok(sessions);
+    };
+    let timing = |e: &ElectionConfig| {
+        (
+            e.lease_duration,
+            e.renew_interval,
+            e.retry_interval,
+            e.max_clock_drift.to_bits(),
+            e.safety_margin,
+        )
+    };
+    match elections.iter().find(|e| timing(e) != timing(first)) {
+        Some(other) => Err(ConfigError::invalid(
+            "sessions",
+            format!(
+                "sessions = true needs one lease timing for every election, but `{}` and `{}` differ (duration, renew, retry, drift or margin): use the same [lease] for all",
+                first.name, other.name
+            ),
+        )),
+        None => Ok(true),
+    }
 }
 
 /// `http.advertise`: `HOST:PORT` with a port above 0 and a host that

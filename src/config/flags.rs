@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// the same ones, each leading its fair share [config: balance].
     #[arg(long)]
     pub balance: bool,
+    /// Hold every election through one session record, renewed for all of
+    /// them at the cost of one [config: sessions].
+    #[arg(long)]
+    pub sessions: bool,
     /// The child command, run without a shell [config: child.command].
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -152,6 +156,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     if args.balance {
         raw.balance = Some(true);
     }
+    if args.sessions {
+        raw.sessions = Some(true);
+    }
     if !args.elections.is_empty() {
         raw.elections = named_elections(raw, &args.elections);
     }
@@ -203,6 +210,7 @@ fn note_flags(raw: &mut RawConfig, args: &RunArgs) {
         (args.app_check.is_some(), "app_check.http", "--app-check"),
         (args.advertise.is_some(), "http.advertise", "--advertise"),
         (args.balance, "balance", "--balance"),
+        (args.sessions, "sessions", "--sessions"),
         (
             args.lease_duration.is_some(),
             "lease.duration",

@@ -72,9 +72,10 @@ pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
 /// The top-level configuration keys. An environment variable is read as
 /// configuration when its first segment names one of them, or when it has
 /// the `SECTION__KEY` shape (so a misspelt section is still an error).
-const TOP_LEVEL_KEYS: [&str; 10] = [
+const TOP_LEVEL_KEYS: [&str; 11] = [
     "identity",
     "balance",
+    "sessions",
     "store",
     "lease",
     "elections",
@@ -278,6 +279,9 @@ pub struct Config {
     /// `balance`: share the elections with the other live daemons that
     /// campaign for the same set (docs/balance.md).
     pub balance: bool,
+    /// `sessions`: hold every election through one session record per
+    /// process, renewed for all of them (docs/leadership.md).
+    pub sessions: bool,
     /// Valid but risky settings, one line each, for the caller to log.
     pub warnings: Vec<String>,
 }

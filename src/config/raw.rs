@@ -26,6 +26,7 @@ use crate::text::echo;
 pub(super) struct RawConfig {
     pub(super) identity: Option<String>,
     pub(super) balance: Option<bool>,
+    pub(super) sessions: Option<bool>,
     pub(super) store: RawStore,
     pub(super) lease: RawLease,
     pub(super) elections: Vec<RawElection>,

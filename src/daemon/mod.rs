@@ -33,7 +33,7 @@ use crate::app_check::{self, Verdict};
 use crate::balance::{self, BalanceConfig, Balancer, Elected};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::election::{self, ElectionHandle, ElectionState};
+use crate::election::{self, ElectionHandle, ElectionState, SessionHandle, SessionView};
 use crate::exit;
 use crate::http::{self, AppState, ResignRequest};
 use crate::lease::{self, LeaseStore, StoreError};
@@ -105,7 +105,17 @@ pub async fn run(
         .app_check
         .clone()
         .map(|c| app_check::spawn(c, metrics.clone()));
-    let handles = start_elections(&cfg, &store, &clock, &metrics, app_check.as_ref());
+    let session = cfg
+        .sessions
+        .then(|| start_session(&cfg, &store, &clock, &metrics));
+    let handles = start_elections(
+        &cfg,
+        &store,
+        &clock,
+        &metrics,
+        app_check.as_ref(),
+        session.as_ref().map(|s| &s.view),
+    );
     let balancer = cfg.balance.then(|| {
         start_balancer(
             &cfg,
@@ -156,6 +166,10 @@ pub async fn run(
 
     notifier.send("STOPPING=1");
     daemon.release_all().await;
+    if let Some(session) = session {
+        // Its elections are released: end it, so nobody waits it out.
+        session.close().await;
+    }
     notify_task.abort();
     http.stop().await;
     tracing::info!(exit_code = code, "leaderd stopped");
@@ -196,6 +210,7 @@ fn start_elections(
     clock: &Clock,
     metrics: &Arc<Metrics>,
     app_check: Option<&watch::Receiver<Verdict>>,
+    session: Option<&watch::Receiver<Option<SessionView>>>,
 ) -> BTreeMap<String, ElectionHandle> {
     let n = cfg.elections.len();
     cfg.elections
@@ -214,12 +229,37 @@ fn start_elections(
                 clock.clone(),
                 metrics.clone(),
                 campaign_delay(i, n),
-                app_check.cloned(),
-                Some(hints),
+                election::Links {
+                    gate: app_check.cloned(),
+                    hints: Some(hints),
+                    session: session.cloned(),
+                },
             );
             (e.name.clone(), handle)
         })
         .collect()
+}
+
+/// The daemon's session, with `sessions`: on the primary election's
+/// timing (every election has the same, checked in `Config::load`) and
+/// advertising what its records advertise.
+fn start_session(
+    cfg: &Config,
+    store: &Arc<dyn LeaseStore>,
+    clock: &Clock,
+    metrics: &Arc<Metrics>,
+) -> SessionHandle {
+    let timing = cfg
+        .elections
+        .iter()
+        .find(|e| e.name == cfg.primary)
+        .expect("primary names a configured election: validated in Config::load");
+    election::spawn_session(
+        store.clone(),
+        timing.clone(),
+        clock.clone(),
+        metrics.clone(),
+    )
 }
 
 /// The balancer, when `balance` is on: every election may move, except the

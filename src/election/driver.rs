@@ -14,10 +14,11 @@ use std::time::Duration;
 use super::core::{Action, Core, Input, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
 use super::hints::{Hint, HintFeed, LeaseEvent};
+use super::session::SessionView;
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
-use crate::lease::{Condition, FORMAT, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
+use crate::lease::{Condition, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
 use crate::text;
 
 /// One election's task: see the module docs.
@@ -35,6 +36,8 @@ pub(super) struct Driver {
     pub(super) feed: Option<HintFeed>,
     /// Moves when the store notices its data was replaced under it.
     pub(super) store_changes: Option<watch::Receiver<u64>>,
+    /// The daemon's session, when tenures are held through it.
+    pub(super) session: Option<watch::Receiver<Option<SessionView>>>,
     /// Store errors, logged once per change.
     pub(super) errors: ErrorLog,
     /// The caller of the release in progress, answered when it is done.
@@ -63,6 +66,21 @@ async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
+/// The daemon's session once it changes; `None` (no session) once the
+/// session task is gone; never without one.
+async fn session_changed(
+    session: &mut Option<watch::Receiver<Option<SessionView>>>,
+) -> Option<SessionView> {
+    let Some(rx) = session else {
+        return std::future::pending().await;
+    };
+    if rx.changed().await.is_ok() {
+        return rx.borrow_and_update().clone();
+    }
+    *session = None;
+    None
+}
+
 /// The next hint; `None` once the watch client is gone; never without one.
 async fn next_hint(feed: &mut Option<HintFeed>) -> Option<Hint> {
     match feed {
@@ -80,6 +98,10 @@ impl Driver {
     }
 
     pub(super) async fn run(mut self) {
+        if let Some(rx) = &mut self.session {
+            let view = rx.borrow_and_update().clone();
+            self.step(Input::Session(view)).await;
+        }
         self.step(Input::Timeout).await;
         while !self.core.is_finished() {
             let wake = self
@@ -106,6 +128,7 @@ impl Driver {
                     None => Input::Orphaned,
                 },
                 () = store_changed(&mut self.store_changes), if watches_store => Input::StoreReplaced,
+                view = session_changed(&mut self.session) => Input::Session(view),
             };
             self.step(input).await;
         }
@@ -375,7 +398,7 @@ impl Driver {
                 self.observer.malformed_record(name);
             }
             Note::UnknownFormat { format, holder } => {
-                tracing::warn!(election = %name, format = %format, holder = %holder.as_deref().unwrap_or("(unreadable)"), "lease record has format {format}, and this build knows only format {FORMAT}: it is left alone, never taken over or overwritten however long it stays; upgrade this instance");
+                tracing::warn!(election = %name, format = %format, holder = %holder.as_deref().unwrap_or("(unreadable)"), "lease record has format {format}, and this build knows formats {}: it is left alone, never taken over or overwritten however long it stays; upgrade this instance", crate::lease::known_formats());
                 self.observer.unknown_format_record(name);
             }
             Note::OverwritingMalformed => {

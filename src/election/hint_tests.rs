@@ -99,8 +99,10 @@ fn follower(store: &MemoryStore, identity: &str) -> (ElectionHandle, FakeStream)
         clock.clone(),
         Arc::new(NoObserver),
         Duration::ZERO,
-        None,
-        Some(feed),
+        Links {
+            hints: Some(feed),
+            ..Links::default()
+        },
     );
     (
         h,

@@ -560,27 +560,48 @@ pub fn spawn_after(
     observer: Arc<dyn Observer>,
     delay: Duration,
 ) -> ElectionHandle {
-    spawn_gated(store, config, clock, observer, delay, None, None)
+    spawn_gated(store, config, clock, observer, delay, Links::default())
 }
 
-/// [`spawn_after`], campaigning only while the app check's verdict `gate`
-/// passes, and following the leader's hints through `hints` when given. A
-/// closed gate never ends a tenure: the caller stops the child and
-/// releases the lease through the handle.
+/// What an election task follows besides the store; each is optional.
+#[derive(Default)]
+pub struct Links {
+    /// The app check's verdict: it campaigns only while it passes.
+    pub gate: Option<watch::Receiver<Verdict>>,
+    /// The leader's hints (the watch client).
+    pub hints: Option<HintFeed>,
+    /// The daemon's session: tenures are held through it instead of being
+    /// renewed one by one.
+    pub session: Option<watch::Receiver<Option<SessionView>>>,
+}
+
+/// [`spawn_after`], following `links`: campaigning only while the app
+/// check's verdict passes, following the leader's hints, holding tenures
+/// through the daemon's session, each when given. A closed gate never ends
+/// a tenure: the caller stops the child and releases the lease through the
+/// handle.
 pub fn spawn_gated(
     store: Arc<dyn LeaseStore>,
     config: ElectionConfig,
     clock: Clock,
     observer: Arc<dyn Observer>,
     delay: Duration,
-    gate: Option<watch::Receiver<Verdict>>,
-    hints: Option<HintFeed>,
+    links: Links,
 ) -> ElectionHandle {
     let now = clock.now();
     let lease_duration = config.lease_duration;
-    let mut gate = gate;
+    let Links {
+        mut gate,
+        hints,
+        session,
+    } = links;
     let may_campaign = driver::Driver::gate_passes(&mut gate);
     let core = Core::new(config, now, delay, hints.is_some(), may_campaign);
+    let core = if session.is_some() {
+        core.through_sessions()
+    } else {
+        core
+    };
     let (state_tx, state) = watch::channel(core.state().clone());
     let (commands, cmd_rx) = mpsc::channel(8);
     let (events_tx, events) = watch::channel(None);
@@ -596,6 +617,7 @@ pub fn spawn_gated(
         gate,
         feed: hints,
         store_changes,
+        session,
         errors: ErrorLog::default(),
         answer: None,
     };
@@ -618,6 +640,7 @@ mod hints;
 #[cfg(test)]
 mod model;
 pub mod session;
+mod session_task;
 mod takeover;
 #[cfg(test)]
 mod tests;
@@ -625,4 +648,6 @@ mod tests;
 pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
 use error_log::ErrorLog;
 pub use hints::{Hint, HintFeed, LeaseEvent};
+pub use session::SessionView;
+pub use session_task::{SESSION_LABEL, SessionHandle, spawn_session};
 pub use takeover::{TakeoverTimer, takeover_wait};

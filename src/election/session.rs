@@ -46,6 +46,9 @@ pub enum SessionInput {
     Read(Result<Record, StoreError>),
     /// The answer to the write asked for.
     Written(Result<WriteOutcome, StoreError>),
+    /// The daemon is shutting down (its elections were released): end the
+    /// session, so that nobody has to time it out, and open no other.
+    Close,
 }
 
 /// What the session core is doing.
@@ -61,6 +64,8 @@ enum Phase {
         last_send: Instant,
         next_renew: Instant,
     },
+    /// Closed for good (ended, or asked to end).
+    Finished,
 }
 
 /// The request in flight.
@@ -76,6 +81,8 @@ enum Pending {
     },
     /// Reading back after a renew refused without the record.
     Confirm,
+    /// Ending the session at shutdown.
+    End,
 }
 
 /// One daemon's session; see the module docs.
@@ -89,6 +96,8 @@ pub struct SessionCore {
     own_rvns: Vec<String>,
     /// Failed openings in a row (for the back-off).
     failures: u32,
+    /// Asked to close: end the session once no request is in flight.
+    closing: bool,
     now: Instant,
     out: std::collections::VecDeque<Action>,
 }
@@ -116,7 +125,7 @@ impl SessionCore {
         &Phase,
         &Option<Pending>,
         &Vec<String>,
-        u32,
+        (u32, bool),
         Instant,
         &std::collections::VecDeque<Action>,
     ) {
@@ -124,7 +133,7 @@ impl SessionCore {
             &self.phase,
             &self.pending,
             &self.own_rvns,
-            self.failures,
+            (self.failures, self.closing),
             self.now,
             &self.out,
         )
@@ -139,6 +148,7 @@ impl SessionCore {
             pending: None,
             own_rvns: Vec::new(),
             failures: 0,
+            closing: false,
             now: start,
             out: Default::default(),
         }
@@ -161,8 +171,18 @@ impl SessionCore {
     pub fn record_key(&self) -> Option<&str> {
         match &self.phase {
             Phase::Open { lease, .. } => Some(&lease.election),
-            Phase::Closed { .. } => None,
+            Phase::Closed { .. } | Phase::Finished => None,
         }
+    }
+
+    /// Whether it was asked to close.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Whether the session is over for good (after [`SessionInput::Close`]).
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Finished && self.pending.is_none()
     }
 
     /// The next action to carry out, if any.
@@ -177,6 +197,7 @@ impl SessionCore {
             return None;
         }
         Some(match &self.phase {
+            Phase::Finished => return None,
             Phase::Closed { at } => *at,
             Phase::Open {
                 last_send,
@@ -201,6 +222,28 @@ impl SessionCore {
             SessionInput::Timeout => self.on_timeout(tick),
             SessionInput::Written(res) => self.on_written(res),
             SessionInput::Read(res) => self.on_read(res),
+            SessionInput::Close => self.closing = true,
+        }
+        if self.closing && self.pending.is_none() && self.phase != Phase::Finished {
+            self.finish(tick);
+        }
+    }
+
+    /// End the open session (a write that clears its holder, under the
+    /// condition that it is still ours), and stop.
+    fn finish(&mut self, tick: &Tick) {
+        if let Phase::Open { lease, .. } = std::mem::replace(&mut self.phase, Phase::Finished) {
+            self.pending = Some(Pending::End);
+            self.out.push_back(Action::Write {
+                op: WriteOp::EndSession,
+                lease: lease.handed_to_with(None, &tick.stamp),
+                condition: Condition::HeldBy {
+                    rvn: lease.rvn.clone(),
+                    holder: self.cfg.identity.clone(),
+                },
+                budget: self.cfg.renew_interval,
+                deadline: None,
+            });
         }
     }
 
@@ -304,6 +347,7 @@ impl SessionCore {
                 }
             }
             (Some(Pending::Renew { .. }), Err(_)) => self.retry_later(),
+            (Some(Pending::End), _) => {}
             (other, _) => self.pending = other,
         }
     }

@@ -620,8 +620,10 @@ async fn a_closed_gate_never_campaigns_and_opening_it_acquires_at_once() {
         Clock::tokio(),
         Arc::new(NoObserver),
         Duration::ZERO,
-        Some(gate),
-        None,
+        Links {
+            gate: Some(gate),
+            ..Links::default()
+        },
     );
     // No record at all, then one whose holder stopped renewing: neither is
     // taken while the gate is closed, however long it stays so.
@@ -662,7 +664,7 @@ impl UnknownFormats {
 #[tokio::test(start_paused = true)]
 async fn a_follower_never_writes_a_record_of_an_unknown_format_however_long_it_stays() {
     let store = MemoryStore::new();
-    let planted = store.plant_unknown_format("report", "2", Some("old"), Some(99));
+    let planted = store.plant_unknown_format("report", "3", Some("old"), Some(99));
     let seen = Arc::new(UnknownFormats::default());
     let mut h = spawn(
         Arc::new(store.clone()),
@@ -672,7 +674,7 @@ async fn a_follower_never_writes_a_record_of_an_unknown_format_however_long_it_s
     );
     until(&mut h, S, |s| s.unknown_format.is_some()).await;
     let state = h.state.borrow().clone();
-    assert_eq!(state.unknown_format.as_deref(), Some("2"));
+    assert_eq!(state.unknown_format.as_deref(), Some("3"));
     assert_eq!(
         (state.leader.as_deref(), state.fencing_token),
         (Some("old"), Some(99))
@@ -686,7 +688,7 @@ async fn a_follower_never_writes_a_record_of_an_unknown_format_however_long_it_s
     assert_eq!(h.state.borrow().role, Role::Follower);
     assert_eq!(seen.seen(), 1, "warned once while it stays the same");
     // Another write of the later format: warned again, still left alone.
-    store.plant_unknown_format("report", "2", Some("old"), Some(100));
+    store.plant_unknown_format("report", "3", Some("old"), Some(100));
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(seen.seen(), 2);
     assert_eq!(store.counts().1, 0);
@@ -705,7 +707,7 @@ async fn a_leader_whose_record_turned_to_an_unknown_format_has_lost_it() {
     let (rec, mut h) = lead(&store).await;
     let token = stored(&store).fencing_token;
     // A later release took the record, even under our identity.
-    let planted = store.plant_unknown_format("report", "2", Some("a"), Some(token));
+    let planted = store.plant_unknown_format("report", "3", Some("a"), Some(token));
     until(&mut h, Duration::from_secs(6), |s| s.role == Role::Stopping).await;
     let renews = rec.renews.lock().unwrap().clone();
     assert_eq!(renews.last().map(|(_, r)| *r), Some("lost"), "{renews:?}");

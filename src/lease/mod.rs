@@ -235,6 +235,16 @@ impl Lease {
         }
     }
 
+    /// The format this record is written in: [`FORMAT_SESSIONS`] for a
+    /// session record or a record held through one, else [`FORMAT`].
+    pub fn format(&self) -> u64 {
+        if self.session.is_some() || is_session_key(&self.election) {
+            FORMAT_SESSIONS
+        } else {
+            FORMAT
+        }
+    }
+
     /// Whether `candidate` may take this record at once: it is released,
     /// and handed to no one or to `candidate`. A record handed to someone
     /// else is taken like a held one, after the takeover wait.
@@ -252,14 +262,31 @@ pub struct HolderMeta {
     pub labels: BTreeMap<String, String>,
 }
 
-/// The record format this build writes and the only one it reads: the
-/// layout of a record and the rules its writers follow. A later release
-/// that changes them writes another number, so that a build that does not
-/// know that number leaves such a record alone instead of misreading it
-/// (during a rolling upgrade, a misread live lease could be taken over: two
-/// leaders). Records without the `format` attribute, as written before it
-/// existed, are format 1.
+/// The format of a record that is its own lease (renewed by rewriting
+/// it): an election's or a lock's without a session, a member record. The
+/// format names the layout of a record and the rules its writers follow. A
+/// later release that changes them writes another number, so that a build
+/// that does not know that number leaves such a record alone instead of
+/// misreading it (during a rolling upgrade, a misread live lease could be
+/// taken over: two leaders). Records without the `format` attribute, as
+/// written before it existed, are format 1.
 pub const FORMAT: u64 = 1;
+
+/// The format of an election's record held through a session (its `rvn`
+/// does not change on renew: the session's does) and of a session record.
+/// A build that knows only format 1 would time such a record by its own
+/// `rvn`, and take a live one over: it must leave it alone.
+pub const FORMAT_SESSIONS: u64 = 2;
+
+/// The formats this build knows, for humans: "1 and 2".
+pub fn known_formats() -> String {
+    format!("{FORMAT} and {FORMAT_SESSIONS}")
+}
+
+/// Whether this build reads and writes records of `format`.
+pub fn known_format(format: u64) -> bool {
+    format == FORMAT || format == FORMAT_SESSIONS
+}
 
 /// A record of a format this build does not know (see [`FORMAT`]): never
 /// taken over, overwritten or deleted by this build, however long it stays.
@@ -524,6 +551,15 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(member_records(self.scan(budget).await?))
     }
 
+    /// Delete the session records (see `crate::election::session`) that
+    /// stopped being renewed, or were ended, before unix second `before`,
+    /// and say how many went. An election that still names one is then
+    /// timed like one whose session is missing: safe, one lease slower.
+    /// By default nothing: DynamoDB's TTL deletes expired items itself.
+    async fn sweep_sessions(&self, _before: u64, _budget: Duration) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
     /// Check that the store is reachable and usable (table exists, is ACTIVE,
     /// has the right schema). Used at start and by `fail_fast`.
     async fn check(&self, budget: Duration) -> Result<(), StoreError>;
@@ -724,7 +760,7 @@ mod tests {
     fn unknown_format() -> Record {
         Record::UnknownFormat(UnknownFormat {
             election: "e".into(),
-            format: "2".into(),
+            format: "3".into(),
             holder: Some("me".into()),
             fencing_token: Some(7),
             fingerprint: "f".into(),

@@ -9,7 +9,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{KEY, TTL_ATTRIBUTE};
 use crate::lease::{
-    Condition, FORMAT, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError, UnknownFormat,
+    Condition, FORMAT, FORMAT_SESSIONS, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError,
+    UnknownFormat, known_format,
 };
 use crate::text;
 
@@ -26,8 +27,11 @@ pub(super) fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
         ("acquired_at".to_owned(), n(lease.acquired_at_ms)),
         ("renewed_at".to_owned(), n(lease.renewed_at_ms)),
         (TTL_ATTRIBUTE.to_owned(), n(lease.expires_at_s)),
-        (FORMAT_ATTRIBUTE.to_owned(), n(FORMAT)),
+        (FORMAT_ATTRIBUTE.to_owned(), n(lease.format())),
     ]);
+    if let Some(session) = &lease.session {
+        item.insert("session".to_owned(), AttributeValue::S(session.clone()));
+    }
     // A released lease carries neither holder nor holder metadata.
     if let Some(holder) = &lease.holder {
         item.insert("holder".to_owned(), AttributeValue::S(holder.clone()));
@@ -93,7 +97,7 @@ pub(super) fn parse_item(election: &str, item: &HashMap<String, AttributeValue>)
 /// DynamoDB's JSON form.
 fn unknown_format(value: Option<&AttributeValue>) -> Option<String> {
     let shown = match value? {
-        AttributeValue::N(n) if n.parse::<u64>() == Ok(FORMAT) => return None,
+        AttributeValue::N(n) if n.parse::<u64>().is_ok_and(known_format) => return None,
         AttributeValue::N(n) => n.clone(),
         AttributeValue::S(s) => format!("{s:?}"),
         other => encode_value(other),
@@ -135,7 +139,11 @@ fn parse_lease(item: &HashMap<String, AttributeValue>) -> Result<Lease, String> 
             Some(AttributeValue::S(s)) => Some(s.clone()),
             Some(other) => return Err(wrong_type("successor", other, "S")),
         },
-        session: None,
+        session: match item.get("session") {
+            None => None,
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            Some(other) => return Err(wrong_type("session", other, "S")),
+        },
     })
 }
 
@@ -327,13 +335,19 @@ pub(super) fn condition_expression(
             .chain([("#f".to_owned(), FORMAT_ATTRIBUTE.to_owned())])
             .collect::<HashMap<_, _>>()
     };
-    // Every write over an item requires it to be of this build's format
-    // (`#f` absent or :f): what a later format means is not ours to judge,
-    // whatever this process read before.
+    // Every write over an item requires it to be of a format this build
+    // knows (`#f` absent, :f or :g): what a later format means is not ours
+    // to judge, whatever this process read before.
     let values = |list: Vec<(&str, AttributeValue)>| {
         list.into_iter()
             .map(|(p, v)| (p.to_owned(), v))
-            .chain([(":f".to_owned(), AttributeValue::N(FORMAT.to_string()))])
+            .chain([
+                (":f".to_owned(), AttributeValue::N(FORMAT.to_string())),
+                (
+                    ":g".to_owned(),
+                    AttributeValue::N(FORMAT_SESSIONS.to_string()),
+                ),
+            ])
             .collect::<HashMap<_, _>>()
     };
     let s = |v: &str| AttributeValue::S(v.to_owned());
@@ -348,13 +362,13 @@ pub(super) fn condition_expression(
         // `Unchanged` may overwrite it, as in every other store.
         Condition::RvnIs(rvn) => ConditionExpression {
             expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n) \
-                AND (attribute_not_exists(#f) OR #f = :f)",
+                AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
             names: names(&[("#r", "rvn"), ("#t", "fencing_token"), ("#l", "lease_ms")]),
             values: Some(values(vec![(":r", s(rvn)), (":n", s("N"))])),
         },
         Condition::HeldBy { rvn, holder } => ConditionExpression {
             expression: "#r = :r AND #h = :h AND attribute_type(#t, :n) \
-                AND attribute_type(#l, :n) AND (attribute_not_exists(#f) OR #f = :f)",
+                AND attribute_type(#l, :n) AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
             names: names(&[
                 ("#r", "rvn"),
                 ("#h", "holder"),
@@ -374,14 +388,14 @@ pub(super) fn condition_expression(
                 ))
             })?;
             ConditionExpression {
-                expression: "#r = :raw AND (attribute_not_exists(#f) OR #f = :f)",
+                expression: "#r = :raw AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
                 names: names(&[("#r", "rvn")]),
                 values: Some(values(vec![(":raw", value)])),
             }
         }
         Condition::Unchanged(RvnGuard::Missing) => ConditionExpression {
             expression: "attribute_exists(#e) AND attribute_not_exists(#r) \
-                AND (attribute_not_exists(#f) OR #f = :f)",
+                AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
             names: names(&[("#e", KEY), ("#r", "rvn")]),
             values: Some(values(Vec::new())),
         },

@@ -358,13 +358,13 @@ fn any_other_format_is_unknown_whatever_the_rest_of_the_item() {
             other => panic!("expected an unknown format, got {other:?}"),
         }
     };
-    let u = unknown(AttributeValue::N("2".into()), false);
-    assert_eq!((u.election.as_str(), u.format.as_str()), ("report", "2"));
+    let u = unknown(AttributeValue::N("3".into()), false);
+    assert_eq!((u.election.as_str(), u.format.as_str()), ("report", "3"));
     assert_eq!(
         (u.holder.as_deref(), u.fencing_token),
         (Some("web-1"), Some(7))
     );
-    assert_eq!(unknown(AttributeValue::N("2".into()), true).format, "2");
+    assert_eq!(unknown(AttributeValue::N("3".into()), true).format, "3");
     assert_eq!(
         unknown(AttributeValue::S("x".into()), false).format,
         "\"x\""
@@ -382,8 +382,8 @@ fn any_other_format_is_unknown_whatever_the_rest_of_the_item() {
         "{\"BOOL\":true}"
     );
     assert_ne!(
-        unknown(AttributeValue::N("2".into()), false).fingerprint,
-        unknown(AttributeValue::N("3".into()), false).fingerprint
+        unknown(AttributeValue::N("3".into()), false).fingerprint,
+        unknown(AttributeValue::N("4".into()), false).fingerprint
     );
 }
 
@@ -397,7 +397,7 @@ fn placeholders(expression: &str, sigil: char) -> std::collections::BTreeSet<Str
 }
 
 #[test]
-fn every_write_over_an_item_requires_this_format() {
+fn every_write_over_an_item_requires_a_known_format() {
     let guard = RvnGuard::Raw(encode_value(&AttributeValue::S("abc".into())));
     let over_an_item = [
         Condition::RvnIs("abc".into()),
@@ -422,7 +422,7 @@ fn every_write_over_an_item_requires_this_format() {
         }
         assert!(
             c.expression
-                .ends_with(" AND (attribute_not_exists(#f) OR #f = :f)"),
+                .ends_with(" AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)"),
             "{condition:?}: {}",
             c.expression
         );
@@ -431,5 +431,35 @@ fn every_write_over_an_item_requires_this_format() {
             c.values.as_ref().and_then(|v| v.get(":f")),
             Some(&AttributeValue::N("1".into()))
         );
+        assert_eq!(
+            c.values.as_ref().and_then(|v| v.get(":g")),
+            Some(&AttributeValue::N("2".into()))
+        );
     }
+}
+
+#[test]
+fn a_record_held_through_a_session_and_a_session_record_are_format_2() {
+    let key = "#session/web-1/abc";
+    let held = Lease {
+        session: Some(key.into()),
+        ..sample_lease()
+    };
+    let item = lease_item(&held);
+    assert_eq!(item.get("format"), Some(&AttributeValue::N("2".into())));
+    assert_eq!(item.get("session"), Some(&AttributeValue::S(key.into())));
+    assert_eq!(parse_item("report", &item), Record::Valid(held));
+    let session = Lease {
+        election: key.into(),
+        ..sample_lease()
+    };
+    let item = lease_item(&session);
+    assert_eq!(item.get("format"), Some(&AttributeValue::N("2".into())));
+    assert_eq!(parse_item(key, &item), Record::Valid(session));
+    let mut wrong = lease_item(&sample_lease());
+    wrong.insert("session".into(), AttributeValue::N("1".into()));
+    assert_eq!(
+        malformed(&wrong).problem,
+        "attribute `session` is N, expected S"
+    );
 }

@@ -42,8 +42,7 @@ use row::Row;
 use schema::{COLUMNS, check_blocking, lacking_columns, missing_table, set_up};
 
 use super::{
-    Condition, FORMAT, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome,
-    member_records,
+    Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
 };
 
 /// The table every lease lives in.
@@ -85,8 +84,8 @@ impl Selects {
 }
 
 const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fencing_token, \
-     lease_ms, acquired_at, renewed_at, expires_at, holder_meta, successor, format) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+     lease_ms, acquired_at, renewed_at, expires_at, holder_meta, successor, format, session) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 /// How long opening a store may wait for other processes that hold the
 /// file's lock: instances started together on a fresh file take turns
@@ -304,7 +303,7 @@ fn put_blocking(
         to_i64("acquired_at", lease.acquired_at_ms)?,
         to_i64("renewed_at", lease.renewed_at_ms)?,
         to_i64("expires_at", lease.expires_at_s)?,
-        to_i64("format", FORMAT)?,
+        to_i64("format", lease.format())?,
     );
     // IMMEDIATE takes the write lock before the read: nobody can write
     // between our check and our write.
@@ -340,6 +339,7 @@ fn put_blocking(
             meta,
             lease.successor,
             values.5,
+            lease.session,
         ],
     )
     .map_err(sql_err)?;
@@ -404,6 +404,22 @@ impl LeaseStore for SqliteStore {
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
                 .map_err(err)?;
             Ok(member_records(rows.iter().map(Row::to_record)))
+        })
+        .await
+    }
+
+    async fn sweep_sessions(&self, before: u64, budget: Duration) -> Result<u64, StoreError> {
+        let before = to_i64("expires_at", before)?;
+        self.run(LaneKind::Write, budget, move |conn, path, _| {
+            // "#session/" .. "#session0": '0' follows '/'. Only formats
+            // this build knows: another's rules are not ours to judge.
+            conn.execute(
+                "DELETE FROM leases WHERE election >= '#session/' AND election < '#session0' \
+                 AND expires_at < ?1 AND (format IS NULL OR format IN (1, 2))",
+                [before],
+            )
+            .map(|n| n as u64)
+            .map_err(|e| classify(path, budget, &e))
         })
         .await
     }

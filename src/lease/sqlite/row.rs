@@ -7,7 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use rusqlite::types::ValueRef;
 
 use super::schema::COLUMNS;
-use crate::lease::{FORMAT, HolderMeta, Lease, Malformed, Record, RvnGuard, UnknownFormat};
+use crate::lease::{HolderMeta, Lease, Malformed, Record, RvnGuard, UnknownFormat, known_format};
 use crate::text;
 
 /// One column's value exactly as stored.
@@ -112,6 +112,7 @@ impl Row {
         }
         let holder = self.optional_text("holder", &mut problems);
         let successor = self.optional_text("successor", &mut problems);
+        let session = self.optional_text("session", &mut problems);
         let rvn = self.rvn(&mut problems);
         let fencing_token = self.number("fencing_token", &mut problems);
         let lease_ms = self.number("lease_ms", &mut problems);
@@ -131,7 +132,7 @@ impl Row {
                 expires_at_s,
                 holder_meta,
                 successor,
-                session: None,
+                session,
             });
         }
         Record::Malformed(Malformed {
@@ -157,7 +158,7 @@ impl Row {
     fn unknown_format(&self) -> Option<String> {
         let shown = match self.get("format") {
             Raw::Null => return None,
-            Raw::Integer(i) if u64::try_from(*i) == Ok(FORMAT) => return None,
+            Raw::Integer(i) if u64::try_from(*i).is_ok_and(known_format) => return None,
             Raw::Integer(i) => i.to_string(),
             Raw::Real(f) => f.to_string(),
             Raw::Text(t) => format!("{:?}", String::from_utf8_lossy(t)),

@@ -12,7 +12,7 @@ use super::{TABLE, classify, open_error};
 use crate::lease::StoreError;
 
 /// Columns in the order every query selects them.
-pub(super) const COLUMNS: [&str; 11] = [
+pub(super) const COLUMNS: [&str; 12] = [
     "election",
     "holder",
     "rvn",
@@ -24,6 +24,7 @@ pub(super) const COLUMNS: [&str; 11] = [
     "holder_meta",
     "successor",
     "format",
+    "session",
 ];
 
 /// Columns added after the first release, with their types: a file made
@@ -31,7 +32,11 @@ pub(super) const COLUMNS: [&str; 11] = [
 /// were null until then. `format` is an INTEGER column so that SQLite keeps
 /// the numbers written to it as numbers (a TEXT column would turn them into
 /// text).
-const ADDED_COLUMNS: [(&str, &str); 2] = [("successor", "TEXT"), ("format", "INTEGER")];
+const ADDED_COLUMNS: [(&str, &str); 3] = [
+    ("successor", "TEXT"),
+    ("format", "INTEGER"),
+    ("session", "TEXT"),
+];
 
 /// Whether `column` is one of the [`ADDED_COLUMNS`].
 fn added(column: &str) -> bool {
@@ -50,7 +55,8 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leases (
     expires_at    INTEGER,
     holder_meta   TEXT,
     successor     TEXT,
-    format        INTEGER
+    format        INTEGER,
+    session       TEXT
 )";
 
 /// Open (creating if missing) the file at `path` in WAL mode with the

@@ -4,14 +4,14 @@ use super::row::Raw;
 use super::*;
 use crate::lease::{RvnGuard, UnknownFormat};
 
-fn row(values: [Raw; 11]) -> Row {
+fn row(values: [Raw; 12]) -> Row {
     Row(values)
 }
 
 /// The index of the `format` column.
 const FORMAT_COLUMN: usize = 10;
 
-fn good() -> [Raw; 11] {
+fn good() -> [Raw; 12] {
     [
         Raw::Text(b"e".to_vec()),
         Raw::Text(b"me".to_vec()),
@@ -24,6 +24,7 @@ fn good() -> [Raw; 11] {
         Raw::Null,
         Raw::Null,
         Raw::Integer(1),
+        Raw::Null,
     ]
 }
 
@@ -52,10 +53,10 @@ fn format_one_or_none_is_a_lease_and_any_other_is_unknown() {
             other => panic!("expected an unknown format, got {other:?}"),
         }
     };
-    let u = unknown(Raw::Integer(2));
+    let u = unknown(Raw::Integer(3));
     assert_eq!(
         (u.election.as_str(), u.format.as_str()),
-        ("e", "2"),
+        ("e", "3"),
         "{u:?}"
     );
     assert_eq!(
@@ -68,10 +69,10 @@ fn format_one_or_none_is_a_lease_and_any_other_is_unknown() {
     assert_eq!(unknown(Raw::Integer(-1)).format, "-1");
     // The fingerprint follows every column.
     let mut later = good();
-    later[FORMAT_COLUMN] = Raw::Integer(2);
+    later[FORMAT_COLUMN] = Raw::Integer(3);
     let mut renewed = later.clone();
     renewed[2] = Raw::Text(b"r2".to_vec());
-    let fingerprint = |v: [Raw; 11]| match row(v).to_record() {
+    let fingerprint = |v: [Raw; 12]| match row(v).to_record() {
         Record::UnknownFormat(UnknownFormat { fingerprint, .. }) => fingerprint,
         other => panic!("expected an unknown format, got {other:?}"),
     };
@@ -174,7 +175,7 @@ fn conditions_match_the_memory_store() {
     ));
     // A row of another format: no condition, not even its own raw rvn.
     let mut later = good();
-    later[FORMAT_COLUMN] = Raw::Integer(2);
+    later[FORMAT_COLUMN] = Raw::Integer(3);
     let later = row(later);
     for condition in [
         Condition::NotExists,
@@ -480,12 +481,12 @@ async fn every_write_stores_format_1_and_a_later_format_is_never_replaced() {
     assert_eq!(stored_format(&path, "e"), Value::Integer(1));
     // A later release rewrites it in its own format, keeping our rvn.
     Connection::open(&path)
-        .and_then(|c| c.execute("UPDATE leases SET format = 2 WHERE election = 'e'", []))
+        .and_then(|c| c.execute("UPDATE leases SET format = 3 WHERE election = 'e'", []))
         .expect("a later release's write");
     let Ok(Record::UnknownFormat(u)) = store.read("e", budget).await else {
-        panic!("format 2 reads as an unknown format");
+        panic!("format 3 reads as an unknown format");
     };
-    assert_eq!((u.format.as_str(), u.holder.as_deref()), ("2", Some("me")));
+    assert_eq!((u.format.as_str(), u.holder.as_deref()), ("3", Some("me")));
     // The raw rvn is still the one we wrote: only the format says no.
     let raw_rvn = RvnGuard::Raw(format!("text:{}", mine.rvn));
     for condition in [
@@ -506,7 +507,7 @@ async fn every_write_stores_format_1_and_a_later_format_is_never_replaced() {
             "{condition:?}"
         );
     }
-    assert_eq!(stored_format(&path, "e"), Value::Integer(2));
+    assert_eq!(stored_format(&path, "e"), Value::Integer(3));
     assert_eq!(store.read("e", budget).await, Ok(Record::UnknownFormat(u)));
 }
 
@@ -563,4 +564,89 @@ async fn a_file_without_format_reads_as_format_1_and_gains_an_integer_column() {
         rusqlite::types::Value::Integer(1)
     );
     assert_eq!(store.read("e", budget).await, Ok(Record::Valid(renewed)));
+}
+
+#[tokio::test]
+async fn a_record_held_through_a_session_is_stored_as_format_2_with_its_session() {
+    use rusqlite::types::Value;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let budget = Duration::from_secs(10);
+    let held = Lease {
+        session: Some("#session/me/abc".into()),
+        ..sample("e")
+    };
+    assert_eq!(
+        store.put(&held, &Condition::NotExists, budget).await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert_eq!(stored_format(&path, "e"), Value::Integer(2));
+    assert_eq!(
+        store.read("e", budget).await,
+        Ok(Record::Valid(held.clone()))
+    );
+    // Renewing it as a lease of its own drops the session and the format.
+    let own = Lease {
+        session: None,
+        ..held.renewed()
+    };
+    let cond = Condition::RvnIs(held.rvn.clone());
+    assert_eq!(
+        store.put(&own, &cond, budget).await,
+        Ok(WriteOutcome::Applied)
+    );
+    assert_eq!(stored_format(&path, "e"), Value::Integer(1));
+    assert_eq!(store.read("e", budget).await, Ok(Record::Valid(own)));
+}
+
+#[tokio::test]
+async fn a_sweep_deletes_only_session_records_past_the_cut_of_a_known_format() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("l.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let budget = Duration::from_secs(10);
+    let at = |key: &str, expires_at_s: u64| Lease {
+        expires_at_s,
+        ..sample(key)
+    };
+    for lease in [
+        at("#session/a/old", 100),
+        at("#session/b/new", 300),
+        at("#sessions-are-not-this", 100),
+        at("e", 100),
+        at("#member/a", 100),
+        at("#session/c/later-format", 100),
+    ] {
+        store
+            .put(&lease, &Condition::NotExists, budget)
+            .await
+            .expect("put");
+    }
+    Connection::open(&path)
+        .and_then(|c| {
+            c.execute(
+                "UPDATE leases SET format = 3 WHERE election = '#session/c/later-format'",
+                [],
+            )
+        })
+        .expect("a later release's session");
+    assert_eq!(store.sweep_sessions(200, budget).await, Ok(1));
+    let left: Vec<String> = store
+        .scan(budget)
+        .await
+        .expect("scan")
+        .iter()
+        .filter_map(|r| r.key().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            "#member/a",
+            "#session/b/new",
+            "#session/c/later-format",
+            "#sessions-are-not-this",
+            "e"
+        ]
+    );
 }

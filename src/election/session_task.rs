@@ -1,0 +1,260 @@
+//! The tokio task that runs the daemon's [`SessionCore`]: its store
+//! requests (timed for metrics under the election label `#session`, their
+//! errors logged once per change), its clock, and the [`SessionView`] the
+//! elections held through it follow on a watch channel. It decides
+//! nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::core::{Action, Tick, WriteOp};
+use super::error_log::{ErrorLog, RequestKind};
+use super::session::{SessionCore, SessionInput, SessionView};
+use super::{ElectionConfig, Observer, Outcome};
+use crate::clock::Clock;
+use crate::lease::{LeaseStore, Stamp, StoreError, WriteOutcome};
+
+/// The `election` label of the session's store requests in metrics (no
+/// election can be named so).
+pub const SESSION_LABEL: &str = "#session";
+
+/// How long a session record stays after it was last renewed or ended:
+/// far longer than any lease, so that only a session nobody renews any
+/// more is deleted (by the store's TTL, or by [`SWEEP_EVERY`]'s sweep).
+pub const SESSION_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// How often a daemon deletes the session records past
+/// [`SESSION_RETENTION`] (the first time once its session is open).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
+
+/// The daemon's session task.
+pub struct SessionHandle {
+    /// The session as the elections held through it see it: `None` while
+    /// none is open and valid.
+    pub view: watch::Receiver<Option<SessionView>>,
+    close: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl SessionHandle {
+    /// End the session (once the elections held through it were released)
+    /// and wait until that write is answered.
+    pub async fn close(mut self) {
+        if let Some(close) = self.close.take() {
+            let _ = close.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for SessionHandle {
+    fn drop(&mut self) {
+        // Dropped without `close` (a test, an aborted start): the task
+        // must not renew for ever.
+        if self.close.is_some() {
+            self.task.abort();
+        }
+    }
+}
+
+/// Start the session of `cfg.identity` with `cfg`'s timing (L, R, P, D,
+/// M); it opens at once.
+pub fn spawn_session(
+    store: Arc<dyn LeaseStore>,
+    cfg: ElectionConfig,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+) -> SessionHandle {
+    let core = SessionCore::new(cfg.clone(), clock.now());
+    let (view_tx, view) = watch::channel(None);
+    let (close, close_rx) = oneshot::channel();
+    let task = SessionTask {
+        core,
+        identity: cfg.identity,
+        store,
+        clock,
+        observer,
+        view_tx,
+        close: Some(close_rx),
+        errors: ErrorLog::default(),
+        swept: false,
+    };
+    SessionHandle {
+        view,
+        close: Some(close),
+        task: tokio::spawn(task.run()),
+    }
+}
+
+struct SessionTask {
+    core: SessionCore,
+    identity: String,
+    store: Arc<dyn LeaseStore>,
+    clock: Clock,
+    observer: Arc<dyn Observer>,
+    view_tx: watch::Sender<Option<SessionView>>,
+    close: Option<oneshot::Receiver<()>>,
+    errors: ErrorLog,
+    /// Whether the first sweep was made.
+    swept: bool,
+}
+
+/// Resolves when asked to close (or when the handle is gone); never after.
+async fn close_asked(close: &mut Option<oneshot::Receiver<()>>) {
+    match close {
+        Some(rx) => {
+            let _ = rx.await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl SessionTask {
+    async fn run(mut self) {
+        self.step(SessionInput::Timeout).await;
+        let mut next_sweep = self.clock.now();
+        while !self.core.is_finished() {
+            let Some(wake) = self.core.next_wake() else {
+                break;
+            };
+            let sweep_due = self.swept || self.core.view().is_some();
+            let input = tokio::select! {
+                () = self.clock.sleep_until(wake) => SessionInput::Timeout,
+                () = close_asked(&mut self.close) => {
+                    self.close = None;
+                    SessionInput::Close
+                }
+                () = self.clock.sleep_until(next_sweep), if sweep_due => {
+                    self.sweep().await;
+                    next_sweep = self.clock.now() + SWEEP_EVERY;
+                    continue;
+                }
+            };
+            self.step(input).await;
+        }
+        self.publish();
+    }
+
+    /// Delete the session records nobody renewed for [`SESSION_RETENTION`].
+    async fn sweep(&mut self) {
+        self.swept = true;
+        let retention = SESSION_RETENTION.as_secs();
+        let before = (crate::clock::unix_ms() / 1000).saturating_sub(retention);
+        let budget = Duration::from_secs(5);
+        match self.store.sweep_sessions(before, budget).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(identity = %self.identity, deleted = n, "deleted session records nobody renewed for a day");
+            }
+            Err(e) => {
+                tracing::warn!(identity = %self.identity, "cannot delete old session records (tried again in an hour): {e}");
+            }
+        }
+    }
+
+    fn tick(&self) -> Tick {
+        Tick {
+            now: self.clock.now(),
+            stamp: Stamp::now(),
+            jitter: rand::random::<f64>(),
+        }
+    }
+
+    /// Hand `input` to the core, then carry out what it asks.
+    async fn step(&mut self, input: SessionInput) {
+        let tick = self.tick();
+        self.core.handle(&tick, input);
+        self.publish();
+        while let Some(action) = self.core.poll_action() {
+            let answer = match action {
+                Action::Write {
+                    op,
+                    lease,
+                    condition,
+                    budget,
+                    ..
+                } => {
+                    let start = self.clock.now();
+                    let res = self.store.write(&lease, &condition, budget).await;
+                    self.account(
+                        op.label(),
+                        start,
+                        res.as_ref().map(|o| matches!(o, WriteOutcome::Applied)),
+                    );
+                    if op == WriteOp::EndSession && res.is_ok() {
+                        tracing::info!(identity = %self.identity, session = %lease.election, "session ended: nobody has to wait it out");
+                    }
+                    SessionInput::Written(res)
+                }
+                Action::Read { budget, .. } => {
+                    let key = self.core.record_key().unwrap_or_default().to_owned();
+                    let start = self.clock.now();
+                    let res = self.store.read(&key, budget).await;
+                    self.account("read_session", start, res.as_ref().map(|_| true));
+                    SessionInput::Read(res)
+                }
+                _ => continue,
+            };
+            let tick = self.tick();
+            self.core.handle(&tick, answer);
+            self.publish();
+        }
+    }
+
+    /// Metrics and the once-per-change error log of one request.
+    fn account(
+        &mut self,
+        op: &'static str,
+        start: crate::clock::Instant,
+        res: Result<bool, &StoreError>,
+    ) {
+        let outcome = match res {
+            Ok(true) => Outcome::Ok,
+            Ok(false) => Outcome::Lost,
+            Err(e) => Outcome::Failed(e),
+        };
+        let took = self.clock.now() - start;
+        self.observer
+            .store_request(SESSION_LABEL, op, took, outcome);
+        let kind = RequestKind::of(op);
+        match res {
+            Ok(_) => {
+                if let Some(streak) = self.errors.succeeded(kind) {
+                    tracing::info!(identity = %self.identity, failures = streak.count, "session store {} work again", kind.plural());
+                }
+            }
+            Err(e) => {
+                if let Some(previous) = self.errors.failed(kind, e.to_string(), self.clock.now()) {
+                    tracing::warn!(identity = %self.identity, op, previous_failures = previous, "session store {} fail: {e}", kind.plural());
+                }
+            }
+        }
+    }
+
+    /// Publish the view, logging each change of session.
+    fn publish(&self) {
+        let view = self.core.view();
+        self.view_tx.send_if_modified(|old| {
+            if *old == view {
+                return false;
+            }
+            match (&*old, &view) {
+                (None, Some(v)) => {
+                    tracing::info!(identity = %self.identity, session = %v.key, "session opened: the elections this instance leads are held through it");
+                }
+                (Some(o), None) if !self.core.is_closing() => {
+                    tracing::warn!(identity = %self.identity, session = %o.key, "session lost (ended by another instance, gone from the store, or not renewed in time): every election held through it stops; opening a new session");
+                }
+                (Some(o), Some(v)) if o.key != v.key => {
+                    tracing::warn!(identity = %self.identity, old = %o.key, session = %v.key, "session replaced: every election held through the old one stopped");
+                }
+                _ => {}
+            }
+            *old = view.clone();
+            true
+        });
+    }
+}
