@@ -8,7 +8,10 @@
 //! once, unless a daemon's resign handed it to someone else (`successor`),
 //! who alone may take it at once; a held or handed record is taken over only
 //! as the takeover rule allows ([`election::TakeoverTimer`], on this
-//! process's own clock), with a write conditional on that `rvn`. No wall
+//! process's own clock), with a write conditional on that `rvn`. A record a
+//! daemon holds through its session is timed by that session's `rvn`, and
+//! the session is ended before the lock is taken
+//! ([`election::session::judge_session`], the daemon's rule). No wall
 //! clock is compared.
 //!
 //! The token printed by `acquire` and `renew` names the write it came from
@@ -28,7 +31,7 @@ use crate::clock::{self, Clock, Instant};
 use crate::config::LockConfig;
 use crate::election;
 use crate::exit;
-use crate::lease::{self, Condition, Lease, LeaseStore, Record, WriteOutcome};
+use crate::lease::{self, Condition, Lease, LeaseStore, Record, StoreError, WriteOutcome};
 use crate::text;
 
 /// Longest one store request may take.
@@ -163,13 +166,46 @@ fn obstacle(name: &str, identity: &str, record: &Record) -> Option<String> {
     }
 }
 
-/// The write that would take the lock now, if any: `None` while it is held
-/// and has not stayed unchanged long enough.
+/// What a round of `acquire` does next.
+#[allow(clippy::large_enum_variant)] // one per round, at most one a second
+enum Plan {
+    /// Write this, under this condition.
+    Write(Lease, Condition),
+    /// Look again then.
+    Wait(Instant),
+    /// The record is held through the session `key` (a daemon's): read it.
+    Session { key: String, election: Lease },
+    /// That session timed out: end it with this write, then take the lock.
+    EndThenTake {
+        ended: Lease,
+        condition: Condition,
+        election: Lease,
+    },
+}
+
+/// How a round of `acquire` ended.
+enum Round {
+    /// The lock is ours: this write applied.
+    Taken(Lease),
+    /// Not now: look again at `next`; `failed`: what failed and the
+    /// store's error, if that was why; `blocked`: what stands in the way,
+    /// if anything, and whether it is waited on (said on stderr).
+    Again {
+        next: Instant,
+        failed: Option<(String, String)>,
+        blocked: Option<String>,
+        waiting: bool,
+    },
+}
+
+/// The write that would take the lock now, if any, by the daemon's rules:
+/// a held or handed record is timed by its `rvn`, one held through a
+/// daemon's session by that session's ([`election::session::judge_session`]).
 struct Waiter {
     name: String,
     identity: String,
     lease_ms: u64,
-    /// Times the held record's `rvn` (the daemon's rule).
+    /// Times the held record's (or its session's) `rvn`.
     takeover: election::TakeoverTimer,
 }
 
@@ -180,16 +216,24 @@ impl Waiter {
         Lease::stamped(&self.name, &self.identity, token, self.lease_ms, now, None)
     }
 
-    /// What to write for `record`, read at `at` (the answer's arrival): the
-    /// new lease and its condition, or when to look again.
-    fn plan(&mut self, record: &Record, at: Instant) -> Result<(Lease, Condition), Instant> {
+    /// What to do about `record`, read at `at` (the answer's arrival).
+    fn plan(&mut self, record: &Record, at: Instant) -> Plan {
         let (key, lease_ms, previous_token, cond) = match record {
-            Record::Absent => return Ok((self.take(clock::unix_ms()), Condition::NotExists)),
+            Record::Absent => {
+                return Plan::Write(self.take(clock::unix_ms()), Condition::NotExists);
+            }
             // The daemon's rule: released to anyone or to us. A record
             // handed to someone else is waited on like a held one.
             Record::Valid(l) if l.free_for(&self.identity) => {
                 let cond = Condition::RvnIs(l.rvn.clone());
-                return Ok((self.take(l.fencing_token + 1), cond));
+                return Plan::Write(self.take(l.fencing_token + 1), cond);
+            }
+            // Renewed through its session: its own rvn says nothing.
+            Record::Valid(l) if l.holder.is_some() && l.session.is_some() => {
+                return Plan::Session {
+                    key: l.session.clone().unwrap_or_default(),
+                    election: l.clone(),
+                };
             }
             Record::Valid(l) => (
                 l.rvn.clone(),
@@ -207,15 +251,112 @@ impl Waiter {
             // long it stays; looked at again as a live holder's lock is.
             Record::UnknownFormat(_) => {
                 self.takeover.forget();
-                return Err(at + Duration::from_millis(self.lease_ms));
+                return Plan::Wait(at + Duration::from_millis(self.lease_ms));
             }
         };
         let due = self.takeover.observe(&key, lease_ms, at, None);
         if at < due {
-            return Err(due);
+            return Plan::Wait(due);
         }
         let token = previous_token.map_or_else(clock::unix_ms, |t| t + 1);
-        Ok((self.take(token), cond))
+        Plan::Write(self.take(token), cond)
+    }
+
+    /// What to do about `election`, held through the session `key` whose
+    /// record reads `session` at `at`.
+    fn session_plan(&mut self, election: Lease, key: &str, session: &Record, at: Instant) -> Plan {
+        use election::session::SessionVerdict as V;
+        let stamp = lease::Stamp::now();
+        let take = |w: &Self| {
+            Plan::Write(
+                w.take(election.fencing_token + 1),
+                Condition::RvnIs(election.rvn.clone()),
+            )
+        };
+        match election::session::judge_session(
+            &mut self.takeover,
+            key,
+            session,
+            at,
+            self.lease_ms,
+            &stamp,
+        ) {
+            V::Ended | V::TimedOut => take(self),
+            V::WaitUntil(due) => Plan::Wait(due),
+            V::Unknown => Plan::Wait(at + Duration::from_millis(self.lease_ms)),
+            V::End { ended, condition } => Plan::EndThenTake {
+                ended,
+                condition,
+                election,
+            },
+        }
+    }
+
+    /// One round: read the record (and the session it is held through),
+    /// and write what the rules allow.
+    async fn round(&mut self, store: &dyn LeaseStore, clock: &Clock, retry: Duration) -> Round {
+        let name = text::echo_plain(&self.name);
+        let failed = |what: &str, e: StoreError, next: Instant| Round::Again {
+            next,
+            failed: Some((what.to_owned(), e.to_string())),
+            blocked: None,
+            waiting: false,
+        };
+        let changed = |next: Instant| Round::Again {
+            next,
+            failed: None,
+            blocked: Some(format!("lock {name} changed while it was being taken")),
+            waiting: false,
+        };
+        let record = match store.read(&self.name, BUDGET).await {
+            Ok(r) => r,
+            Err(e) => return failed(&format!("cannot read lock {name}"), e, clock.now() + retry),
+        };
+        let at = clock.now();
+        let plan = match self.plan(&record, at) {
+            Plan::Session { key, election } => match store.read(&key, BUDGET).await {
+                Ok(session) => self.session_plan(election, &key, &session, clock.now()),
+                Err(e) => {
+                    let what = format!("cannot read the session lock {name} is held through");
+                    return failed(&what, e, clock.now() + retry);
+                }
+            },
+            other => other,
+        };
+        let (lease, cond) = match plan {
+            Plan::Write(lease, cond) => (lease, cond),
+            Plan::EndThenTake {
+                ended,
+                condition,
+                election,
+            } => match store.write(&ended, &condition, BUDGET).await {
+                Ok(WriteOutcome::Applied) => (
+                    self.take(election.fencing_token + 1),
+                    Condition::RvnIs(election.rvn),
+                ),
+                // Renewed meanwhile, or ended by someone else: look again.
+                Ok(WriteOutcome::ConditionFailed { .. }) => return changed(clock.now()),
+                Err(e) => {
+                    let what = format!("cannot end the session lock {name} was held through");
+                    return failed(&what, e, clock.now() + retry);
+                }
+            },
+            Plan::Wait(due) => {
+                return Round::Again {
+                    next: due.min(at + retry),
+                    failed: None,
+                    blocked: obstacle(&self.name, &self.identity, &record),
+                    waiting: true,
+                };
+            }
+            Plan::Session { .. } => unreachable!("resolved above"),
+        };
+        match store.write(&lease, &cond, BUDGET).await {
+            Ok(WriteOutcome::Applied) => Round::Taken(lease),
+            // Someone else wrote first: look again at once.
+            Ok(WriteOutcome::ConditionFailed { .. }) => changed(clock.now()),
+            Err(e) => failed(&format!("cannot take lock {name}"), e, clock.now() + retry),
+        }
     }
 }
 
@@ -256,63 +397,36 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
     // What a waiter says on stderr, each line once until it changes. With
     // --no-wait nothing is waited for: the final error says why.
     let mut said: Option<String> = None;
-    let mut say = |line: String| {
-        if !args.no_wait && said.as_ref() != Some(&line) {
+    loop {
+        let (next, failed, blocked, waiting) = match waiter
+            .round(store.as_ref(), &clock, cfg.retry_interval)
+            .await
+        {
+            Round::Taken(lease) => return hand_out(store.as_ref(), &args.name, &lease).await,
+            Round::Again {
+                next,
+                failed,
+                blocked,
+                waiting,
+            } => (next, failed, blocked, waiting),
+        };
+        let line = match (&failed, &blocked) {
+            (Some((what, e)), _) => Some(format!("{what}: {e}; retrying")),
+            (None, Some(b)) if waiting => Some(format!("{b}; waiting")),
+            _ => None,
+        };
+        if let Some(line) = line
+            && !args.no_wait
+            && said.as_ref() != Some(&line)
+        {
             eprintln!("leaderd: {line}");
             said = Some(line);
         }
-    };
-    loop {
-        let res = store.read(&args.name, BUDGET).await;
-        let at = clock.now();
-        // Why this round did not take the lock: the store's error, or what
-        // stands in the way.
-        let mut failed: Option<String> = None;
-        let mut blocked: Option<String> = None;
-        let next = match res {
-            Err(e) => {
-                say(format!(
-                    "cannot read lock {}: {e}; retrying",
-                    text::echo_plain(&args.name)
-                ));
-                failed = Some(e.to_string());
-                at + cfg.retry_interval
-            }
-            Ok(record) => match waiter.plan(&record, at) {
-                Ok((lease, cond)) => match store.write(&lease, &cond, BUDGET).await {
-                    Ok(WriteOutcome::Applied) => {
-                        return hand_out(store.as_ref(), &args.name, &lease).await;
-                    }
-                    // Someone else wrote first: look again at once.
-                    Ok(WriteOutcome::ConditionFailed { .. }) => {
-                        blocked = Some(format!(
-                            "lock {} changed while it was being taken",
-                            text::echo_plain(&args.name)
-                        ));
-                        clock.now()
-                    }
-                    Err(e) => {
-                        say(format!(
-                            "cannot take lock {}: {e}; retrying",
-                            text::echo_plain(&args.name)
-                        ));
-                        failed = Some(e.to_string());
-                        clock.now() + cfg.retry_interval
-                    }
-                },
-                Err(due) => {
-                    blocked = obstacle(&args.name, &waiter.identity, &record);
-                    if let Some(b) = &blocked {
-                        say(format!("{b}; waiting"));
-                    }
-                    due.min(at + cfg.retry_interval)
-                }
-            },
-        };
         if let Some(d) = deadline
             && next > d
         {
             let waited = (!args.no_wait).then(|| d.saturating_since(started));
+            let failed = failed.map(|(_, e)| e);
             return Err(not_acquired(&args.name, waited, failed, blocked));
         }
         clock.sleep_until(next).await;

@@ -23,8 +23,73 @@
 
 use super::ElectionConfig;
 use super::core::{Action, Tick, WriteOp};
+use super::takeover::TakeoverTimer;
 use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome, session_key};
+use crate::lease::{Condition, Lease, Record, Stamp, StoreError, WriteOutcome, session_key};
+
+/// What a taker may do about an election held through a session, judged
+/// from that session's record as read now.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one per judgement, used at once
+pub enum SessionVerdict {
+    /// The session was ended: every election held through it is free.
+    Ended,
+    /// Not timed out yet: look again then.
+    WaitUntil(Instant),
+    /// A live session timed out: end it with this write first, then take
+    /// the election (a renew of its owner still on its way then fails
+    /// instead of stretching the tenure).
+    End {
+        /// The session record ended (no holder).
+        ended: Lease,
+        /// Conditional on the `rvn` that was timed.
+        condition: Condition,
+    },
+    /// Missing or unreadable for a whole wait: nothing to end; the
+    /// election may be taken.
+    TimedOut,
+    /// Of a format this build does not know: its elections are never taken.
+    Unknown,
+}
+
+/// The rule for an election held through the session `key`, whose record
+/// reads `record` at `at` (the answer's arrival), the one place it is
+/// written (the election core and `leaderd lock` follow it): an ended
+/// session frees the election; a live one is timed by its `rvn` with
+/// `timer` (the takeover rule), a missing or malformed one like a missing
+/// or malformed record (with `default_lease_ms`), and once the wait is
+/// over a live one must be ended before the election is taken. `stamp` is
+/// what that end write carries.
+pub fn judge_session(
+    timer: &mut TakeoverTimer,
+    key: &str,
+    record: &Record,
+    at: Instant,
+    default_lease_ms: u64,
+    stamp: &Stamp,
+) -> SessionVerdict {
+    let (timed, lease_ms) = match record {
+        Record::Valid(s) if s.holder.is_none() => return SessionVerdict::Ended,
+        Record::Valid(s) => (format!("{key}@{}", s.rvn), s.lease_ms),
+        Record::Absent => (format!("{key}@missing"), default_lease_ms),
+        Record::Malformed(m) => (
+            format!("{key}@malformed:{}", m.fingerprint),
+            default_lease_ms,
+        ),
+        Record::UnknownFormat(_) => return SessionVerdict::Unknown,
+    };
+    let due = timer.observe(&timed, lease_ms, at, None);
+    if due > at {
+        return SessionVerdict::WaitUntil(due);
+    }
+    match record {
+        Record::Valid(s) => SessionVerdict::End {
+            ended: s.handed_to_with(None, stamp),
+            condition: Condition::RvnIs(s.rvn.clone()),
+        },
+        _ => SessionVerdict::TimedOut,
+    }
+}
 
 /// The daemon's own session as the elections held through it see it:
 /// open, and the send instant of its last write known to have applied.

@@ -6,7 +6,7 @@
 //! renew of the owner still on its way fail instead of stretching the
 //! tenures of elections taken from under it.
 
-use super::super::session::SessionView;
+use super::super::session::{SessionVerdict, SessionView, judge_session};
 use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
 use crate::clock::Instant;
 use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
@@ -71,52 +71,29 @@ impl Core {
         }
     }
 
-    /// The session `election` is held through reads `record`: an ended
-    /// session frees the election at once; a live one is timed by its
-    /// `rvn`, a missing or unreadable one like a missing or malformed
-    /// record, and once the wait is over it is ended (a live one) and the
-    /// election taken.
+    /// The session `election` is held through reads `record`: judged by
+    /// [`judge_session`]; a live session that timed out is ended before
+    /// the election is taken.
     fn consider_session(&mut self, election: Lease, record: Record, tick: &Tick) -> Option<Round> {
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
         let own_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
-        let (timed, live_rvn) = match &record {
-            Record::Valid(s) if s.holder.is_none() => (None, None),
-            Record::Valid(s) => (
-                Some((format!("{key}@{}", s.rvn), s.lease_ms)),
-                Some(s.rvn.clone()),
-            ),
-            Record::Absent => (Some((format!("{key}@missing"), own_ms)), None),
-            Record::Malformed(m) => (
-                Some((format!("{key}@malformed:{}", m.fingerprint), own_ms)),
-                None,
-            ),
+        let verdict = judge_session(&mut self.takeover, &key, &record, at, own_ms, &tick.stamp);
+        match verdict {
             // Written by a later build: never ended here, and what it
             // holds is never taken; looked at again every R.
-            Record::UnknownFormat(_) => return Some(Round::Wait(at + self.cfg.renew_interval)),
-        };
-        if let Some((timer_key, lease_ms)) = timed {
-            let due = self.takeover.observe(&timer_key, lease_ms, at, None);
-            if due > at {
-                return Some(Round::Wait(poll.min(due)));
-            }
-        }
-        if !self.may_campaign || !self.can_hold() {
-            return Some(Round::Wait(poll));
-        }
-        #[cfg(test)]
-        let live_rvn = live_rvn.filter(|_| !self.mutations.session_end_skipped);
-        match (live_rvn, record) {
-            (Some(rvn), Record::Valid(session)) => {
-                let ended = session.handed_to_with(None, &tick.stamp);
+            SessionVerdict::Unknown => return Some(Round::Wait(at + self.cfg.renew_interval)),
+            SessionVerdict::WaitUntil(due) => return Some(Round::Wait(poll.min(due))),
+            _ if !self.may_campaign || !self.can_hold() => return Some(Round::Wait(poll)),
+            SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
                 self.pending = Some(Pending::EndSession {
                     election: Box::new(election),
                 });
                 self.out.push_back(Action::Write {
                     op: WriteOp::EndSession,
                     lease: ended,
-                    condition: Condition::RvnIs(rvn),
+                    condition,
                     budget: self.cfg.renew_interval,
                     deadline: None,
                 });
@@ -124,6 +101,16 @@ impl Core {
             _ => self.take_election(election, tick),
         }
         None
+    }
+
+    /// Whether the deliberate defect "take over without ending the session"
+    /// is on (model checker only).
+    fn skips_session_end(&self) -> bool {
+        #[cfg(test)]
+        if self.mutations.session_end_skipped {
+            return true;
+        }
+        false
     }
 
     /// Take over `election`, whose session is over.
