@@ -136,6 +136,10 @@ pub async fn run(
     if let Some(b) = &balancer {
         app = app.with_balance(b.share.clone());
     }
+    if let Some(s) = &session {
+        let validity = cfg.elections[0].validity();
+        app = app.with_session(s.view.clone(), validity);
+    }
     let http = HttpServer::start(listener, app);
     // The bound address (port 0 in the configuration picks a free one).
     let listen = http_addr.map_or_else(|| cfg.http.listen.to_string(), |a| a.to_string());

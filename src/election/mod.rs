@@ -278,6 +278,9 @@ pub struct ElectionState {
     /// The stored record's format, as stored, when this build does not
     /// know it (see [`crate::lease::FORMAT`]): it never writes that record.
     pub unknown_format: Option<String>,
+    /// The session the record names as last observed (ours while leading
+    /// through it); `None` for a record that is its own lease.
+    pub session: Option<String>,
     /// Boot instant at which the campaign loop last made progress.
     pub heartbeat: Instant,
     /// True once the first read of the record has been answered.
@@ -335,6 +338,7 @@ impl ElectionState {
             last_error: None,
             malformed: None,
             unknown_format: None,
+            session: None,
             heartbeat: now,
             first_observation_done: true,
             finished: false,

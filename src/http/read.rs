@@ -20,6 +20,7 @@
 //!   are watches, so probes always find a connection.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -31,7 +32,7 @@ use super::error::{ApiError, bad_path};
 use super::router::{AppState, Shared};
 use crate::balance::Share;
 use crate::clock::Instant;
-use crate::election::{ElectionState, Role};
+use crate::election::{ElectionState, Role, SessionView};
 use crate::metrics;
 use crate::text;
 use crate::watch::server as watch_server;
@@ -52,6 +53,8 @@ struct LeaderView {
     malformed: Option<String>,
     /// The stored record's format when this build does not know it.
     unknown_format: Option<String>,
+    /// The session the record names, if it is held through one.
+    session: Option<String>,
     /// The app check's verdict; absent without an app check.
     #[serde(skip_serializing_if = "Option::is_none")]
     app_check: Option<&'static str>,
@@ -82,6 +85,7 @@ impl LeaderView {
             last_error: state.last_error.clone(),
             malformed: state.malformed.clone(),
             unknown_format: state.unknown_format.clone(),
+            session: state.session.clone(),
             app_check: None,
         }
     }
@@ -212,7 +216,35 @@ struct StatusBody {
     /// This daemon's share; absent when balance is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     balance: Option<Share>,
+    /// This daemon's own session; absent when sessions are off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<SessionBody>,
     elections: BTreeMap<String, LeaderView>,
+}
+
+/// `/status`'s `session`: the daemon's own session.
+#[derive(Debug, Serialize)]
+struct SessionBody {
+    /// Whether one is open and valid now.
+    open: bool,
+    /// Its record's key, while open.
+    key: Option<String>,
+    /// How long the tenures held through it stay valid without another
+    /// renew, ms.
+    valid_for_ms: u64,
+}
+
+impl SessionBody {
+    fn of(view: Option<&SessionView>, validity: Duration, now: Instant) -> SessionBody {
+        let left = view.map_or(Duration::ZERO, |v| {
+            (v.last_send + validity).saturating_since(now)
+        });
+        SessionBody {
+            open: !left.is_zero(),
+            key: view.filter(|_| !left.is_zero()).map(|v| v.key.clone()),
+            valid_for_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 /// `GET /status`: health, and every election as `/leader` shows it.
@@ -231,6 +263,10 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
         health: Health::of(health_problems(&app, now)),
         app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
         balance: app.balance.as_ref().map(|rx| rx.borrow().clone()),
+        session: app
+            .session
+            .as_ref()
+            .map(|(rx, validity)| SessionBody::of(rx.borrow().as_ref(), *validity, now)),
         elections,
     };
     Json(body).into_response()
@@ -238,6 +274,11 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
 
 /// `GET /metrics`: the Prometheus text format.
 pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
+    if let Some((rx, validity)) = &app.session {
+        let body = SessionBody::of(rx.borrow().as_ref(), *validity, app.clock.now());
+        app.metrics
+            .set_session_valid(Duration::from_millis(body.valid_for_ms));
+    }
     match app.metrics.render(
         app.elections.values().map(|e| &e.state),
         app.balance.as_ref().map(|rx| rx.borrow().clone()).as_ref(),

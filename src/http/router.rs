@@ -24,7 +24,7 @@ use super::{connection_limit, guard};
 use crate::app_check::Verdict;
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
-use crate::election::{ElectionConfig, ElectionState, LeaseEvent};
+use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionView};
 use crate::metrics::Metrics;
 
 /// Default for [`AppState::request_timeout`].
@@ -88,6 +88,9 @@ pub struct AppState {
     /// This daemon's share when `balance` is on, shown by `/status` and the
     /// metrics. `None`: balance is off.
     pub balance: Option<watch::Receiver<Share>>,
+    /// The daemon's session and L·(1−D) − M, shown by `/status`. `None`:
+    /// sessions are off.
+    pub session: Option<(watch::Receiver<Option<SessionView>>, Duration)>,
 }
 
 impl AppState {
@@ -114,7 +117,19 @@ impl AppState {
             watch_slots: Arc::new(Semaphore::new((connection_limit() / 2).max(1))),
             resign_readers: Arc::new(Semaphore::new(RESIGN_READERS)),
             balance: None,
+            session: None,
         }
+    }
+
+    /// Show the daemon's session (valid `validity` after its last renew's
+    /// send) in `/status`.
+    pub fn with_session(
+        mut self,
+        session: watch::Receiver<Option<SessionView>>,
+        validity: Duration,
+    ) -> Self {
+        self.session = Some((session, validity));
+        self
     }
 
     /// Show this daemon's share of the elections in `/status` and the

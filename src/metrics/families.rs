@@ -51,6 +51,8 @@ pub(super) struct ScrapeGauges {
     pub(super) fair_share: IntGaugeVec,
     /// `leaderd_members` (balance on).
     pub(super) members: IntGaugeVec,
+    /// `leaderd_session_valid_seconds` (sessions on).
+    pub(super) session_valid_seconds: GaugeVec,
 }
 
 /// What the election engines report: campaign results, transitions, store
@@ -214,6 +216,16 @@ impl ScrapeGauges {
             "With balance on: live instances campaigning for the same elections, this one included; absent with balance off.",
             &[],
         );
+        let session_valid_seconds = r.add(
+            GaugeVec::new(
+                Opts::new(
+                    "leaderd_session_valid_seconds",
+                    "With sessions on: validity left of this instance's session in seconds (and of every tenure held through it); 0 while none is open; absent with sessions off.",
+                ),
+                &[],
+            )
+            .expect("metric names and labels are valid constants (checked by tests)"),
+        );
         ScrapeGauges {
             is_leader,
             fencing_token,
@@ -222,6 +234,7 @@ impl ScrapeGauges {
             elections_led,
             fair_share,
             members,
+            session_valid_seconds,
         }
     }
 }

@@ -42,6 +42,16 @@ impl Metrics {
         }
     }
 
+    /// Set `leaderd_session_valid_seconds` (sessions on, at scrape time):
+    /// the validity `left` of this instance's session.
+    pub fn set_session_valid(&self, left: std::time::Duration) {
+        let no_labels: &[&str] = &[];
+        self.gauges
+            .session_valid_seconds
+            .with_label_values(no_labels)
+            .set(left.as_secs_f64());
+    }
+
     /// Set one election's gauges from its `state` at `now`; true while it
     /// leads.
     fn refresh_election(&self, state: &ElectionState, now: Instant) -> bool {

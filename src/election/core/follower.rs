@@ -131,6 +131,7 @@ impl Core {
             Some(current.fencing_token),
             None,
         );
+        self.state.session = current.session.clone();
         let me = self.cfg.identity.clone();
         // Before the stream is judged: a stream found lying is dropped
         // with what it named, but an rvn cannot be named before it was

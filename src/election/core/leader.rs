@@ -71,6 +71,7 @@ impl Core {
             lease_ms: term.lease.lease_ms,
         }));
         self.observed_ok(tick, Some(me), Some(term.lease.fencing_token), None);
+        self.state.session = term.lease.session.clone();
         let s = &mut self.state;
         s.role = role;
         s.tenure = Some(tenure);

@@ -446,6 +446,7 @@ impl Core {
             last_error: None,
             malformed: None,
             unknown_format: None,
+            session: None,
             heartbeat: start,
             first_observation_done: false,
             finished: false,
@@ -672,6 +673,7 @@ impl Core {
         s.fencing_token = token;
         s.malformed = malformed;
         s.unknown_format = None;
+        s.session = None;
     }
 
     pub(super) fn remember_own(&mut self, rvn: &str) {
