@@ -40,6 +40,11 @@ pub struct ElectionStatus {
     /// The format of a record of a format this build does not know, as
     /// stored.
     pub format: Option<String>,
+    /// The session the record is held through, if any: its renewals are
+    /// the session's (the age and last write shown are the session's).
+    pub session: Option<String>,
+    /// That session's state: "live", "ended", "missing" or "unreadable".
+    pub session_state: Option<&'static str>,
 }
 
 impl ElectionStatus {
@@ -56,6 +61,8 @@ impl ElectionStatus {
             holder_address: None,
             problem: None,
             format: None,
+            session: None,
+            session_state: None,
         };
         match record {
             Record::Absent => {}
@@ -73,6 +80,7 @@ impl ElectionStatus {
                 s.renewed_at_ms = Some(l.renewed_at_ms);
                 s.age_ms = Some(now_ms.saturating_sub(l.renewed_at_ms));
                 s.holder_address = l.holder_meta.as_ref().and_then(|m| m.address.clone());
+                s.session = l.session.clone().filter(|_| l.holder.is_some());
             }
             Record::Malformed(m) => {
                 s.election = m.election.clone();
@@ -109,14 +117,44 @@ pub async fn collect(
             .map(|r| ElectionStatus::from_record("", r, now_ms))
             .collect();
         all.sort_by(|a, b| a.election.cmp(&b.election));
-        return Ok(all);
+        return with_sessions(store, all, budget, now_ms).await;
     }
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         let record = store.read(name, budget).await?;
         out.push(ElectionStatus::from_record(name, &record, now_ms));
     }
-    Ok(out)
+    with_sessions(store, out, budget, now_ms).await
+}
+
+/// The rows held through a session, completed from that session's record
+/// (read once per session: a handful of daemons, however many elections).
+async fn with_sessions(
+    store: &dyn LeaseStore,
+    mut rows: Vec<ElectionStatus>,
+    budget: Duration,
+    now_ms: u64,
+) -> Result<Vec<ElectionStatus>, StoreError> {
+    let mut sessions = std::collections::BTreeMap::new();
+    for row in &mut rows {
+        let Some(key) = row.session.clone() else {
+            continue;
+        };
+        if !sessions.contains_key(&key) {
+            sessions.insert(key.clone(), store.read(&key, budget).await?);
+        }
+        row.session_state = Some(match &sessions[&key] {
+            Record::Valid(s) if s.holder.is_some() => {
+                row.renewed_at_ms = Some(s.renewed_at_ms);
+                row.age_ms = Some(now_ms.saturating_sub(s.renewed_at_ms));
+                "live"
+            }
+            Record::Valid(_) => "ended",
+            Record::Absent => "missing",
+            Record::Malformed(_) | Record::UnknownFormat(_) => "unreadable",
+        });
+    }
+    Ok(rows)
 }
 
 /// Render as an aligned text table.
@@ -141,7 +179,10 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
                         crate::lease::known_formats()
                     )
                 }
-                (None, None) => r.state.to_owned(),
+                (None, None) => match r.session_state {
+                    Some(s) => format!("{} (session {s})", r.state),
+                    None => r.state.to_owned(),
+                },
             },
             r.holder.clone().unwrap_or_else(dash),
             r.fencing_token.map_or_else(dash, |t| t.to_string()),
@@ -280,5 +321,58 @@ mod tests {
         );
         let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();
         assert_eq!(all.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_record_held_through_a_session_shows_the_session_and_its_renewals() {
+        let store = MemoryStore::new();
+        let now = clock::unix_ms();
+        let session = Lease {
+            election: "#session/web-1/n1".into(),
+            holder: Some("web-1".into()),
+            rvn: "s".into(),
+            fencing_token: 0,
+            lease_ms: 10_000,
+            acquired_at_ms: now - 60_000,
+            renewed_at_ms: now - 1_000,
+            expires_at_s: 0,
+            holder_meta: None,
+            successor: None,
+            session: None,
+        };
+        let held = |name: &str, key: &str| Lease {
+            election: name.into(),
+            rvn: "e".into(),
+            fencing_token: 5,
+            acquired_at_ms: now - 50_000,
+            renewed_at_ms: now - 50_000,
+            session: Some(key.into()),
+            ..session.clone()
+        };
+        store.set(&session.election, Record::Valid(session.clone()));
+        let ended = Lease {
+            election: "#session/web-2/n2".into(),
+            holder: None,
+            ..session.clone()
+        };
+        store.set(&ended.election, Record::Valid(ended.clone()));
+        store.set("a", Record::Valid(held("a", &session.election)));
+        store.set("b", Record::Valid(held("b", &ended.election)));
+        store.set("c", Record::Valid(held("c", "#session/web-3/gone")));
+        let names = ["a", "b", "c"].map(String::from);
+        let rows = collect(&store, &names, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let sessions: Vec<_> = rows.iter().map(|r| r.session_state).collect();
+        assert_eq!(sessions, [Some("live"), Some("ended"), Some("missing")]);
+        assert_eq!(rows[0].session.as_deref(), Some("#session/web-1/n1"));
+        // The age is the session's: its renewals are the election's.
+        assert!((1_000..2_000).contains(&rows[0].age_ms.unwrap()));
+        assert!(rows[1].age_ms.unwrap() >= 50_000);
+        assert!(render_text(&rows).contains("held (session live)"));
+        // Listing every election shows no session record as an election.
+        let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();
+        let listed: Vec<_> = all.iter().map(|r| r.election.as_str()).collect();
+        assert_eq!(listed, ["a", "b", "c"]);
     }
 }

@@ -114,6 +114,10 @@ pub enum SessionInput {
     /// The daemon is shutting down (its elections were released): end the
     /// session, so that nobody has to time it out, and open no other.
     Close,
+    /// The store noticed its data was replaced under it (a SQLite file
+    /// deleted or swapped): renew at once; that conditional write, against
+    /// what the store names now, decides whether the session still holds.
+    StoreReplaced,
 }
 
 /// What the session core is doing.
@@ -288,6 +292,12 @@ impl SessionCore {
             SessionInput::Written(res) => self.on_written(res),
             SessionInput::Read(res) => self.on_read(res),
             SessionInput::Close => self.closing = true,
+            SessionInput::StoreReplaced => {
+                if let Phase::Open { next_renew, .. } = &mut self.phase {
+                    *next_renew = self.now;
+                }
+                self.on_timeout(tick);
+            }
         }
         if self.closing && self.pending.is_none() && self.phase != Phase::Finished {
             self.finish(tick);
@@ -649,6 +659,24 @@ mod tests {
         // core wakes then, so that the view drops on time.
         assert_eq!(s.next_wake(), Some(at(9_700).now));
         s.handle(&at(9_700), SessionInput::Timeout);
+        assert_eq!(s.view(), None);
+    }
+
+    #[test]
+    fn a_replaced_store_is_renewed_against_at_once_and_a_missing_session_is_lost() {
+        let mut s = session();
+        s.handle(&at(0), SessionInput::Timeout);
+        write(&mut s);
+        applied(&mut s, 10);
+        s.handle(&at(1_000), SessionInput::StoreReplaced);
+        let (_, condition) = write(&mut s);
+        assert!(matches!(condition, Condition::HeldBy { .. }));
+        s.handle(
+            &at(1_010),
+            SessionInput::Written(Ok(WriteOutcome::ConditionFailed {
+                current: Some(Record::Absent),
+            })),
+        );
         assert_eq!(s.view(), None);
     }
 }

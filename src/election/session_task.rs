@@ -81,7 +81,10 @@ pub fn spawn_session(
         close: Some(close_rx),
         errors: ErrorLog::default(),
         swept: false,
+        changes: None,
     };
+    let mut task = task;
+    task.changes = task.store.changes();
     SessionHandle {
         view,
         close: Some(close),
@@ -100,6 +103,18 @@ struct SessionTask {
     errors: ErrorLog,
     /// Whether the first sweep was made.
     swept: bool,
+    /// Moves when the store notices its data was replaced under it.
+    changes: Option<watch::Receiver<u64>>,
+}
+
+/// Resolves when the store's change counter moves; never without one.
+async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = changes
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 /// Resolves when asked to close (or when the handle is gone); never after.
@@ -127,6 +142,7 @@ impl SessionTask {
                     self.close = None;
                     SessionInput::Close
                 }
+                () = store_changed(&mut self.changes) => SessionInput::StoreReplaced,
                 () = self.clock.sleep_until(next_sweep), if sweep_due => {
                     self.sweep().await;
                     next_sweep = self.clock.now() + SWEEP_EVERY;
