@@ -35,6 +35,9 @@ pub struct Member {
     pub renewals: (f64, f64),
     /// Worst renewal delay seen by sampling `/status` (ms).
     pub worst_delay_ms: f64,
+    /// Store reads and writes per minute over the quiet window, counted
+    /// by its own `leaderd_store_request_duration_seconds_count`.
+    pub requests_per_min: (f64, f64),
 }
 
 /// The whole run.
@@ -42,6 +45,8 @@ pub struct Member {
 pub struct BalanceRun {
     /// N.
     pub elections: usize,
+    /// Whether the instances held their elections through sessions.
+    pub sessions: bool,
     /// Seconds from the first instance's start to it leading every election.
     pub first_leads_all_s: f64,
     /// Seconds from the last start until every instance was within
@@ -99,15 +104,32 @@ fn settle(instances: &[&Instance], n: usize, each: usize, limit: Duration) -> Re
     })
 }
 
-/// `n` elections over three balancing instances.
+/// Store reads and writes an instance made so far, from its own metrics.
+fn requests(instance: &Instance) -> (f64, f64) {
+    let body = http_get(instance.port, "/metrics").map_or(String::new(), |(_, b)| b);
+    let count = |reads: bool| {
+        metric_sum(&body, "leaderd_store_request_duration_seconds_count", |l| {
+            l.contains("op=\"read") == reads
+        })
+    };
+    (count(true), count(false))
+}
+
+/// `n` elections over three balancing instances, held through sessions
+/// when `sessions`.
 pub fn measure(
     env: &Env,
     store: SocketAddr,
     n: usize,
     window: Duration,
     clock_ticks: f64,
+    sessions: bool,
 ) -> Result<BalanceRun, String> {
-    let label = format!("bal{n}-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let label = format!(
+        "bal{n}{}-{:06x}",
+        if sessions { "s" } else { "" },
+        rand::random::<u32>() & 0xff_ffff
+    );
     let elections: Vec<String> = (0..n).map(|i| format!("{label}-{i:04}")).collect();
     let config = env.write_config(
         &format!("{label}.toml"),
@@ -117,7 +139,12 @@ pub fn measure(
     )?;
     // A top-level key goes before the first table.
     let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
-    std::fs::write(&config, format!("balance = true\n{text}")).map_err(|e| e.to_string())?;
+    let top = if sessions {
+        "balance = true\nsessions = true\n"
+    } else {
+        "balance = true\n"
+    };
+    std::fs::write(&config, format!("{top}{text}")).map_err(|e| e.to_string())?;
 
     let mut first = Instance::start(env, &format!("{label}-a"), &config, &[])?;
     first.wait_http(Duration::from_secs(30))?;
@@ -154,6 +181,7 @@ pub fn measure(
         })
     };
     let ok0: Vec<f64> = all.iter().map(|i| renew_ok(i)).collect();
+    let req0: Vec<(f64, f64)> = all.iter().map(|i| requests(i)).collect();
     let cpu0: Vec<f64> = all
         .iter()
         .map(|i| cpu_seconds(i.pid(), clock_ticks).unwrap_or(0.0))
@@ -169,6 +197,7 @@ pub fn measure(
         .map(|(k, i)| cpu_seconds(i.pid(), clock_ticks).unwrap_or(cpu0[k]))
         .collect();
     let ok1: Vec<f64> = all.iter().map(|i| renew_ok(i)).collect();
+    let req1: Vec<(f64, f64)> = all.iter().map(|i| requests(i)).collect();
     // The least lease left shows the latest renewal.
     let every = Duration::from_millis(250);
     let mut least = [u64::MAX; 3];
@@ -208,6 +237,10 @@ pub fn measure(
             } else {
                 (due_remaining_ms - least[k] as f64).max(0.0)
             },
+            requests_per_min: (
+                (req1[k].0 - req0[k].0) / minutes,
+                (req1[k].1 - req0[k].1) / minutes,
+            ),
         });
     }
 
@@ -228,6 +261,7 @@ pub fn measure(
     second.stop(Duration::from_secs(60));
     Ok(BalanceRun {
         elections: n,
+        sessions,
         first_leads_all_s,
         join_settle_s,
         members,
@@ -243,7 +277,15 @@ pub type Check = (String, String, String, bool);
 pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check> {
     use std::fmt::Write as _;
     let fair = run.elections.div_ceil(3);
-    let _ = writeln!(out, "## Balance\n");
+    let _ = writeln!(
+        out,
+        "## Balance{}\n",
+        if run.sessions {
+            ", with sessions"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(
         out,
         "{} elections, three leaderd instances with `balance = true` on DynamoDB Local (no proxy). The first starts alone and leads every election ({:.1} s); the second starts, then the third 3 s later. Settled = every instance within ±{SETTLED_WITHIN} of its fair share and every election led, checked every 250 ms.\n",
@@ -269,15 +311,17 @@ pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check
     );
     let _ = writeln!(
         out,
-        "| instance | led | peak RSS (MiB) | CPU s/min | renewals ok / room | failed renewals (whole run) | worst renewal delay (ms) |"
+        "| instance | led | store reads/min | store writes/min | peak RSS (MiB) | CPU s/min | renewals ok / room | failed renewals (whole run) | worst renewal delay (ms) |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for m in &run.members {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {:.3} | {:.0} / {:.0} | {:.0} | {:.0} |",
+            "| {} | {} | {:.0} | {:.0} | {:.1} | {:.3} | {:.0} / {:.0} | {:.0} | {:.0} |",
             m.identity,
             m.led,
+            m.requests_per_min.0,
+            m.requests_per_min.1,
             m.hwm_kib as f64 / 1024.0,
             m.cpu_per_min,
             m.renewals.0,

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance] [--hints on,off] [--elections 1,100,1000]
+//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance] [--hints on,off] [--sessions off,on] [--elections 1,100,1000]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
@@ -99,6 +99,17 @@ struct Args {
     /// on, as before hints existed), or both [default: on,off].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     hints: Vec<Hints>,
+    /// Run the balance scenario without sessions, with them, or both, in
+    /// that order [default: off].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    sessions: Vec<Switch>,
+}
+
+/// A setting on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    Off,
+    On,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -319,22 +330,32 @@ fn run(args: &Args) -> Result<bool, String> {
         }
         if selected(Scenario::Balance) {
             let n = 1000;
-            eprintln!("bench: balance, {n} elections over 3 instances");
-            let r =
-                balance::measure(&env, store.addr, n, plan.cpu_window, clock_ticks).map(|run| {
-                    for (figure, target, measured, pass) in
-                        balance::report(&mut body, &run, plan.cpu_window)
-                    {
-                        verdicts.push(Verdict {
-                            figure,
-                            target,
-                            measured,
-                            margin: if pass { "inside" } else { "OUTSIDE" }.into(),
-                            pass,
-                        });
-                    }
-                });
-            section("Balance", r);
+            let modes = if args.sessions.is_empty() {
+                vec![Switch::Off]
+            } else {
+                args.sessions.clone()
+            };
+            for sessions in modes {
+                let sessions = sessions == Switch::On;
+                eprintln!("bench: balance, {n} elections over 3 instances, sessions {sessions}");
+                let window = plan.cpu_window;
+                let r = balance::measure(&env, store.addr, n, window, clock_ticks, sessions).map(
+                    |run| {
+                        for (figure, target, measured, pass) in
+                            balance::report(&mut body, &run, window)
+                        {
+                            verdicts.push(Verdict {
+                                figure,
+                                target,
+                                measured,
+                                margin: if pass { "inside" } else { "OUTSIDE" }.into(),
+                                pass,
+                            });
+                        }
+                    },
+                );
+                section("Balance", r);
+            }
         }
         out.push_str(&body);
     }
