@@ -362,6 +362,9 @@ impl Driver {
             } => {
                 tracing::warn!(election = %name, identity = %me, fencing_token, cause = "someone else wrote the lease record", written_by = %by, "lease lost: stopping the child")
             }
+            Note::SessionLost(token) => {
+                tracing::warn!(election = %name, identity = %me, fencing_token = token, cause = "the session it was held through is gone (ended by another instance, deleted, or not renewed in time)", "lease lost: stopping the child")
+            }
             Note::TenureEnded(token) => {
                 tracing::info!(election = %name, identity = %me, fencing_token = token, "tenure ended; campaigning again")
             }

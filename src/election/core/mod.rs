@@ -214,6 +214,9 @@ pub enum Note {
         /// renew succeeded in time.
         written_by: Option<String>,
     },
+    /// The session the tenure was held through is gone (ended, deleted,
+    /// or replaced by a new one): the job must stop.
+    SessionLost(u64),
     /// The validity of a stopped tenure ended.
     TenureEnded(u64),
     /// The lease was released (to `successor`, or anyone).

@@ -187,10 +187,7 @@ impl Core {
                 }
             }
             _ => {
-                self.note(Note::LeaseLost {
-                    fencing_token: term.lease.fencing_token,
-                    written_by: None,
-                });
+                self.note(Note::SessionLost(term.lease.fencing_token));
                 let valid_until = term.last_send + self.cfg.validity();
                 let kill_at = (self.now + self.cfg.kill_grace).min(valid_until);
                 self.enter_stopping(term, kill_at);
