@@ -235,6 +235,18 @@ impl Lease {
         }
     }
 
+    /// This record held through the session `key`: it names the session,
+    /// and never goes stale by its own `expires_at` (9999-12-31), since it
+    /// is not rewritten on renew; its session's does. A store's TTL must
+    /// never delete a live tenure's record.
+    pub fn held_through(self, key: &str) -> Lease {
+        Lease {
+            session: Some(key.to_owned()),
+            expires_at_s: HELD_THROUGH_SESSION_EXPIRES_AT_S,
+            ..self
+        }
+    }
+
     /// The format this record is written in: [`FORMAT_SESSIONS`] for a
     /// session record or a record held through one, else [`FORMAT`].
     pub fn format(&self) -> u64 {
@@ -271,6 +283,10 @@ pub struct HolderMeta {
 /// taken over: two leaders). Records without the `format` attribute, as
 /// written before it existed, are format 1.
 pub const FORMAT: u64 = 1;
+
+/// The `expires_at` of a record held through a session: 9999-12-31
+/// 23:59:59 UTC, never (see [`Lease::held_through`]).
+pub const HELD_THROUGH_SESSION_EXPIRES_AT_S: u64 = 253_402_300_799;
 
 /// The format of an election's record held through a session (its `rvn`
 /// does not change on renew: the session's does) and of a session record.
@@ -680,114 +696,4 @@ pub fn new_rvn() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn valid(rvn: &str, holder: Option<&str>) -> Record {
-        Record::Valid(Lease {
-            election: "e".into(),
-            holder: holder.map(Into::into),
-            rvn: rvn.into(),
-            fencing_token: 7,
-            lease_ms: 10_000,
-            acquired_at_ms: 0,
-            renewed_at_ms: 0,
-            expires_at_s: 0,
-            holder_meta: None,
-            successor: None,
-            session: None,
-        })
-    }
-
-    fn malformed(guard: RvnGuard) -> Record {
-        Record::Malformed(Malformed {
-            election: "e".into(),
-            problem: "attribute `fencing_token` is missing".into(),
-            fingerprint: "f".into(),
-            fencing_token: None,
-            guard,
-        })
-    }
-
-    #[test]
-    fn conditions_hold_as_the_rules_say() {
-        let raw = |s: &str| RvnGuard::Raw(s.into());
-        let held = Condition::HeldBy {
-            rvn: "r1".into(),
-            holder: "me".into(),
-        };
-        assert!(Condition::NotExists.holds(&Record::Absent, None));
-        assert!(!Condition::NotExists.holds(&valid("r1", None), None));
-        assert!(Condition::RvnIs("r1".into()).holds(&valid("r1", None), None));
-        assert!(!Condition::RvnIs("r2".into()).holds(&valid("r1", None), None));
-        assert!(held.holds(&valid("r1", Some("me")), None));
-        assert!(!held.holds(&valid("r1", Some("you")), None));
-        assert!(!held.holds(&valid("r1", None), None));
-        // A malformed item: only `Unchanged` with its own guard.
-        let bad = malformed(raw("s:r1"));
-        assert!(!Condition::RvnIs("r1".into()).holds(&bad, None));
-        assert!(Condition::Unchanged(raw("s:r1")).holds(&bad, None));
-        assert!(!Condition::Unchanged(raw("s:r2")).holds(&bad, None));
-        assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&bad, None));
-        assert!(Condition::Unchanged(RvnGuard::Missing).holds(&malformed(RvnGuard::Missing), None));
-        assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&Record::Absent, None));
-        // `Unchanged` on a valid item: by its raw rvn, when the store knows it.
-        let ok = valid("r1", Some("me"));
-        assert!(Condition::Unchanged(raw("s:r1")).holds(&ok, Some(&raw("s:r1"))));
-        assert!(!Condition::Unchanged(raw("s:r1")).holds(&ok, Some(&raw("s:r2"))));
-        assert!(!Condition::Unchanged(raw("s:r1")).holds(&ok, None));
-        assert!(!Condition::Unchanged(RvnGuard::Missing).holds(&ok, Some(&raw("s:r1"))));
-        // An item of an unknown format: nothing holds, not even `Unchanged`
-        // with its very raw rvn.
-        let later = unknown_format();
-        for condition in [
-            Condition::NotExists,
-            Condition::RvnIs("r1".into()),
-            held,
-            Condition::Unchanged(raw("s:r1")),
-            Condition::Unchanged(RvnGuard::Missing),
-            Condition::HolderIs("me".into()),
-        ] {
-            for raw_rvn in [None, Some(raw("s:r1")), Some(RvnGuard::Missing)] {
-                assert!(
-                    !condition.holds(&later, raw_rvn.as_ref()),
-                    "{condition:?} held on an unknown format ({raw_rvn:?})"
-                );
-            }
-        }
-    }
-
-    fn unknown_format() -> Record {
-        Record::UnknownFormat(UnknownFormat {
-            election: "e".into(),
-            format: "3".into(),
-            holder: Some("me".into()),
-            fencing_token: Some(7),
-            fingerprint: "f".into(),
-        })
-    }
-
-    #[tokio::test]
-    async fn a_read_back_that_finds_an_unknown_format_is_a_failed_condition() {
-        let store = memory::MemoryStore::new();
-        store.set("e", unknown_format());
-        // The write's answer is lost: only the read-back can tell.
-        store.set_fault(memory::Fault::TimeOutWrites);
-        let Record::Valid(mine) = valid("r1", Some("me")) else {
-            unreachable!()
-        };
-        let renew = Condition::HeldBy {
-            rvn: "r1".into(),
-            holder: "me".into(),
-        };
-        assert_eq!(
-            store
-                .write(&mine.renewed(), &renew, Duration::from_secs(1))
-                .await,
-            Ok(WriteOutcome::ConditionFailed {
-                current: Some(unknown_format())
-            })
-        );
-        assert_eq!(store.get("e"), unknown_format());
-    }
-}
+mod tests;

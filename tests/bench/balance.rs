@@ -280,11 +280,7 @@ pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check
     let _ = writeln!(
         out,
         "## Balance{}\n",
-        if run.sessions {
-            ", with sessions"
-        } else {
-            ""
-        }
+        if run.sessions { ", with sessions" } else { "" }
     );
     let _ = writeln!(
         out,

@@ -702,7 +702,7 @@ impl Core {
     }
 
     pub(super) fn new_lease(&self, token: u64, tick: &Tick) -> Lease {
-        let mut lease = Lease::stamped_with(
+        let lease = Lease::stamped_with(
             &self.cfg.name,
             &self.cfg.identity,
             token,
@@ -711,8 +711,10 @@ impl Core {
             self.cfg.holder_meta.clone(),
             &tick.stamp,
         );
-        lease.session = self.own_session.as_ref().map(|v| v.key.clone());
-        lease
+        match &self.own_session {
+            Some(v) => lease.held_through(&v.key),
+            None => lease,
+        }
     }
 }
 
