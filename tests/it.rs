@@ -37,6 +37,7 @@ mod pid1;
 mod reaper;
 mod record_format;
 mod safety;
+mod sessions;
 mod soak;
 mod sqlite_file;
 mod store_contract;

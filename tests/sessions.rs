@@ -1,0 +1,708 @@
+//! `leaderd run --sessions` with real processes, on SQLite and on DynamoDB
+//! Local: three daemons campaign for five elections, every election held
+//! through its leader's one session record. The leader is killed, stopped,
+//! has its session deleted, loses answers to its renews, has its store
+//! stalled, is stopped gracefully; a CLI lock meets a daemon; daemons
+//! restart. Whatever happens, the jobs of the primary election never run
+//! at once (the history checker), tokens only rise, every election the
+//! leader held is led again within the takeover rule's bound, and sessions
+//! that are over are ended in the store, never reused.
+//!
+//! Timing (see `harness::TIMING`): L = 5 s, R = 1 s, P = 500 ms,
+//! G = 500 ms. Bounds on real time add `SLACK` (3 s) for the loaded
+//! machine; none is tight.
+
+use crate::common;
+#[path = "sessions/harness.rs"]
+mod harness;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::daemon::{Leaderd, wait_until};
+use common::history;
+use common::proxy::{Fault, FaultProxy};
+use harness::{
+    Cluster, ELECTIONS, G, Kind, L, P, R, SLACK, Store, all_led_once, elections_of, monotonic_ns,
+    sessions_opened, sqlite, takeover_wait, validity, who_leads,
+};
+use nix::sys::signal::Signal;
+
+/// How long a follower may take to lead an election whose leader died:
+/// it times the session's last `rvn` for L·(1+D) from when it first saw
+/// it (at most a poll after it was written), then ends the session and
+/// takes the election: two writes, a read or two.
+fn crash_bound() -> Duration {
+    takeover_wait() + Duration::from_secs(2) + SLACK
+}
+
+/// Every election's leader in `led` holds it with a higher token than
+/// `before`.
+fn assert_tokens_rose(before: &BTreeMap<String, u64>, nodes: &[&Leaderd]) {
+    let led = who_leads(nodes);
+    for (election, old) in before {
+        let leaders = &led[election];
+        assert_eq!(leaders.len(), 1, "{election}: {leaders:?}");
+        assert!(
+            leaders[0].1 > *old,
+            "{election}: token {} after {old}",
+            leaders[0].1
+        );
+    }
+}
+
+/// Let the primary's leader's job run, stop every node, check the
+/// history.
+fn finish(c: &mut Cluster) -> history::Summary {
+    let leader = wait_until(Duration::from_secs(20), || {
+        who_leads(&c.all())
+            .get(ELECTIONS[0])
+            .is_some_and(|l| l.len() == 1)
+    })
+    .map(|_| who_leads(&c.all())[ELECTIONS[0]][0].0.clone())
+    .expect("the primary has one leader");
+    wait_until(Duration::from_secs(10), || c.job_running(&leader))
+        .unwrap_or_else(|| panic!("the job of {leader} does not run"));
+    sleep(Duration::from_millis(500));
+    c.stop_all();
+    c.check_history()
+}
+
+/// The primary's first tenure is `node-a`'s with `token`, and a later one
+/// (another job, started once that one was over) has a higher token.
+fn assert_primary_moved_on(summary: &history::Summary, token: u64) {
+    let first = &summary.tenures[0].id;
+    assert_eq!(
+        (first.identity.as_str(), first.fencing_token),
+        ("node-a", token),
+        "{summary}"
+    );
+    assert!(
+        summary.tenures[1..]
+            .iter()
+            .any(|t| t.id.fencing_token > token),
+        "no job ran for the primary after node-a's: {summary}"
+    );
+}
+
+/// `node`'s log says its session was lost and it opened another one,
+/// under a key it never used: all its session keys.
+fn wait_session_replaced(node: &Leaderd, first: &str) -> Vec<String> {
+    wait_until(Duration::from_secs(10) + SLACK, || {
+        let log = node.log();
+        log.contains("session lost") && sessions_opened(&log).len() >= 2
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} did not report a lost session and open a new one",
+            node.identity
+        )
+    });
+    let opened = sessions_opened(&node.log());
+    assert_eq!(opened[0], first);
+    let distinct: BTreeSet<&String> = opened.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        opened.len(),
+        "a session key reused: {opened:?}"
+    );
+    opened
+}
+
+/// `node` leads nothing, answers 503 on `/leader`, and `others` lead
+/// every election, at every sample for 2 s.
+fn assert_follows(node: &Leaderd, others: &[&Leaderd]) {
+    let from = Instant::now();
+    while from.elapsed() < Duration::from_secs(2) {
+        let status = node.leader().map(|(s, _)| s);
+        assert_eq!(status, Some(503), "{} /leader", node.identity);
+        let views = elections_of(node).expect("/status answers");
+        assert!(views.values().all(|v| !v.is_leader), "{views:?}");
+        assert!(all_led_once(others, &ELECTIONS), "{:?}", who_leads(others));
+        sleep(Duration::from_millis(200));
+    }
+}
+
+/// The session record under `key` is ended: there, with no holder.
+fn assert_ended(store: &Store, key: &str) {
+    let row = store
+        .row(key)
+        .unwrap_or_else(|| panic!("no session record {key}"));
+    assert_eq!(row.holder, None, "session {key} not ended: {row:?}");
+}
+
+/// 1. kill -9 of the daemon leading every election: each is led again by
+///    another within the crash bound, with a higher token; the dead
+///    daemon's session ends up ended; its job stopped (the guard) before
+///    another's started.
+fn kill_9_of_the_leader(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let before = c.settle(None);
+    let session = c.only_session("node-a");
+    let mut a = c.take("node-a");
+    let killed = Instant::now();
+    a.kill9();
+    wait_until(crash_bound() + Duration::from_secs(10), || {
+        all_led_once(&c.all(), &ELECTIONS)
+    })
+    .unwrap_or_else(|| panic!("not every election is led again: {:?}", who_leads(&c.all())));
+    let took = killed.elapsed();
+    eprintln!("every election led again {took:?} after kill -9 of its leader");
+    assert!(took <= crash_bound(), "{took:?} > {:?}", crash_bound());
+    assert_tokens_rose(&before, &c.all());
+    assert_ended(&c.store, &session);
+    let summary = finish(&mut c);
+    assert_primary_moved_on(&summary, before[ELECTIONS[0]]);
+    drop(a);
+}
+
+#[test]
+fn kill_9_of_the_leader_frees_every_election_on_sqlite() {
+    kill_9_of_the_leader(Kind::Sqlite);
+}
+
+#[test]
+fn kill_9_of_the_leader_frees_every_election_on_dynamodb_local() {
+    kill_9_of_the_leader(Kind::DynamoDbLocal);
+}
+
+/// 2. SIGSTOP of the leading daemon for 2·L: the others lead every
+///    election while it is stopped (its job killed by the guard first);
+///    thawed, it reports its session lost, opens a new one, and follows.
+fn sigstop_for_two_leases(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let before = c.settle(None);
+    let first = c.only_session("node-a");
+    // Out of the cluster while stopped: it would not answer a probe.
+    let a = c.take("node-a");
+    let stopped = Instant::now();
+    a.signal(Signal::SIGSTOP);
+    wait_until(crash_bound() + Duration::from_secs(10), || {
+        all_led_once(&c.all(), &ELECTIONS)
+    })
+    .unwrap_or_else(|| panic!("not every election is led: {:?}", who_leads(&c.all())));
+    let took = stopped.elapsed();
+    eprintln!("every election led by another {took:?} after SIGSTOP of its leader");
+    assert!(took <= crash_bound(), "{took:?} > {:?}", crash_bound());
+    assert_tokens_rose(&before, &c.all());
+    assert_ended(&c.store, &first);
+    sleep((stopped + 2 * L).saturating_duration_since(Instant::now()));
+    a.signal(Signal::SIGCONT);
+    wait_session_replaced(&a, &first);
+    wait_until(Duration::from_secs(5), || {
+        matches!(a.leader(), Some((503, _)))
+            && elections_of(&a).is_some_and(|v| {
+                v.values()
+                    .all(|e| !e.is_leader && e.leader.as_deref() != Some("node-a"))
+            })
+    })
+    .expect("node-a follows once thawed");
+    assert_follows(&a, &c.all());
+    c.nodes.push(a);
+    let summary = finish(&mut c);
+    assert_primary_moved_on(&summary, before[ELECTIONS[0]]);
+}
+
+#[test]
+fn sigstop_of_the_leader_for_two_leases_on_sqlite() {
+    sigstop_for_two_leases(Kind::Sqlite);
+}
+
+#[test]
+fn sigstop_of_the_leader_for_two_leases_on_dynamodb_local() {
+    sigstop_for_two_leases(Kind::DynamoDbLocal);
+}
+
+/// When each (election, identity other than `node-a`) was first seen
+/// leading after `since`, until every election has one leader; and when
+/// that was, if before `limit`.
+fn watch_leaders(
+    c: &Cluster,
+    since: Instant,
+    limit: Duration,
+) -> (Option<Duration>, BTreeMap<(String, String), Duration>) {
+    let mut seen = BTreeMap::new();
+    while since.elapsed() < limit {
+        let at = since.elapsed();
+        let led = who_leads(&c.all());
+        for (election, leaders) in &led {
+            for (id, _) in leaders.iter().filter(|(id, _)| id != "node-a") {
+                seen.entry((election.clone(), id.clone())).or_insert(at);
+            }
+        }
+        if ELECTIONS
+            .iter()
+            .all(|e| led.get(*e).is_some_and(|l| l.len() == 1))
+        {
+            return (Some(at), seen);
+        }
+        sleep(Duration::from_millis(50));
+    }
+    (None, seen)
+}
+
+/// 3. The leader's session record deleted by hand: it loses every
+///    election (503, its job stopped) and opens a new session; nobody
+///    else leads one before timing the missing session for L·(1+D);
+///    every election is led again within about 2·L. Then it is killed and
+///    its new session deleted at once: the others lead every election only
+///    after timing the missing record, within the crash bound.
+fn deleted_session(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let before = c.settle(None);
+    let first = c.only_session("node-a");
+    let deleted = Instant::now();
+    c.store.delete(&first);
+    wait_until(R + G + SLACK, || {
+        matches!(c.node("node-a").leader(), Some((503, _)))
+    })
+    .expect("node-a still answers 200 on /leader");
+    let (all_led, seen) = watch_leaders(&c, deleted, 2 * L + SLACK);
+    let all_led = all_led.unwrap_or_else(|| {
+        panic!(
+            "not every election led within 2·L: {:?}",
+            who_leads(&c.all())
+        )
+    });
+    eprintln!(
+        "every election led again {all_led:?} after the deletion; others first seen {seen:?}"
+    );
+    assert_taken_after_timing(&seen);
+    let opened = wait_session_replaced(c.node("node-a"), &first);
+
+    // Its elections may be held through its new session now: kill it and
+    // delete that one too, so that only the others can take them.
+    let second = opened.last().expect("a new session").clone();
+    let mut a = c.take("node-a");
+    a.kill9();
+    let deleted = Instant::now();
+    c.store.delete(&second);
+    let (all_led, seen) = watch_leaders(&c, deleted, crash_bound());
+    eprintln!("node-a killed, its session deleted: every election led {all_led:?} later");
+    assert!(all_led.is_some(), "{:?}", who_leads(&c.all()));
+    assert_taken_after_timing(&seen);
+    let summary = finish(&mut c);
+    assert_primary_moved_on(&summary, before[ELECTIONS[0]]);
+    drop(a);
+}
+
+/// Nobody but `node-a` took an election before timing its missing
+/// session for L·(1+D) (`seen`: when each was first seen leading one).
+fn assert_taken_after_timing(seen: &BTreeMap<(String, String), Duration>) {
+    for ((election, id), at) in seen {
+        assert!(
+            *at >= takeover_wait(),
+            "{id} led {election} {at:?} after the deletion, before L·(1+D)"
+        );
+    }
+}
+
+#[test]
+fn a_deleted_session_loses_every_election_on_sqlite() {
+    deleted_session(Kind::Sqlite);
+}
+
+#[test]
+fn a_deleted_session_loses_every_election_on_dynamodb_local() {
+    deleted_session(Kind::DynamoDbLocal);
+}
+
+/// `node-a` leads every election with the tokens of `before`, and nobody
+/// else leads any, at every sample for `span`.
+fn assert_keeps_leading(c: &Cluster, before: &BTreeMap<String, u64>, span: Duration) {
+    let from = Instant::now();
+    while from.elapsed() < span {
+        let led = who_leads(&c.all());
+        for (election, token) in before {
+            let expected = vec![("node-a".to_string(), *token)];
+            assert_eq!(
+                led.get(election),
+                Some(&expected),
+                "{election} after {:?}",
+                from.elapsed()
+            );
+        }
+        sleep(Duration::from_millis(100));
+    }
+}
+
+/// The instant the session `key` was just renewed (its `rvn` moved).
+fn just_renewed(store: &Store, key: &str) -> Instant {
+    let rvn = store.row(key).and_then(|r| r.rvn);
+    wait_until(R + SLACK, || store.row(key).and_then(|r| r.rvn) != rvn)
+        .expect("the session is renewed");
+    Instant::now()
+}
+
+/// `node-a` stopped its job while the store was stalled (from `from_ns`
+/// to `to_ns`): the last line of its tenure `token` came before the end
+/// of the stall.
+fn assert_job_stopped_within(c: &Cluster, token: u64, from_ns: u64, to_ns: u64) {
+    let log = c.history_text();
+    let last = log
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f.len() == 5 && f[2] == "node-a" && f[3] == token.to_string())
+        .filter_map(|f| f[0].parse::<u64>().ok())
+        .max()
+        .expect("node-a's job wrote lines");
+    let ran = Duration::from_nanos(last.saturating_sub(from_ns));
+    eprintln!("node-a's job last seen {ran:?} into the stall");
+    assert!(last < to_ns, "node-a's job ran past the stall: {ran:?}");
+}
+
+/// The tail of scenario 4: after a stall past validity ended, every
+/// election is led again, by anyone, and the history is safe.
+fn recover_after_long_stall(c: &mut Cluster, token: u64, released: Instant) {
+    wait_until(crash_bound(), || all_led_once(&c.all(), &ELECTIONS)).unwrap_or_else(|| {
+        panic!(
+            "not every election led {:?} after the stall: {:?}",
+            released.elapsed(),
+            who_leads(&c.all())
+        )
+    });
+    let log = c.node("node-a").log();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("session")).collect();
+    eprintln!(
+        "every election led again {:?} after the stall; node-a said:\n{}",
+        released.elapsed(),
+        said.join("\n")
+    );
+    let summary = finish(c);
+    assert_eq!(summary.tenures[0].id.fencing_token, token, "{summary}");
+}
+
+/// 4 on SQLite. The test holds the file's write lock: first for 2·R just
+/// after a renew (shorter than the validity: the renew is retried and
+/// lands, `node-a` keeps every election), then for 2·L (past validity:
+/// `node-a` stops its job while nobody can write, and the history shows
+/// no overlap once everyone can again).
+#[test]
+fn a_store_stall_on_sqlite() {
+    let mut c = Cluster::new(Kind::Sqlite);
+    let before = c.settle(None);
+    let key = c.only_session("node-a");
+    // The renew due during the short stall is retried every P and lands
+    // once it ends, long before the tenures would stop.
+    assert!(2 * R + P < validity() - G);
+    let lock = sqlite(c.store.sqlite_path().expect("SQLite"));
+    just_renewed(&c.store, &key);
+    lock.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the lock");
+    assert_keeps_leading(&c, &before, 2 * R);
+    lock.execute_batch("ROLLBACK").expect("release the lock");
+    let rvn = c.store.row(&key).and_then(|r| r.rvn);
+    assert_keeps_leading(&c, &before, L);
+    assert_ne!(c.store.row(&key).and_then(|r| r.rvn), rvn, "not renewed");
+    assert_eq!(sessions_opened(&c.node("node-a").log()), [key.as_str()]);
+
+    let from_ns = monotonic_ns();
+    lock.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the lock");
+    sleep(2 * L);
+    let to_ns = monotonic_ns();
+    lock.execute_batch("ROLLBACK").expect("release the lock");
+    let released = Instant::now();
+    assert_job_stopped_within(&c, before[ELECTIONS[0]], from_ns, to_ns);
+    recover_after_long_stall(&mut c, before[ELECTIONS[0]], released);
+}
+
+/// `fault` on the next PutItem through `proxy` only: with `node-a`
+/// leading every election, its only writes are session renews.
+fn fault_one_renew(proxy: &FaultProxy, fault: Fault) {
+    proxy.clear_counts();
+    proxy.set_for(&["PutItem"], fault.clone());
+    let hit = wait_until(R + SLACK, || {
+        proxy.counts().get("PutItem").copied().unwrap_or(0) >= 1
+    });
+    proxy.set_for(&["PutItem"], Fault::None);
+    assert!(hit.is_some(), "no renew went through the proxy");
+    let n = proxy.counts().get("PutItem").copied().unwrap_or(0);
+    eprintln!("{fault:?} on one renew ({n} PutItem seen meanwhile)");
+}
+
+/// 4 on DynamoDB Local, `node-a` behind a fault proxy: one renew applied
+/// and its answer lost (connection reset: the store reads it back), one
+/// applied and its answer never coming (timeout: the session core's next
+/// renew is refused and adopts it), and `node-a` keeps every election
+/// through both; then all of its traffic blackholed for 2·L: the others
+/// lead only once its job stopped, and it comes back with a new session.
+#[test]
+fn a_store_stall_on_dynamodb_local() {
+    let mut c = Cluster::new(Kind::DynamoDbLocal);
+    let proxy = FaultProxy::start(c.store.upstream().expect("DynamoDB"));
+    let before = c.settle(Some(&proxy));
+    let key = c.only_session("node-a");
+    for fault in [Fault::ApplyThenLoseAnswer, Fault::ApplyThenHang] {
+        fault_one_renew(&proxy, fault);
+        assert_keeps_leading(&c, &before, L);
+    }
+    let log = c.node("node-a").log();
+    assert!(log.contains("session store writes fail"), "{log}");
+    assert!(!log.contains("session lost"), "{log}");
+    assert_eq!(sessions_opened(&log), [key.as_str()]);
+
+    let from_ns = monotonic_ns();
+    let cut = Instant::now();
+    proxy.set(Fault::Blackhole);
+    let others = c.others("node-a");
+    wait_until(crash_bound() + Duration::from_secs(10), || {
+        all_led_once(&others, &ELECTIONS)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the others do not lead every election: {:?}",
+            who_leads(&others)
+        )
+    });
+    let took = cut.elapsed();
+    eprintln!("the others lead every election {took:?} into the blackhole");
+    assert!(took <= crash_bound(), "{took:?} > {:?}", crash_bound());
+    assert_job_stopped_within(&c, before[ELECTIONS[0]], from_ns, monotonic_ns());
+    sleep((cut + 2 * L).saturating_duration_since(Instant::now()));
+    proxy.set(Fault::None);
+    wait_session_replaced(c.node("node-a"), &key);
+    assert_ended(&c.store, &key);
+    let summary = finish(&mut c);
+    assert_primary_moved_on(&summary, before[ELECTIONS[0]]);
+}
+
+/// 5. SIGTERM of the leader: it stops its job, releases every election
+///    and ends its session; the others take every election at once
+///    (within about 2 s: a poll, or the released hint), with higher
+///    tokens; it exits 0 (its job's code).
+fn sigterm_of_the_leader(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let before = c.settle(None);
+    let session = c.only_session("node-a");
+    let mut a = c.take("node-a");
+    let asked = Instant::now();
+    a.signal(Signal::SIGTERM);
+    let bound = Duration::from_secs(2) + SLACK;
+    wait_until(bound + Duration::from_secs(10), || {
+        all_led_once(&c.all(), &ELECTIONS)
+    })
+    .unwrap_or_else(|| panic!("not every election is led: {:?}", who_leads(&c.all())));
+    let took = asked.elapsed();
+    eprintln!("every election led by another {took:?} after SIGTERM of its leader");
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    assert_tokens_rose(&before, &c.all());
+    let status = a
+        .wait_exit(Duration::from_secs(30))
+        .expect("node-a exits after SIGTERM");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let log = a.log();
+    assert_eq!(
+        log.matches("released the lease").count(),
+        ELECTIONS.len(),
+        "{log}"
+    );
+    assert!(log.contains("session ended"), "{log}");
+    assert_ended(&c.store, &session);
+    let summary = finish(&mut c);
+    assert_primary_moved_on(&summary, before[ELECTIONS[0]]);
+}
+
+#[test]
+fn sigterm_of_the_leader_hands_every_election_over_on_sqlite() {
+    sigterm_of_the_leader(Kind::Sqlite);
+}
+
+#[test]
+fn sigterm_of_the_leader_hands_every_election_over_on_dynamodb_local() {
+    sigterm_of_the_leader(Kind::DynamoDbLocal);
+}
+
+/// `leaderd lock acquire …`, expected to succeed: the token.
+fn lock_acquire(store: &Store, name: &str, extra: &[&str]) -> String {
+    let out = store.leaderd(&["lock", "acquire", name], extra);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// 6a. A CLI lock holds `xray` while a `--sessions` daemon campaigns for
+///     `yankee` and `xray`: it leads `yankee`, never `xray` while the
+///     lock is held (over two leases); once the lock is released it leads
+///     `xray` too, held through its session (format 2).
+fn a_cli_lock_keeps_a_sessions_daemon_out(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let token = lock_acquire(&c.store, "xray", &["--lease-duration", "1m"]);
+    c.start("node-a", &["yankee", "xray"], None);
+    wait_until(Duration::from_secs(20), || {
+        c.tokens_of("node-a").contains_key("yankee")
+    })
+    .expect("node-a leads yankee");
+    let from = Instant::now();
+    while from.elapsed() < 2 * L + Duration::from_secs(1) {
+        let views = elections_of(c.node("node-a")).expect("/status answers");
+        assert!(!views["xray"].is_leader, "led a locked election: {views:?}");
+        assert!(views["yankee"].is_leader, "{views:?}");
+        sleep(Duration::from_millis(100));
+    }
+    let out = c.store.leaderd(&["lock", "release", "xray", &token], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(P + SLACK, || c.tokens_of("node-a").contains_key("xray"))
+        .expect("node-a leads xray once the lock is released");
+    let session = c.only_session("node-a");
+    for name in ["yankee", "xray"] {
+        let row = c.store.row(name).expect("the record");
+        assert_eq!(row.holder.as_deref(), Some("node-a"), "{row:?}");
+        assert_eq!(row.session.as_deref(), Some(session.as_str()), "{row:?}");
+        assert_eq!(row.format, Some(2), "{row:?}");
+    }
+    c.stop_all();
+    c.check_history();
+}
+
+#[test]
+fn a_cli_lock_keeps_a_sessions_daemon_out_on_sqlite() {
+    a_cli_lock_keeps_a_sessions_daemon_out(Kind::Sqlite);
+}
+
+#[test]
+fn a_cli_lock_keeps_a_sessions_daemon_out_on_dynamodb_local() {
+    a_cli_lock_keeps_a_sessions_daemon_out(Kind::DynamoDbLocal);
+}
+
+/// 6b. The reverse: a `--sessions` daemon holds `xray` through its
+///     session, whose renewals leave the election record's `rvn` alone.
+///     `lock acquire --no-wait` is refused (busy, 75); a waiting
+///     `lock acquire --wait 3·L` must not get it either while the daemon
+///     renews its session, and the daemon keeps leading with its token.
+fn a_cli_lock_never_takes_a_session_held_election(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    c.start("node-a", &["xray"], None);
+    wait_until(Duration::from_secs(20), || {
+        c.tokens_of("node-a").contains_key("xray")
+    })
+    .expect("node-a leads xray");
+    let token = c.tokens_of("node-a")["xray"];
+    let out = c
+        .store
+        .leaderd(&["lock", "acquire", "xray", "--no-wait"], &[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{said}");
+    assert!(said.contains("node-a"), "names the holder: {said}");
+
+    let wait = format!("{}s", (3 * L).as_secs());
+    let mut waiter = c
+        .store
+        .command(&["lock", "acquire", "xray"], &["--wait", &wait])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the waiting lock");
+    let limit = 3 * L + Duration::from_secs(30);
+    let from = Instant::now();
+    while waiter.try_wait().expect("try_wait").is_none() && from.elapsed() < limit {
+        assert_eq!(c.tokens_of("node-a").get("xray"), Some(&token));
+        sleep(Duration::from_millis(200));
+    }
+    let _ = waiter.kill();
+    let out = waiter.wait_with_output().expect("the waiter's output");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "the CLI took an election the daemon holds through its live session \
+         (stdout {:?}): {said}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(c.tokens_of("node-a").get("xray"), Some(&token));
+    let row = c.store.row("xray").expect("the record");
+    assert_eq!(row.holder.as_deref(), Some("node-a"), "{row:?}");
+    c.stop_all();
+}
+
+#[test]
+fn a_cli_lock_never_takes_a_session_held_election_on_sqlite() {
+    a_cli_lock_never_takes_a_session_held_election(Kind::Sqlite);
+}
+
+#[test]
+fn a_cli_lock_never_takes_a_session_held_election_on_dynamodb_local() {
+    a_cli_lock_never_takes_a_session_held_election(Kind::DynamoDbLocal);
+}
+
+/// Start `solo` for two elections and wait until it leads both with its
+/// job running (within `limit`); the key of its session.
+fn start_solo(c: &mut Cluster, limit: Duration) -> String {
+    c.start("solo", &ELECTIONS[..2], None);
+    wait_until(limit, || {
+        all_led_once(&c.all(), &ELECTIONS[..2]) && c.job_running("solo")
+    })
+    .unwrap_or_else(|| panic!("solo does not lead: {:?}", who_leads(&c.all())));
+    c.only_session("solo")
+}
+
+/// The election records released at a graceful stop: no holder, no
+/// session, format 1.
+fn assert_released(store: &Store) {
+    for name in &ELECTIONS[..2] {
+        let row = store.row(name).expect("the record");
+        assert_eq!(row.holder, None, "{row:?}");
+        assert_eq!(row.session, None, "{row:?}");
+        assert_eq!(row.format, Some(1), "{row:?}");
+    }
+}
+
+/// 7. One identity restarted: three graceful stops, a kill -9 and a last
+///    start. Each process opens its own session key, never an earlier
+///    one; the store keeps every session record (none is a day old), the
+///    earlier ones ended (the one of the killed process ended by its
+///    successor before it took the elections), only the live one held.
+fn restarts(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let mut keys = Vec::new();
+    // Exited processes, kept for their logs (their pids may be reused).
+    let mut gone = Vec::new();
+    for _ in 0..3 {
+        keys.push(start_solo(&mut c, Duration::from_secs(20)));
+        c.stop_all();
+        gone.push(c.take("solo"));
+        assert_released(&c.store);
+        assert_ended(&c.store, keys.last().expect("a key"));
+    }
+    keys.push(start_solo(&mut c, Duration::from_secs(20)));
+    let mut killed = c.take("solo");
+    killed.kill9();
+    gone.push(killed);
+    let live = c.store.row(&keys[3]).expect("the killed process's session");
+    assert_eq!(live.holder.as_deref(), Some("solo"), "{live:?}");
+    keys.push(start_solo(&mut c, crash_bound() + Duration::from_secs(10)));
+
+    let distinct: BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "a session key reused: {keys:?}");
+    let stored: Vec<_> = c.store.sessions();
+    eprintln!("session records after 5 starts: {stored:#?}");
+    let stored_keys: BTreeSet<&String> = stored.iter().map(|r| &r.key).collect();
+    assert_eq!(stored_keys, distinct, "{stored:?}");
+    for row in &stored {
+        let expected = (row.key == keys[4]).then_some("solo");
+        assert_eq!(row.holder.as_deref(), expected, "{row:?}");
+        assert_eq!(row.format, Some(2), "{row:?}");
+    }
+    c.stop_all();
+    assert_released(&c.store);
+    assert!(c.store.sessions().iter().all(|r| r.holder.is_none()));
+    c.check_history();
+    drop(gone);
+}
+
+#[test]
+fn restarts_open_fresh_sessions_and_end_the_old_ones_on_sqlite() {
+    restarts(Kind::Sqlite);
+}
+
+#[test]
+fn restarts_open_fresh_sessions_and_end_the_old_ones_on_dynamodb_local() {
+    restarts(Kind::DynamoDbLocal);
+}
