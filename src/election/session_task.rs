@@ -82,6 +82,7 @@ pub fn spawn_session(
         errors: ErrorLog::default(),
         swept: false,
         changes: None,
+        lapsed: None,
     };
     let mut task = task;
     task.changes = task.store.changes();
@@ -105,6 +106,8 @@ struct SessionTask {
     swept: bool,
     /// Moves when the store notices its data was replaced under it.
     changes: Option<watch::Receiver<u64>>,
+    /// The session whose validity ran out while it was still being renewed.
+    lapsed: Option<String>,
 }
 
 /// Resolves when the store's change counter moves; never without one.
@@ -251,26 +254,43 @@ impl SessionTask {
     }
 
     /// Publish the view, logging each change of session.
-    fn publish(&self) {
+    fn publish(&mut self) {
         let view = self.core.view();
-        self.view_tx.send_if_modified(|old| {
-            if *old == view {
-                return false;
+        let old = self.view_tx.borrow().clone();
+        let id = &self.identity;
+        // A lapsed session found ended or gone when its renew was answered.
+        if let Some(key) = self.lapsed.take_if(|k| {
+            self.core.record_key() != Some(k.as_str()) && !self.core.is_closing()
+        }) {
+            tracing::warn!(identity = %id, session = %key, "session lost (ended by another instance, or gone from the store) while it was not renewed in time; opening a new session");
+        }
+        if old == view {
+            return;
+        }
+        match (&old, &view) {
+            (None, Some(v)) if self.lapsed.as_deref() == Some(v.key.as_str()) => {
+                tracing::info!(identity = %id, session = %v.key, "session renewed again after it lapsed: the elections held through it are campaigned for anew");
             }
-            match (&*old, &view) {
-                (None, Some(v)) => {
-                    tracing::info!(identity = %self.identity, session = %v.key, "session opened: the elections this instance leads are held through it");
-                }
-                (Some(o), None) if !self.core.is_closing() => {
-                    tracing::warn!(identity = %self.identity, session = %o.key, "session lost (ended by another instance, gone from the store, or not renewed in time): every election held through it stops; opening a new session");
-                }
-                (Some(o), Some(v)) if o.key != v.key => {
-                    tracing::warn!(identity = %self.identity, old = %o.key, session = %v.key, "session replaced: every election held through the old one stopped");
-                }
-                _ => {}
+            (None, Some(v)) => {
+                tracing::info!(identity = %id, session = %v.key, "session opened: the elections this instance leads are held through it");
             }
-            *old = view.clone();
-            true
-        });
+            (Some(_), None) if self.core.is_closing() => {}
+            // Still ours, only not renewed within its validity.
+            (Some(o), None) if self.core.record_key() == Some(o.key.as_str()) => {
+                tracing::warn!(identity = %id, session = %o.key, "session not renewed in time: every election held through it stops; still trying to renew it");
+                self.lapsed = Some(o.key.clone());
+            }
+            (Some(o), None) => {
+                tracing::warn!(identity = %id, session = %o.key, "session lost (ended by another instance, or gone from the store): every election held through it stops; opening a new session");
+            }
+            (Some(o), Some(v)) if o.key != v.key => {
+                tracing::warn!(identity = %id, old = %o.key, session = %v.key, "session replaced: every election held through the old one stopped");
+            }
+            _ => {}
+        }
+        if view.is_some() {
+            self.lapsed = None;
+        }
+        self.view_tx.send_replace(view);
     }
 }
