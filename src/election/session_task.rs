@@ -259,9 +259,10 @@ impl SessionTask {
         let old = self.view_tx.borrow().clone();
         let id = &self.identity;
         // A lapsed session found ended or gone when its renew was answered.
-        if let Some(key) = self.lapsed.take_if(|k| {
-            self.core.record_key() != Some(k.as_str()) && !self.core.is_closing()
-        }) {
+        if let Some(key) = self
+            .lapsed
+            .take_if(|k| self.core.record_key() != Some(k.as_str()) && !self.core.is_closing())
+        {
             tracing::warn!(identity = %id, session = %key, "session lost (ended by another instance, or gone from the store) while it was not renewed in time; opening a new session");
         }
         if old == view {
