@@ -607,7 +607,7 @@ mod contract {
     /// An item of a format this build does not know reads as such (holder
     /// and token as far as they read), and no write replaces it, whatever
     /// its condition: not even `Unchanged` with its own raw rvn. Nor is it
-    /// a member. An item of format 1 is this build's.
+    /// a member. Items of formats 1 and 2 are this build's.
     pub async fn unknown_format_is_never_written(b: &dyn Backend) {
         let store = b.store().await;
         for (format, shown) in [(RawValue::N(3), "3"), (RawValue::S("x"), "\"x\"")] {
@@ -642,7 +642,7 @@ mod contract {
         }
         let member = member_key(&common::unique_name("later"));
         let mut later = good_attrs();
-        later.push(("format", RawValue::N(2)));
+        later.push(("format", RawValue::N(3)));
         b.put_raw(&member, &later).await;
         let members = store.members(BUDGET).await.expect("members");
         assert!(!members.iter().any(|m| m.election == member), "{members:?}");
@@ -658,6 +658,21 @@ mod contract {
         };
         let mine = lease(&election, "other-tool", 41);
         assert_applied(store.put(&mine, &renew, BUDGET).await, "renew of format 1");
+        assert_eq!(expect_valid(read(&store, &election).await), mine);
+        // Format 2, held through a session: this build's too.
+        let election = common::unique_name("format-2");
+        let mut held = good_attrs();
+        held.push(("format", RawValue::N(2)));
+        held.push(("session", RawValue::S("#session/other-tool/n1")));
+        b.put_raw(&election, &held).await;
+        let read_back = expect_valid(read(&store, &election).await);
+        assert_eq!(read_back.session.as_deref(), Some("#session/other-tool/n1"));
+        let mine = lease(&election, "other-tool", 42).held_through("#session/me/n2");
+        let take = Condition::RvnIs("raw-rvn-1".into());
+        assert_applied(
+            store.put(&mine, &take, BUDGET).await,
+            "take-over of format 2",
+        );
         assert_eq!(expect_valid(read(&store, &election).await), mine);
     }
 

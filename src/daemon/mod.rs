@@ -217,6 +217,8 @@ fn start_elections(
     session: Option<&watch::Receiver<Option<SessionView>>>,
 ) -> BTreeMap<String, ElectionHandle> {
     let n = cfg.elections.len();
+    // One read of a session answers every election that times it.
+    let session_reads = Arc::new(election::SessionReads::new(store.clone()));
     cfg.elections
         .iter()
         .enumerate()
@@ -237,6 +239,7 @@ fn start_elections(
                     gate: app_check.cloned(),
                     hints: Some(hints),
                     session: session.cloned(),
+                    session_reads: Some(session_reads.clone()),
                 },
             );
             (e.name.clone(), handle)

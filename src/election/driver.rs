@@ -15,6 +15,7 @@ use super::core::{Action, Core, Input, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
 use super::hints::{Hint, HintFeed, LeaseEvent};
 use super::session::SessionView;
+use super::session_reads::SessionReads;
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
@@ -38,6 +39,8 @@ pub(super) struct Driver {
     pub(super) store_changes: Option<watch::Receiver<u64>>,
     /// The daemon's session, when tenures are held through it.
     pub(super) session: Option<watch::Receiver<Option<SessionView>>>,
+    /// Reads of session records shared with the daemon's other elections.
+    pub(super) session_reads: Option<Arc<SessionReads>>,
     /// Store errors, logged once per change.
     pub(super) errors: ErrorLog,
     /// The caller of the release in progress, answered when it is done.
@@ -236,11 +239,18 @@ impl Driver {
     }
 
     /// Read the session record under `key` within `budget` (the election
-    /// is held through it); timed for metrics as `read_session`.
+    /// is held through it), with the daemon's other elections when it can;
+    /// timed for metrics as `read_session` when this one made the request.
     async fn read_session(&mut self, key: &str, budget: Duration) -> Input {
         let name = self.core.config().name.clone();
         let start = self.clock.now();
-        let res = self.store.read(key, budget).await;
+        let (res, made) = match &self.session_reads {
+            Some(reads) => reads.read(key, budget).await,
+            None => (self.store.read(key, budget).await, true),
+        };
+        if !made {
+            return Input::SessionRecord(res);
+        }
         let outcome = match &res {
             Ok(_) => Outcome::Ok,
             Err(e) => Outcome::Failed(e),

@@ -577,6 +577,8 @@ pub struct Links {
     /// The daemon's session: tenures are held through it instead of being
     /// renewed one by one.
     pub session: Option<watch::Receiver<Option<SessionView>>>,
+    /// Reads of session records shared with the daemon's other elections.
+    pub session_reads: Option<Arc<SessionReads>>,
 }
 
 /// [`spawn_after`], following `links`: campaigning only while the app
@@ -598,6 +600,7 @@ pub fn spawn_gated(
         mut gate,
         hints,
         session,
+        session_reads,
     } = links;
     let may_campaign = driver::Driver::gate_passes(&mut gate);
     let core = Core::new(config, now, delay, hints.is_some(), may_campaign);
@@ -622,6 +625,7 @@ pub fn spawn_gated(
         feed: hints,
         store_changes,
         session,
+        session_reads,
         errors: ErrorLog::default(),
         answer: None,
     };
@@ -644,6 +648,7 @@ mod hints;
 #[cfg(test)]
 mod model;
 pub mod session;
+mod session_reads;
 mod session_task;
 mod takeover;
 #[cfg(test)]
@@ -653,5 +658,6 @@ pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
 use error_log::ErrorLog;
 pub use hints::{Hint, HintFeed, LeaseEvent};
 pub use session::SessionView;
+pub use session_reads::SessionReads;
 pub use session_task::{SESSION_LABEL, SessionHandle, spawn_session};
 pub use takeover::{TakeoverTimer, takeover_wait};

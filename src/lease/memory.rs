@@ -29,6 +29,8 @@ pub enum Fault {
     /// Answer reads; refuse every write with a credentials error (a policy
     /// that lacks the write permission).
     RefuseWrites,
+    /// Answer normally, this much later.
+    Slow(Duration),
 }
 
 /// In-memory store; clones share the same data.
@@ -117,6 +119,10 @@ impl MemoryStore {
             Fault::Blackhole => {
                 tokio::time::sleep(budget).await;
                 Err(StoreError::Timeout(budget))
+            }
+            Fault::Slow(d) => {
+                tokio::time::sleep(d).await;
+                Ok(fault)
             }
             f => Ok(f),
         }
