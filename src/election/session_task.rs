@@ -130,6 +130,21 @@ async fn close_asked(close: &mut Option<oneshot::Receiver<()>>) {
     }
 }
 
+/// Delete the session records nobody renewed for [`SESSION_RETENTION`].
+async fn sweep(store: Arc<dyn LeaseStore>, identity: String) {
+    let retention = SESSION_RETENTION.as_secs();
+    let before = (crate::clock::unix_ms() / 1000).saturating_sub(retention);
+    match store.sweep_sessions(before, Duration::from_secs(5)).await {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::info!(identity = %identity, deleted = n, "deleted session records nobody renewed for a day");
+        }
+        Err(e) => {
+            tracing::warn!(identity = %identity, "cannot delete old session records (tried again in an hour): {e}");
+        }
+    }
+}
+
 impl SessionTask {
     async fn run(mut self) {
         self.step(SessionInput::Timeout).await;
@@ -147,7 +162,10 @@ impl SessionTask {
                 }
                 () = store_changed(&mut self.changes) => SessionInput::StoreReplaced,
                 () = self.clock.sleep_until(next_sweep), if sweep_due => {
-                    self.sweep().await;
+                    // Beside the session, never in its way: a slow sweep
+                    // must not delay a renew.
+                    self.swept = true;
+                    tokio::spawn(sweep(self.store.clone(), self.identity.clone()));
                     next_sweep = self.clock.now() + SWEEP_EVERY;
                     continue;
                 }
@@ -155,23 +173,6 @@ impl SessionTask {
             self.step(input).await;
         }
         self.publish();
-    }
-
-    /// Delete the session records nobody renewed for [`SESSION_RETENTION`].
-    async fn sweep(&mut self) {
-        self.swept = true;
-        let retention = SESSION_RETENTION.as_secs();
-        let before = (crate::clock::unix_ms() / 1000).saturating_sub(retention);
-        let budget = Duration::from_secs(5);
-        match self.store.sweep_sessions(before, budget).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(identity = %self.identity, deleted = n, "deleted session records nobody renewed for a day");
-            }
-            Err(e) => {
-                tracing::warn!(identity = %self.identity, "cannot delete old session records (tried again in an hour): {e}");
-            }
-        }
     }
 
     fn tick(&self) -> Tick {
