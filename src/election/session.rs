@@ -22,7 +22,7 @@
 //!   (and with it every tenure); the daemon opens a new one at once.
 
 use super::ElectionConfig;
-use super::core::{Action, Tick, WriteOp};
+use super::core::{Action, Backoff, Tick, WriteOp};
 use super::takeover::TakeoverTimer;
 use crate::clock::Instant;
 use crate::lease::{Condition, Lease, Record, Stamp, StoreError, WriteOutcome, session_key};
@@ -163,8 +163,8 @@ pub struct SessionCore {
     /// rvns of renews whose answer was lost: finding one in the record
     /// means nobody else wrote since.
     own_rvns: Vec<String>,
-    /// Failed openings in a row (for the back-off).
-    failures: u32,
+    /// The pause after failed openings.
+    backoff: Backoff,
     /// Asked to close: end the session once no request is in flight.
     closing: bool,
     now: Instant,
@@ -194,7 +194,7 @@ impl SessionCore {
         &Phase,
         &Option<Pending>,
         &Vec<String>,
-        (u32, bool),
+        (&Backoff, bool),
         Instant,
         &std::collections::VecDeque<Action>,
     ) {
@@ -202,7 +202,7 @@ impl SessionCore {
             &self.phase,
             &self.pending,
             &self.own_rvns,
-            (self.failures, self.closing),
+            (&self.backoff, self.closing),
             self.now,
             &self.out,
         )
@@ -216,7 +216,7 @@ impl SessionCore {
             phase: Phase::Closed { at: start },
             pending: None,
             own_rvns: Vec::new(),
-            failures: 0,
+            backoff: Backoff::default(),
             closing: false,
             now: start,
             out: Default::default(),
@@ -289,7 +289,7 @@ impl SessionCore {
         self.now = self.now.max(tick.now);
         match input {
             SessionInput::Timeout => self.on_timeout(tick),
-            SessionInput::Written(res) => self.on_written(res),
+            SessionInput::Written(res) => self.on_written(tick, res),
             SessionInput::Read(res) => self.on_read(res),
             SessionInput::Close => self.closing = true,
             SessionInput::StoreReplaced => {
@@ -383,10 +383,10 @@ impl SessionCore {
         });
     }
 
-    fn on_written(&mut self, res: Result<WriteOutcome, StoreError>) {
+    fn on_written(&mut self, tick: &Tick, res: Result<WriteOutcome, StoreError>) {
         match (self.pending.take(), res) {
             (Some(Pending::Create { lease, sent }), Ok(WriteOutcome::Applied)) => {
-                self.failures = 0;
+                self.backoff = Backoff::default();
                 self.phase = Phase::Open {
                     lease,
                     last_send: sent,
@@ -396,8 +396,9 @@ impl SessionCore {
             // Refused, or unknown: never create this key again (a lost
             // create may still apply; nobody names that record then).
             (Some(Pending::Create { .. }), _) => {
-                self.failures = self.failures.saturating_add(1);
-                let pause = self.cfg.retry_interval * 2u32.pow(self.failures.min(3) - 1);
+                let pause = self
+                    .backoff
+                    .next_pause(self.cfg.retry_interval, tick.jitter);
                 self.phase = Phase::Closed {
                     at: self.now + pause,
                 };

@@ -349,15 +349,16 @@ enum Pending {
     EndSession { election: Box<Lease> },
 }
 
-/// The follower's pause after a round that failed: P at first, doubling
-/// up to 4·P, each drawn from [d, 2d) with the tick's jitter.
+/// The pause after a request that failed (a follower's round, the
+/// opening of a session): P at first, doubling up to 4·P, each drawn from
+/// [d, 2d) with the tick's jitter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-struct Backoff {
+pub(in crate::election) struct Backoff {
     failures: u32,
 }
 
 impl Backoff {
-    fn next_pause(&mut self, retry: Duration, jitter: f64) -> Duration {
+    pub(in crate::election) fn next_pause(&mut self, retry: Duration, jitter: f64) -> Duration {
         let base = retry * 2u32.saturating_pow(self.failures.min(2));
         self.failures = self.failures.saturating_add(1);
         base + base.mul_f64(jitter.clamp(0.0, 0.999))
