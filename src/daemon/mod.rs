@@ -137,8 +137,7 @@ pub async fn run(
         app = app.with_balance(b.share.clone());
     }
     if let Some(s) = &session {
-        let validity = cfg.elections[0].validity();
-        app = app.with_session(s.view.clone(), validity);
+        app = app.with_session(s.view.clone(), s.validity);
     }
     let http = HttpServer::start(listener, app);
     // The bound address (port 0 in the configuration picks a free one).

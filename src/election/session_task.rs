@@ -35,6 +35,9 @@ pub struct SessionHandle {
     /// The session as the elections held through it see it: `None` while
     /// none is open and valid.
     pub view: watch::Receiver<Option<SessionView>>,
+    /// L·(1−D) − M of its timing: how long a view stays valid after its
+    /// last renew's send.
+    pub validity: Duration,
     close: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -68,6 +71,7 @@ pub fn spawn_session(
     clock: Clock,
     observer: Arc<dyn Observer>,
 ) -> SessionHandle {
+    let validity = cfg.validity();
     let core = SessionCore::new(cfg.clone(), clock.now());
     let (view_tx, view) = watch::channel(None);
     let (close, close_rx) = oneshot::channel();
@@ -88,6 +92,7 @@ pub fn spawn_session(
     task.changes = task.store.changes();
     SessionHandle {
         view,
+        validity,
         close: Some(close),
         task: tokio::spawn(task.run()),
     }
@@ -153,7 +158,7 @@ impl SessionTask {
             let Some(wake) = self.core.next_wake() else {
                 break;
             };
-            let sweep_due = self.swept || self.core.view().is_some();
+            let sweep_due = self.swept || self.core.record_key().is_some();
             let input = tokio::select! {
                 () = self.clock.sleep_until(wake) => SessionInput::Timeout,
                 () = close_asked(&mut self.close) => {
