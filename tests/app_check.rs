@@ -98,11 +98,7 @@ impl Drop for App {
 }
 
 fn job(history: &Path) -> Vec<String> {
-    vec![
-        "python3".into(),
-        common::job_script().display().to_string(),
-        history.display().to_string(),
-    ]
+    common::job_command(history)
 }
 
 /// An instance on `db` with its app check on `app`; `failures` is its

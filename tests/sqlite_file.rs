@@ -83,13 +83,7 @@ fn the_file_deleted_under_a_leader_never_makes_two_leaders() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("leaderd.db");
     let history = dir.path().join("history");
-    let job = |h: &Path| {
-        vec![
-            "python3".to_string(),
-            common::job_script().display().to_string(),
-            h.display().to_string(),
-        ]
-    };
+    let job = |h: &Path| common::job_command(h);
     let start = |id: &str| {
         let node = Leaderd::start(Spec {
             identity: id,

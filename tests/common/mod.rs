@@ -38,3 +38,12 @@ pub fn unique_name(prefix: &str) -> String {
 pub fn job_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/common/job.py")
 }
+
+/// The child command that runs the job, writing its history to `history`.
+pub fn job_command(history: &std::path::Path) -> Vec<String> {
+    vec![
+        "python3".to_owned(),
+        job_script().display().to_string(),
+        history.display().to_string(),
+    ]
+}

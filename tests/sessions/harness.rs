@@ -418,11 +418,7 @@ impl Cluster {
             identity,
             args,
             env: vec![],
-            command: vec![
-                "python3".into(),
-                common::job_script().display().to_string(),
-                self.history.display().to_string(),
-            ],
+            command: common::job_command(&self.history),
             dir: self.dir.path(),
         });
         node.wait_http(Duration::from_secs(20));
