@@ -278,6 +278,7 @@ impl Waiter {
             key,
             session,
             at,
+            None,
             self.lease_ms,
             &stamp,
         ) {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -33,7 +33,9 @@ use crate::app_check::{self, Verdict};
 use crate::balance::{self, BalanceConfig, Balancer, Elected};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::election::{self, ElectionHandle, ElectionState, SessionHandle, SessionView};
+use crate::election::{
+    self, ElectionHandle, ElectionState, LeaseEvent, SessionHandle, SessionView,
+};
 use crate::exit;
 use crate::http::{self, AppState, ResignRequest};
 use crate::lease::{self, LeaseStore, StoreError};
@@ -42,6 +44,7 @@ use crate::notify::{self, Notifier};
 use crate::shutdown::Signals;
 use crate::supervisor::Child;
 use crate::watch::client as hints;
+use crate::watch::mux::Mux;
 
 mod advertise;
 mod child;
@@ -58,6 +61,10 @@ use step_down::StepDown;
 
 /// How long the start-up store check may take with `fail_fast`.
 const FAIL_FAST_BUDGET: Duration = Duration::from_secs(10);
+/// Events the daemon's stream keeps for a follower daemon that is slow to
+/// read them (a shutdown releasing a thousand elections tells a thousand
+/// at once); one that falls further behind is cut off and reads the store.
+const TOLD_BUFFER: usize = 4096;
 /// Elections start [`CAMPAIGN_SPACING`] apart, all within [`CAMPAIGN_SPREAD`]
 /// (the default renew interval). Their first writes, and with them their
 /// renewals, then spread over the whole renew cycle, so each tick of the
@@ -108,6 +115,10 @@ pub async fn run(
     let session = cfg
         .sessions
         .then(|| start_session(&cfg, &store, &clock, &metrics));
+    // With sessions, what every election tells goes out on one stream.
+    let told = session
+        .as_ref()
+        .map(|_| broadcast::channel::<LeaseEvent>(TOLD_BUFFER).0);
     let handles = start_elections(
         &cfg,
         &store,
@@ -115,6 +126,7 @@ pub async fn run(
         &metrics,
         app_check.as_ref(),
         session.as_ref().map(|s| &s.view),
+        told.as_ref(),
     );
     let balancer = cfg.balance.then(|| {
         start_balancer(
@@ -138,6 +150,9 @@ pub async fn run(
     }
     if let Some(s) = &session {
         app = app.with_session(s.view.clone(), s.validity);
+    }
+    if let Some(told) = told {
+        app = app.with_daemon_stream(told);
     }
     let http = HttpServer::start(listener, app);
     // The bound address (port 0 in the configuration picks a free one).
@@ -206,7 +221,9 @@ async fn open_and_check_store(
 /// thousand elections reach the store over a second instead of in one burst
 /// that would open a connection per election (and keep them all pooled), and
 /// their renewals stay that far apart afterwards. One election starts at
-/// once.
+/// once. With sessions (`told`: the daemon's stream), every election tells
+/// that stream too, and the followers watch other daemons' streams through
+/// one mux instead of one stream per election.
 fn start_elections(
     cfg: &Config,
     store: &Arc<dyn LeaseStore>,
@@ -214,20 +231,42 @@ fn start_elections(
     metrics: &Arc<Metrics>,
     app_check: Option<&watch::Receiver<Verdict>>,
     session: Option<&watch::Receiver<Option<SessionView>>>,
+    told: Option<&broadcast::Sender<LeaseEvent>>,
 ) -> BTreeMap<String, ElectionHandle> {
     let n = cfg.elections.len();
+    let timing = cfg
+        .elections
+        .iter()
+        .find(|e| e.name == cfg.primary)
+        .expect("primary names a configured election: validated in Config::load");
     // One read of a session answers every election that times it.
-    let session_reads = Arc::new(election::SessionReads::new(store.clone()));
+    let session_reads = Arc::new(election::SessionReads::new(
+        store.clone(),
+        clock.clone(),
+        timing.hint_quiet(),
+        timing.due_read_slack(),
+    ));
+    let mux = told.map(|_| {
+        Mux::new(
+            clock.clone(),
+            timing.retry_interval,
+            timing.hint_quiet(),
+            session_reads.clone(),
+        )
+    });
     cfg.elections
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let hints = hints::spawn(
-                e.name.clone(),
-                clock.clone(),
-                e.retry_interval,
-                e.hint_quiet(),
-            );
+            let hints = match &mux {
+                Some(mux) => mux.feed(e.name.clone()),
+                None => hints::spawn(
+                    e.name.clone(),
+                    clock.clone(),
+                    e.retry_interval,
+                    e.hint_quiet(),
+                ),
+            };
             let handle = election::spawn_gated(
                 store.clone(),
                 e.clone(),
@@ -239,6 +278,7 @@ fn start_elections(
                     hints: Some(hints),
                     session: session.cloned(),
                     session_reads: Some(session_reads.clone()),
+                    told: told.cloned(),
                 },
             );
             (e.name.clone(), handle)

@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use std::time::Duration;
 
 use super::core::{Action, Core, Input, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
 use super::hints::{Hint, HintFeed, LeaseEvent};
-use super::session::SessionView;
+use super::session::{SessionAnswer, SessionView};
 use super::session_reads::SessionReads;
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
@@ -41,6 +41,8 @@ pub(super) struct Driver {
     pub(super) session: Option<watch::Receiver<Option<SessionView>>>,
     /// Reads of session records shared with the daemon's other elections.
     pub(super) session_reads: Option<Arc<SessionReads>>,
+    /// The daemon's stream, told every event too.
+    pub(super) told: Option<broadcast::Sender<LeaseEvent>>,
     /// Store errors, logged once per change.
     pub(super) errors: ErrorLog,
     /// The caller of the release in progress, answered when it is done.
@@ -175,7 +177,11 @@ impl Driver {
     async fn carry_out(&mut self, action: Action) -> Option<Input> {
         match action {
             Action::Read { budget, confirming } => Some(self.read(budget, confirming).await),
-            Action::ReadSession { key, budget } => Some(self.read_session(&key, budget).await),
+            Action::ReadSession {
+                key,
+                budget,
+                not_before,
+            } => Some(self.read_session(&key, budget, not_before).await),
             Action::Write {
                 op,
                 lease,
@@ -184,6 +190,10 @@ impl Driver {
                 deadline,
             } => Some(self.write(op, &lease, &condition, budget, deadline).await),
             Action::Tell(event) => {
+                if let Some(told) = &self.told {
+                    // No follower daemon listening: nobody to tell.
+                    let _ = told.send(event.clone());
+                }
                 self.events.send_replace(Some(event));
                 None
             }
@@ -239,28 +249,37 @@ impl Driver {
     }
 
     /// Read the session record under `key` within `budget` (the election
-    /// is held through it), with the daemon's other elections when it can;
+    /// is held through it), with the daemon's other elections when it can
+    /// (an answer from a read sent at or after `not_before` will do);
     /// timed for metrics as `read_session` when this one made the request.
-    async fn read_session(&mut self, key: &str, budget: Duration) -> Input {
+    async fn read_session(
+        &mut self,
+        key: &str,
+        budget: Duration,
+        not_before: Option<Instant>,
+    ) -> Input {
         let name = self.core.config().name.clone();
-        let start = self.clock.now();
-        let (res, made) = match &self.session_reads {
-            Some(reads) => reads.read(key, budget).await,
-            None => (self.store.read(key, budget).await, true),
+        let (answer, took) = match &self.session_reads {
+            Some(reads) => reads.read(key, budget, not_before).await,
+            None => {
+                let start = self.clock.now();
+                let res = self.store.read(key, budget).await;
+                (SessionAnswer::bare(res), Some(self.clock.now() - start))
+            }
         };
-        if !made {
-            return Input::SessionRecord(res);
-        }
-        let outcome = match &res {
+        let Some(took) = took else {
+            return Input::SessionRecord(answer);
+        };
+        let outcome = match &answer.record {
             Ok(_) => Outcome::Ok,
             Err(e) => Outcome::Failed(e),
         };
         self.observer
-            .store_request(&name, "read_session", self.clock.now() - start, outcome);
-        if res.is_ok() {
+            .store_request(&name, "read_session", took, outcome);
+        if answer.record.is_ok() {
             self.store_answered("read_session");
         }
-        Input::SessionRecord(res)
+        Input::SessionRecord(answer)
     }
 
     /// Write `lease` under `condition` within `budget`, giving up at

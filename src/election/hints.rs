@@ -76,15 +76,26 @@ pub enum LeaseEvent {
         /// The election.
         election: String,
     },
+    /// The sender's session was written (opened or renewed): its record
+    /// now carries `rvn`. Only the daemon's stream (`GET /v1/watch`) says
+    /// this; the elections held through the session are not renewed one by
+    /// one, so this is what tells their followers the holder is alive.
+    Session {
+        /// The session record's key.
+        session: String,
+        /// The record version of its last successful write.
+        rvn: String,
+    },
 }
 
 impl LeaseEvent {
-    /// The election it is about.
-    pub fn election(&self) -> &str {
+    /// The election it is about; `None` for a session's event.
+    pub fn election(&self) -> Option<&str> {
         match self {
             LeaseEvent::Renewed { election, .. }
             | LeaseEvent::Released { election, .. }
-            | LeaseEvent::NotLeader { election } => election,
+            | LeaseEvent::NotLeader { election } => Some(election),
+            LeaseEvent::Session { .. } => None,
         }
     }
 }
@@ -356,6 +367,8 @@ impl Hints {
                 self.end_told = true;
                 self.read_on_a_hint(now, retry)
             }
+            // Not about this election: its session is timed elsewhere.
+            LeaseEvent::Session { .. } => AfterHint::Wait,
         }
     }
 

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app_check::Verdict;
@@ -579,6 +579,9 @@ pub struct Links {
     pub session: Option<watch::Receiver<Option<SessionView>>>,
     /// Reads of session records shared with the daemon's other elections.
     pub session_reads: Option<Arc<SessionReads>>,
+    /// The daemon's stream (`GET /v1/watch`): every event this election
+    /// tells is sent there too.
+    pub told: Option<broadcast::Sender<LeaseEvent>>,
 }
 
 /// [`spawn_after`], following `links`: campaigning only while the app
@@ -601,6 +604,7 @@ pub fn spawn_gated(
         hints,
         session,
         session_reads,
+        told,
     } = links;
     let may_campaign = driver::Driver::gate_passes(&mut gate);
     let core = Core::new(config, now, delay, hints.is_some(), may_campaign);
@@ -626,6 +630,7 @@ pub fn spawn_gated(
         store_changes,
         session,
         session_reads,
+        told,
         errors: ErrorLog::default(),
         answer: None,
     };

@@ -53,8 +53,9 @@ pub enum SessionVerdict {
 }
 
 /// The rule for an election held through the session `key`, whose record
-/// reads `record` at `at` (the answer's arrival), the one place it is
-/// written (the election core and `leaderd lock` follow it): an ended
+/// reads `record` at `at` (the answer's arrival; `learned`: an earlier
+/// instant this taker knew the record's `rvn`, if any), the one place it
+/// is written (the election core and `leaderd lock` follow it): an ended
 /// session frees the election; a live one is timed by its `rvn` with
 /// `timer` (the takeover rule), a missing or malformed one like a missing
 /// or malformed record (with `default_lease_ms`), and once the wait is
@@ -65,6 +66,7 @@ pub fn judge_session(
     key: &str,
     record: &Record,
     at: Instant,
+    learned: Option<Instant>,
     default_lease_ms: u64,
     stamp: &Stamp,
 ) -> SessionVerdict {
@@ -78,7 +80,9 @@ pub fn judge_session(
         ),
         Record::UnknownFormat(_) => return SessionVerdict::Unknown,
     };
-    let due = timer.observe(&timed, lease_ms, at, None);
+    // Only a live record's rvn can have been learned before.
+    let learned = learned.filter(|_| matches!(record, Record::Valid(_)));
+    let due = timer.observe(&timed, lease_ms, at, learned);
     if due > at {
         return SessionVerdict::WaitUntil(due);
     }
@@ -97,9 +101,48 @@ pub fn judge_session(
 pub struct SessionView {
     /// The session record's key.
     pub key: String,
+    /// The record version of its last successful write.
+    pub rvn: String,
     /// When its last successful write was sent: every tenure held through
     /// it is valid until this + L·(1−D) − M.
     pub last_send: Instant,
+}
+
+/// When the daemon's stream of the session's owner tells of its writes:
+/// a follower that read an election while this flow ran learns of its
+/// release from the stream, and reads the session only to time it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Flow {
+    /// The first of the session's events on the current connection.
+    pub since: Instant,
+    /// When the flow counts as quiet (the last event + R + P).
+    pub until: Instant,
+}
+
+/// The answer to a read of another daemon's session record, as the
+/// election core is told it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionAnswer {
+    /// What the store answered.
+    pub record: Result<Record, StoreError>,
+    /// When this daemon first learned the record's `rvn` (a stream's event
+    /// naming it, or an earlier read finding it), if before now: its
+    /// takeover timer may count from then (an `rvn` cannot be named
+    /// before it was written).
+    pub learned: Option<Instant>,
+    /// The owner's stream, while it flows.
+    pub flow: Option<Flow>,
+}
+
+impl SessionAnswer {
+    /// A bare store answer: nothing learned before, no stream.
+    pub fn bare(record: Result<Record, StoreError>) -> SessionAnswer {
+        SessionAnswer {
+            record,
+            learned: None,
+            flow: None,
+        }
+    }
 }
 
 /// What happened, as the session core is told.
@@ -230,6 +273,7 @@ impl SessionCore {
                 lease, last_send, ..
             } if self.now < *last_send + self.cfg.validity() => Some(SessionView {
                 key: lease.election.clone(),
+                rvn: lease.rvn.clone(),
                 last_send: *last_send,
             }),
             _ => None,

@@ -1,73 +1,252 @@
-//! Reads of session records shared by a daemon's elections.
+//! What a daemon knows of other daemons' sessions, shared by its
+//! elections: reads of session records, and what the owners' streams
+//! told of them.
 //!
 //! Every election held through one session times that session, and their
-//! rounds come together (they wake at the same instants): one store read
-//! answers every election that asked for the same session while it was on
-//! its way, instead of one read per election.
+//! rounds come together (they time the same `rvn` from the same instant,
+//! so they wake at the same instants): one store read answers every
+//! election that asked for the same session while it was on its way, or
+//! that will take an answer from a read sent at or after an instant it
+//! names, instead of one read per election.
 //!
-//! Sharing an answer is safe: the rule times a session's `rvn` from when
-//! an election's core *handles* the answer, never earlier than the read
-//! that produced it, and the end of a session is a write conditional on
-//! the `rvn` it timed; an answer that is a moment old can only make a
-//! follower wait longer, or end nothing.
+//! The owner's stream (`crate::watch::mux`) tells of each write of its
+//! session: that dates the `rvn` it names (an `rvn` is random, so it
+//! cannot be named before it was written), and it tells whether the stream
+//! flows. A read asked for once a session is due waits for the next write
+//! to be told (a moment at most), so that it finds an `rvn` timed from its
+//! event: about one read a lease per session, whatever the number of
+//! elections.
+//!
+//! Sharing an answer is safe: the rule times a session's `rvn` from the
+//! earliest instant this daemon knew it (a read's answer, or an event
+//! naming it), never earlier, and the end of a session is a write
+//! conditional on the `rvn` it timed; an answer that is a moment old can
+//! only make a follower wait longer, or end nothing.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, watch};
 
+use super::session::{Flow, SessionAnswer};
+use crate::clock::{Clock, Instant};
 use crate::lease::{LeaseStore, Record, StoreError};
 
 /// One read on its way, and its answer once it came.
 type Shared = Arc<OnceCell<Result<Record, StoreError>>>;
 
-/// See the module docs.
-pub struct SessionReads {
-    store: Arc<dyn LeaseStore>,
-    on_the_way: Mutex<HashMap<String, Shared>>,
+/// How many `rvn`s of one session are remembered with when they were
+/// first learned.
+const REMEMBERED: usize = 8;
+
+/// A session nobody asked about or told of for this long is forgotten
+/// (its owner restarted under a new key, or it was ended).
+const FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+/// What is known of one session.
+struct Known {
+    /// The read on its way, if any.
+    on_the_way: Option<Shared>,
+    /// The last store answer: when its read was sent, and the record.
+    last: Option<(Instant, Record)>,
+    /// `rvn`s with the instant this daemon first learned each.
+    learned: VecDeque<(String, Instant)>,
+    /// The owner's stream: the first event on its connection, and the
+    /// arrival of the last one (moves on every event).
+    flow: Option<Flow>,
+    told: watch::Sender<Option<Instant>>,
+    /// When anyone last asked about it or told of it.
+    touched: Instant,
 }
 
-impl SessionReads {
-    /// Shared reads of `store`'s session records.
-    pub fn new(store: Arc<dyn LeaseStore>) -> SessionReads {
-        SessionReads {
-            store,
-            on_the_way: Mutex::new(HashMap::new()),
+impl Known {
+    fn new(now: Instant) -> Known {
+        Known {
+            on_the_way: None,
+            last: None,
+            learned: VecDeque::new(),
+            flow: None,
+            told: watch::channel(None).0,
+            touched: now,
         }
     }
 
-    /// The session record under `key`: the answer of the read on its way
-    /// if there is one, else of a new read within `budget`. The flag says
-    /// whether this call made the store request (for metrics).
-    pub async fn read(&self, key: &str, budget: Duration) -> (Result<Record, StoreError>, bool) {
-        let shared = self
-            .on_the_way
+    fn learn(&mut self, rvn: &str, at: Instant) {
+        if self.learned.iter().any(|(r, _)| r == rvn) {
+            return;
+        }
+        if self.learned.len() == REMEMBERED {
+            self.learned.pop_front();
+        }
+        self.learned.push_back((rvn.to_owned(), at));
+    }
+
+    /// What an election is told of `record`.
+    fn answer(&self, record: Result<Record, StoreError>, now: Instant) -> SessionAnswer {
+        let learned = match &record {
+            Ok(Record::Valid(s)) => self
+                .learned
+                .iter()
+                .find(|(r, _)| *r == s.rvn)
+                .map(|(_, at)| *at),
+            _ => None,
+        };
+        SessionAnswer {
+            record,
+            learned,
+            flow: self.flow.filter(|f| now < f.until),
+        }
+    }
+}
+
+/// See the module docs.
+pub struct SessionReads {
+    store: Arc<dyn LeaseStore>,
+    clock: Clock,
+    /// R + P: a stream that tells nothing this long is quiet.
+    quiet: Duration,
+    /// How long a read past a session's due waits for its next write to
+    /// be told: min(R, 2·P).
+    slack: Duration,
+    known: Mutex<HashMap<String, Known>>,
+}
+
+impl SessionReads {
+    /// Shared reads of `store`'s session records, timed on `clock`; a
+    /// stream quiet for `quiet` has stopped; a read past a session's due
+    /// waits up to `slack` for its next write to be told.
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        clock: Clock,
+        quiet: Duration,
+        slack: Duration,
+    ) -> SessionReads {
+        SessionReads {
+            store,
+            clock,
+            quiet,
+            slack,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {
+        // A panic elsewhere mid-update leaves a map that is still whole.
+        self.known
             .lock()
-            // A panic elsewhere mid-insert leaves a map that is still whole.
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .entry(key.to_owned())
-            .or_default()
-            .clone();
+    }
+
+    /// The entry of `key`, made if need be (forgetting stale ones then).
+    fn entry<'a>(map: &'a mut HashMap<String, Known>, key: &str, now: Instant) -> &'a mut Known {
+        if !map.contains_key(key) {
+            map.retain(|_, k| now - k.touched < FORGET_AFTER || k.on_the_way.is_some());
+        }
+        let known = map.entry(key.to_owned()).or_insert_with(|| Known::new(now));
+        known.touched = now;
+        known
+    }
+
+    /// The owner's stream told, at `at`, that its session `key` was written
+    /// with `rvn`; `since`: the first event of that session on the same
+    /// connection. Only of a session some election read: a stream cannot
+    /// fill the map with made-up keys (and the first read of a session
+    /// dates its `rvn` itself).
+    pub fn told(&self, key: &str, rvn: &str, at: Instant, since: Instant) {
+        let mut map = self.lock();
+        let Some(known) = map.get_mut(key) else {
+            return;
+        };
+        known.touched = at;
+        known.learn(rvn, at);
+        known.flow = Some(Flow {
+            since,
+            until: at + self.quiet,
+        });
+        known.told.send_replace(Some(at));
+    }
+
+    /// The owner's stream of `key` ended (or broke, or went quiet).
+    pub fn stream_ended(&self, key: &str) {
+        if let Some(known) = self.lock().get_mut(key) {
+            known.flow = None;
+        }
+    }
+
+    /// The session record under `key`, as an election is told it: the
+    /// answer of the last read if it was sent at or after `not_before`,
+    /// else of the read on its way, else of a new read within `budget`
+    /// (past `not_before`, while the owner's stream flows, once its next
+    /// write is told or `slack` passed). With how long the store took, if
+    /// this call made the request (for metrics).
+    pub async fn read(
+        &self,
+        key: &str,
+        budget: Duration,
+        not_before: Option<Instant>,
+    ) -> (SessionAnswer, Option<Duration>) {
+        if let Some(due) = not_before {
+            let told = {
+                let now = self.clock.now();
+                let mut map = self.lock();
+                let known = Self::entry(&mut map, key, now);
+                if let Some((_, record)) = known.last.as_ref().filter(|(sent, _)| *sent >= due) {
+                    return (known.answer(Ok(record.clone()), now), None);
+                }
+                known
+                    .flow
+                    .is_some_and(|f| now < f.until)
+                    .then(|| known.told.subscribe())
+            };
+            if let Some(mut told) = told {
+                let wait = told.wait_for(|t| t.is_some_and(|t| t >= due));
+                let _ = self.clock.timeout_at(due + self.slack, wait).await;
+            }
+        }
+        let shared = {
+            let now = self.clock.now();
+            let mut map = self.lock();
+            let known = Self::entry(&mut map, key, now);
+            if let Some((_, record)) =
+                not_before.and_then(|due| known.last.as_ref().filter(|(sent, _)| *sent >= due))
+            {
+                return (known.answer(Ok(record.clone()), now), None);
+            }
+            known
+                .on_the_way
+                .get_or_insert_with(Default::default)
+                .clone()
+        };
         let mut made = false;
-        let answer = shared
+        let sent = self.clock.now();
+        let res = shared
             .get_or_init(|| {
                 made = true;
                 self.store.read(key, budget)
             })
             .await
             .clone();
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let known = Self::entry(&mut map, key, now);
         if made {
             // Later askers make a read of their own.
-            let mut map = self
+            if known
                 .on_the_way
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if map.get(key).is_some_and(|s| Arc::ptr_eq(s, &shared)) {
-                map.remove(key);
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, &shared))
+            {
+                known.on_the_way = None;
+            }
+            if let Ok(record) = &res {
+                if let Record::Valid(s) = record {
+                    known.learn(&s.rvn, now);
+                }
+                known.last = Some((sent, record.clone()));
             }
         }
-        (answer, made)
+        (known.answer(res, now), made.then(|| now - sent))
     }
 }
 
@@ -75,36 +254,136 @@ impl SessionReads {
 mod tests {
     use super::*;
     use crate::lease::memory::{Fault, MemoryStore};
+    use crate::lease::{Condition, Lease};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn reads(store: &MemoryStore, clock: &Clock) -> Arc<SessionReads> {
+        Arc::new(SessionReads::new(
+            Arc::new(store.clone()),
+            clock.clone(),
+            Duration::from_secs(6),
+            Duration::from_secs(2),
+        ))
+    }
 
     #[tokio::test]
     async fn reads_asked_together_are_answered_by_one_and_later_ones_read_again() {
         let store = MemoryStore::new();
         store.set_fault(Fault::Slow(Duration::from_millis(50)));
-        let reads = Arc::new(SessionReads::new(Arc::new(store.clone())));
+        let reads = reads(&store, &Clock::tokio());
         let budget = Duration::from_secs(1);
         let asks: Vec<_> = (0..50)
             .map(|_| {
                 let reads = reads.clone();
-                tokio::spawn(async move { reads.read("#session/a/n", budget).await })
+                tokio::spawn(async move { reads.read("#session/a/n", budget, None).await })
             })
             .collect();
         let answers = join_all(asks).await;
-        assert!(answers.iter().all(|(a, _)| *a == Ok(Record::Absent)));
-        let made = answers.iter().filter(|(_, m)| *m).count();
+        assert!(answers.iter().all(|(a, _)| a.record == Ok(Record::Absent)));
+        let made = answers.iter().filter(|(_, m)| m.is_some()).count();
         assert!(
             (1..10).contains(&made),
             "one read answers those asked together ({made} made)"
         );
         assert_eq!(store.counts().0, made as u64, "reads the store saw");
         // Once answered, the next ask reads anew.
-        let (_, made_again) = reads.read("#session/a/n", budget).await;
-        assert!(made_again);
+        let (_, made_again) = reads.read("#session/a/n", budget, None).await;
+        assert!(made_again.is_some());
         assert_eq!(store.counts().0, made as u64 + 1);
     }
 
+    async fn write_session(store: &MemoryStore, key: &str) -> Lease {
+        let lease = Lease::stamped(key, "b", 0, 10_000, 1, None);
+        store
+            .write(&lease, &Condition::NotExists, Duration::from_secs(1))
+            .await
+            .expect("the memory store answers");
+        lease
+    }
+
+    async fn store_renew(store: &MemoryStore, lease: &Lease) -> Lease {
+        let renewed = lease.renewed();
+        let condition = Condition::RvnIs(lease.rvn.clone());
+        store
+            .write(&renewed, &condition, Duration::from_secs(1))
+            .await
+            .expect("the memory store answers");
+        renewed
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_past_the_due_waits_for_the_next_write_told_and_dates_its_rvn_from_the_event() {
+        let store = MemoryStore::new();
+        let clock = Clock::tokio();
+        let reads = reads(&store, &clock);
+        let key = "#session/b/n";
+        let lease = write_session(&store, key).await;
+        let t0 = clock.now();
+        // Of a session nobody read, nothing is kept.
+        reads.told(key, &lease.rvn, t0, t0);
+        let (answer, made) = reads.read(key, Duration::from_secs(1), None).await;
+        assert!(made.is_some());
+        assert_eq!((answer.learned, answer.flow), (Some(t0), None));
+        // The stream tells of a write 300 ms before anyone reads it.
+        let renewed = store_renew(&store, &lease).await;
+        let t0 = clock.now();
+        reads.told(key, &renewed.rvn, t0, t0);
+        tokio::time::advance(300 * MS).await;
+        let (answer, made) = reads.read(key, Duration::from_secs(1), None).await;
+        assert!(made.is_some());
+        assert_eq!(answer.learned, Some(t0), "dated from the event");
+        let flow = answer.flow.expect("the stream flows");
+        assert_eq!((flow.since, flow.until), (t0, t0 + Duration::from_secs(6)));
+        // Due later: the read waits for the next write to be told.
+        let due = clock.now() + 100 * MS;
+        let ask = {
+            let reads = reads.clone();
+            tokio::spawn(async move { reads.read(key, Duration::from_secs(1), Some(due)).await })
+        };
+        tokio::time::advance(500 * MS).await;
+        assert!(!ask.is_finished(), "waits for the next write to be told");
+        assert_eq!(store.counts().0, 2);
+        let told_at = clock.now();
+        reads.told(key, "next", told_at, t0);
+        let (answer, made) = ask.await.expect("the task ran");
+        assert!(made.is_some());
+        assert_eq!(store.counts().0, 3);
+        // The store still shows the rvn told first (the "next" write never
+        // happened): it keeps its first date.
+        assert_eq!(answer.learned, Some(t0));
+        // Another election due at the same instant takes that answer.
+        let (_, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
+        assert!(made.is_none(), "a read sent after the due answers it");
+        assert_eq!(store.counts().0, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_flowing_stream_a_due_read_waits_for_nothing_and_the_slack_bounds_the_wait() {
+        let store = MemoryStore::new();
+        let clock = Clock::tokio();
+        let reads = reads(&store, &clock);
+        let key = "#session/b/n";
+        write_session(&store, key).await;
+        let t0 = clock.now();
+        let (answer, _) = reads.read(key, Duration::from_secs(1), Some(t0)).await;
+        assert_eq!(answer.flow, None);
+        assert_eq!(clock.now(), t0, "no stream: read at once");
+        // A stream that falls silent: the read waits the slack, no more.
+        reads.told(key, "x", clock.now(), clock.now());
+        let due = clock.now() + MS;
+        let (_, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
+        assert!(made.is_some());
+        assert_eq!(clock.now(), due + Duration::from_secs(2));
+        // Ended: no flow.
+        reads.stream_ended(key);
+        let (answer, _) = reads.read(key, Duration::from_secs(1), None).await;
+        assert_eq!(answer.flow, None);
+    }
+
     async fn join_all(
-        handles: Vec<tokio::task::JoinHandle<(Result<Record, StoreError>, bool)>>,
-    ) -> Vec<(Result<Record, StoreError>, bool)> {
+        handles: Vec<tokio::task::JoinHandle<(SessionAnswer, Option<Duration>)>>,
+    ) -> Vec<(SessionAnswer, Option<Duration>)> {
         let mut out = Vec::new();
         for h in handles {
             out.push(h.await.expect("the task ran"));

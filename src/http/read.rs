@@ -304,6 +304,35 @@ pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
     }
 }
 
+/// `GET /v1/watch`: the daemon's stream, with sessions (its session's
+/// writes and every election's events); 404 without sessions.
+pub(super) async fn watch_daemon(State(app): State<Shared>) -> Response {
+    let (Some(told), Some((session, _))) = (&app.told, &app.session) else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "sessions_off",
+            "this instance runs without sessions: watch each election at /v1/elections/{election}/watch",
+        )
+        .into_response();
+    };
+    let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
+        return too_many_watches();
+    };
+    let open = app
+        .metrics
+        .watch_stream_opened(crate::election::SESSION_LABEL);
+    watch_server::respond_daemon(session.clone(), told.subscribe(), (slot, open))
+}
+
+fn too_many_watches() -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_watches",
+        "too many watch streams are open; poll the store instead",
+    )
+    .into_response()
+}
+
 /// `GET /v1/elections/{election}/watch`: the events of this instance's
 /// tenure, as they happen. Finds the election and takes a watch slot; the
 /// stream itself is [`watch_server::respond`]'s.
@@ -322,12 +351,7 @@ pub(super) async fn watch_events(
         return ApiError::unknown_election(&name).into_response();
     };
     let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_watches",
-            "too many watch streams are open; poll the store instead",
-        )
-        .into_response();
+        return too_many_watches();
     };
     let open = app.metrics.watch_stream_opened(&name);
     let leading = entry.state.borrow().is_leader_at(app.clock.now());

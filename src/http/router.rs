@@ -15,10 +15,12 @@ use axum::Router;
 use axum::http::{Method, StatusCode};
 use axum::middleware;
 use axum::routing::{get, post};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
 use super::error::ApiError;
-use super::read::{healthz, leader_named, leader_primary, metrics_text, status, watch_events};
+use super::read::{
+    healthz, leader_named, leader_primary, metrics_text, status, watch_daemon, watch_events,
+};
 use super::resign::{RESIGN_READERS, ResignRequest, resign};
 use super::{connection_limit, guard};
 use crate::app_check::Verdict;
@@ -91,6 +93,10 @@ pub struct AppState {
     /// The daemon's session and L·(1−D) − M, shown by `/status`. `None`:
     /// sessions are off.
     pub session: Option<(watch::Receiver<Option<SessionView>>, Duration)>,
+    /// What the elections tell their followers, all together, for the
+    /// daemon's stream `GET /v1/watch` (with the session's writes). `None`:
+    /// sessions are off, and there is no such stream.
+    pub told: Option<broadcast::Sender<LeaseEvent>>,
 }
 
 impl AppState {
@@ -118,6 +124,7 @@ impl AppState {
             resign_readers: Arc::new(Semaphore::new(RESIGN_READERS)),
             balance: None,
             session: None,
+            told: None,
         }
     }
 
@@ -129,6 +136,13 @@ impl AppState {
         validity: Duration,
     ) -> Self {
         self.session = Some((session, validity));
+        self
+    }
+
+    /// Serve the daemon's stream `GET /v1/watch`: the session's writes
+    /// (see [`Self::with_session`]) and every event on `told`.
+    pub fn with_daemon_stream(mut self, told: broadcast::Sender<LeaseEvent>) -> Self {
+        self.told = Some(told);
         self
     }
 
@@ -211,6 +225,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .route("/v1/elections/{election}/watch", get(watch_events))
+        .route("/v1/watch", get(watch_daemon))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), guard))

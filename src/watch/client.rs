@@ -20,7 +20,7 @@ use hyper::header::{ACCEPT, HOST};
 use tokio::sync::{mpsc, watch};
 
 use super::wire::{self, LineSplitter, MAX_LINE};
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::election::{Hint, HintFeed, LeaseEvent};
 use crate::http_client::{self, CONNECT_TIMEOUT};
 use crate::text;
@@ -66,19 +66,19 @@ pub fn spawn(
 
 /// How a watch client paces itself.
 #[derive(Debug, Clone, Copy)]
-struct Pacing {
+pub(super) struct Pacing {
     /// The first pause before opening a stream again (P), doubling up to
     /// [`MAX_PAUSE`] while attempts fail.
-    retry_interval: Duration,
+    pub(super) retry_interval: Duration,
     /// The longest silence a stream may keep (R + P).
-    quiet: Duration,
+    pub(super) quiet: Duration,
 }
 
 /// What the operator has been told about watching one election's leader:
 /// a failure that persists is logged once (again only when it changes),
 /// and so is the first event after it.
 #[derive(Debug, Default)]
-struct Reported {
+pub(super) struct Reported {
     /// Failures in a row to watch the current address.
     failures: u32,
     /// The failure last logged (address and error), until a stream speaks.
@@ -87,12 +87,18 @@ struct Reported {
 
 impl Reported {
     /// Another address to watch: its failures are counted afresh.
-    fn retarget(&mut self) {
+    pub(super) fn retarget(&mut self) {
         self.failures = 0;
     }
 
     /// Watching `address` failed with `error`; whether that was logged.
-    fn failed(&mut self, election: &str, address: &str, error: &str, poll: Duration) -> bool {
+    pub(super) fn failed(
+        &mut self,
+        election: &str,
+        address: &str,
+        error: &str,
+        poll: Duration,
+    ) -> bool {
         self.failures += 1;
         tracing::debug!(election = %election, address = %address, error = %error, "cannot watch the leader; polling the store");
         let failure = format!("{address}: {error}");
@@ -106,7 +112,7 @@ impl Reported {
 
     /// The leader at `address` told of its lease; whether that was logged
     /// (as the end of a logged failure).
-    fn spoke(&mut self, election: &str, address: &str) -> bool {
+    pub(super) fn spoke(&mut self, election: &str, address: &str) -> bool {
         self.failures = 0;
         let recovered = self.logged.take().is_some();
         if recovered {
@@ -174,7 +180,7 @@ async fn run(
 /// The pauses after failed attempts to watch one address: the retry
 /// interval, then doubling up to [`MAX_PAUSE`] (or the retry interval, if
 /// that is longer). Never runs out.
-fn pauses(retry_interval: Duration) -> impl Iterator<Item = Duration> {
+pub(super) fn pauses(retry_interval: Duration) -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(retry_interval)
         .with_max_delay(MAX_PAUSE.max(retry_interval))
@@ -197,20 +203,44 @@ async fn stream(
     hints: &mpsc::Sender<Hint>,
     reported: &mut Reported,
 ) -> Result<(), String> {
+    let mut held = false;
+    follow(address, &watch_path(election), clock, quiet, |at, event| {
+        if event.election() != Some(election) {
+            return Err("an event of another election".into());
+        }
+        if matches!(event, LeaseEvent::Renewed { .. }) {
+            held = true;
+            let _ = reported.spoke(election, address);
+        }
+        // Full: the engine is busy; it reads the store anyway.
+        let _ = hints.try_send(Hint::Event { at, event });
+        Ok(())
+    })
+    .await?;
+    if held {
+        Ok(())
+    } else {
+        Err("the stream told of no lease: the instance there does not lead this election".into())
+    }
+}
+
+/// Open the stream at `path` on `address` and hand each event to
+/// `on_event` with the instant it arrived, until the stream ends (`Ok`),
+/// breaks, is silent for `quiet`, says something that is not an event, or
+/// `on_event` refuses one (an error naming why).
+pub(super) async fn follow(
+    address: &str,
+    path: &str,
+    clock: &Clock,
+    quiet: Duration,
+    mut on_event: impl FnMut(Instant, LeaseEvent) -> Result<(), String>,
+) -> Result<(), String> {
     let (mut sender, conn) = http_client::connect(address, CONNECT_TIMEOUT).await?;
-    let request = Request::get(watch_path(election))
+    let request = Request::get(path)
         .header(HOST, address)
         .header(ACCEPT, wire::CONTENT_TYPE)
         .body(Empty::<Bytes>::new())
         .map_err(|e| format!("cannot build the request: {e}"))?;
-    let mut reader = Reader {
-        address,
-        election,
-        clock,
-        hints,
-        reported,
-        held: false,
-    };
     let events = async {
         let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
             .await
@@ -219,7 +249,7 @@ async fn stream(
         if !response.status().is_success() {
             return Err(format!("answered {}", response.status()));
         }
-        reader.read(response.into_body(), quiet).await
+        read(response.into_body(), clock, quiet, &mut on_event).await
     };
     let mut events = std::pin::pin!(events);
     tokio::select! {
@@ -239,68 +269,31 @@ async fn stream(
     }
 }
 
-/// Reads one stream's events and hands them to the engine.
-struct Reader<'a> {
-    /// The leader's address, for the log.
-    address: &'a str,
-    /// The election watched: events of any other end the stream.
-    election: &'a str,
-    /// When each event arrived.
-    clock: &'a Clock,
-    /// Where the events go.
-    hints: &'a mpsc::Sender<Hint>,
-    /// What the operator has been told.
-    reported: &'a mut Reported,
-    /// Whether the stream has told that the lease is held.
-    held: bool,
-}
-
-impl Reader<'_> {
-    /// Every event of `body` until it ends, breaks, is silent for `quiet`
-    /// or says something that is not an event of this election; `Ok` as
-    /// for [`stream`].
-    async fn read(&mut self, mut body: Incoming, quiet: Duration) -> Result<(), String> {
-        let mut lines = LineSplitter::new(MAX_LINE);
-        loop {
-            let Some(frame) = tokio::time::timeout(quiet, body.frame())
-                .await
-                .map_err(|_| format!("no event for {}", text::duration(quiet)))?
-            else {
-                break;
-            };
-            let frame = frame.map_err(|e| format!("stream broke: {e}"))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            for line in lines.push(&data) {
-                let line = line.map_err(|e| e.to_string())?;
-                self.event(&line)?;
-            }
+/// Every event of `body`, as for [`follow`].
+async fn read(
+    mut body: Incoming,
+    clock: &Clock,
+    quiet: Duration,
+    on_event: &mut impl FnMut(Instant, LeaseEvent) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut lines = LineSplitter::new(MAX_LINE);
+    loop {
+        let Some(frame) = tokio::time::timeout(quiet, body.frame())
+            .await
+            .map_err(|_| format!("no event for {}", text::duration(quiet)))?
+        else {
+            return Ok(());
+        };
+        let frame = frame.map_err(|e| format!("stream broke: {e}"))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        for line in lines.push(&data) {
+            let line = line.map_err(|e| e.to_string())?;
+            let at = clock.now();
+            let event = wire::decode(&line).map_err(|e| e.to_string())?;
+            on_event(at, event)?;
         }
-        if self.held {
-            Ok(())
-        } else {
-            Err(
-                "the stream told of no lease: the instance there does not lead this election"
-                    .into(),
-            )
-        }
-    }
-
-    /// One line of the stream, just arrived.
-    fn event(&mut self, line: &[u8]) -> Result<(), String> {
-        let at = self.clock.now();
-        let event = wire::decode(line).map_err(|e| e.to_string())?;
-        if event.election() != self.election {
-            return Err("an event of another election".into());
-        }
-        if matches!(event, LeaseEvent::Renewed { .. }) {
-            self.held = true;
-            let _ = self.reported.spoke(self.election, self.address);
-        }
-        // Full: the engine is busy; it reads the store anyway.
-        let _ = self.hints.try_send(Hint::Event { at, event });
-        Ok(())
     }
 }
 

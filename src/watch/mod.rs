@@ -10,8 +10,13 @@
 //!   pure, no I/O;
 //! - [`server`]: the leader's end, the streaming answer;
 //! - [`client`]: the follower's end, which follows the leader's stream and
-//!   feeds the engine's [`HintFeed`](crate::election::HintFeed).
+//!   feeds the engine's [`HintFeed`](crate::election::HintFeed);
+//! - [`mux`]: with sessions, the follower daemon's end of the leader
+//!   daemons' streams (`GET /v1/watch`, one per leader daemon, carrying
+//!   its session's writes and every election's events), feeding each
+//!   election's engine and the daemon's knowledge of the sessions.
 
 pub mod client;
+pub mod mux;
 pub mod server;
 pub mod wire;

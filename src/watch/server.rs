@@ -13,10 +13,10 @@ use std::convert::Infallible;
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use super::wire;
-use crate::election::LeaseEvent;
+use crate::election::{LeaseEvent, SessionView};
 
 /// The streaming answer for `election`: the events published on `events`,
 /// starting with the last one if this instance is `leading`. `held` (a
@@ -77,6 +77,80 @@ async fn next_line<H>(mut rest: Rest<H>) -> Option<(Result<Vec<u8>, Infallible>,
     ) {
         rest.events = None;
     }
+    let line = wire::encode(&event).ok()?;
+    Some((Ok(line), rest))
+}
+
+/// The daemon's stream (`GET /v1/watch`, with sessions): its session's
+/// writes as they happen (starting with the last one, if a session is
+/// open) and every event its elections tell. A follower daemon holds one
+/// such stream per leader daemon, whatever the number of elections.
+///
+/// A client too slow to keep up (`events` lagged past its buffer) is cut
+/// off: it opens the stream again, and its elections read the store
+/// meanwhile, so nothing it missed is lost for longer than a read.
+pub fn respond_daemon<H: Send + 'static>(
+    session: watch::Receiver<Option<SessionView>>,
+    events: broadcast::Receiver<LeaseEvent>,
+    held: H,
+) -> Response {
+    let rest = DaemonRest {
+        session,
+        events,
+        started: false,
+        _held: held,
+    };
+    let lines = futures_util::stream::unfold(rest, next_daemon_line);
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(wire::CONTENT_TYPE),
+        )],
+        Body::from_stream(lines),
+    )
+        .into_response()
+}
+
+/// What is left of a daemon's stream.
+struct DaemonRest<H> {
+    session: watch::Receiver<Option<SessionView>>,
+    events: broadcast::Receiver<LeaseEvent>,
+    /// Whether the session as it was at the start was sent.
+    started: bool,
+    _held: H,
+}
+
+fn session_event(view: &SessionView) -> LeaseEvent {
+    LeaseEvent::Session {
+        session: view.key.clone(),
+        rvn: view.rvn.clone(),
+    }
+}
+
+/// The next line of a daemon's stream; `None` once it is over (the
+/// session task or the elections gone, or the client fell behind).
+async fn next_daemon_line<H>(
+    mut rest: DaemonRest<H>,
+) -> Option<(Result<Vec<u8>, Infallible>, DaemonRest<H>)> {
+    let event = loop {
+        if !rest.started {
+            rest.started = true;
+            if let Some(view) = rest.session.borrow_and_update().as_ref() {
+                break session_event(view);
+            }
+        }
+        tokio::select! {
+            changed = rest.session.changed() => {
+                changed.ok()?;
+                // No session (validity ran out, closing): nothing to say;
+                // the followers time the last write they were told of.
+                if let Some(view) = rest.session.borrow_and_update().as_ref() {
+                    break session_event(view);
+                }
+            }
+            event = rest.events.recv() => break event.ok()?,
+        }
+    };
     let line = wire::encode(&event).ok()?;
     Some((Ok(line), rest))
 }

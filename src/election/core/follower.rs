@@ -12,6 +12,10 @@ impl Core {
     /// The follower's wake between rounds: at `poll_at`, or, while the
     /// leader's hints flow, at the next read they cannot spare.
     pub(super) fn follower_wake(&self, poll_at: Instant) -> Instant {
+        if let Some(watch) = &self.session_watch {
+            let due = watch.due;
+            return self.hints.deferred_read().map_or(due, |d| d.min(due));
+        }
         let quiet = self.cfg.hint_quiet();
         let wake = if self.hints.flowing(self.now, quiet) && !self.hints.doubted() {
             // Past the due, the read waits for the next renewal the stream
@@ -40,6 +44,7 @@ impl Core {
 
     /// Start a round: read the record.
     pub(super) fn start_round(&mut self) {
+        self.session_watch = None;
         self.last_read_sent = self.now;
         self.pending = Some(Pending::Round);
         self.phase = Phase::Following { poll_at: self.now };

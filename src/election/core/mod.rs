@@ -36,7 +36,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use super::hints::{Hint, Hints, LeaseEvent};
-use super::session::SessionView;
+use super::session::{SessionAnswer, SessionView};
 use super::takeover::TakeoverTimer;
 use super::{AfterRelease, ElectionConfig, ElectionState, Role};
 use crate::clock::Instant;
@@ -89,7 +89,7 @@ pub enum Input {
     /// sessions only): `None` while none is open and valid.
     Session(Option<SessionView>),
     /// The answer to the [`Action::ReadSession`] asked for.
-    SessionRecord(Result<Record, StoreError>),
+    SessionRecord(SessionAnswer),
 }
 
 /// Which write the core asks for; also the label of its metrics.
@@ -162,6 +162,12 @@ pub enum Action {
         key: String,
         /// Longest the request may take.
         budget: Duration,
+        /// The answer of a read sent at or after this instant will do (the
+        /// daemon's other elections may have asked for it already); when
+        /// the owner's stream flows, the read may wait a moment past it
+        /// for the next renewal to be told, so that it finds an `rvn`
+        /// timed from its event. `None`: a read sent now.
+        not_before: Option<Instant>,
     },
     /// Tell the followers this (the last event replaces the one before).
     Tell(LeaseEvent),
@@ -349,6 +355,21 @@ enum Pending {
     EndSession { election: Box<Lease> },
 }
 
+/// An election held through another daemon's session, followed by that
+/// session alone while its owner's stream flows: the stream tells of the
+/// election's release or handover, so between those only the session's
+/// timing matters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SessionWatch {
+    /// The election's record as read last (its `rvn` is what a takeover
+    /// is conditional on).
+    election: Box<Lease>,
+    /// When the session's `rvn` timed last may be taken over: read it then.
+    due: Instant,
+    /// When the owner's stream counted as quiet at the last answer.
+    flow_until: Instant,
+}
+
 /// The pause after a request that failed (a follower's round, the
 /// opening of a session): P at first, doubling up to 4·P, each drawn from
 /// [d, 2d) with the tick's jitter.
@@ -391,6 +412,9 @@ pub struct Core {
     sessions: bool,
     /// The daemon's own session, when `sessions`.
     own_session: Option<SessionView>,
+    /// Following an election held through another daemon's session while
+    /// that daemon's stream flows: the next round reads only the session.
+    session_watch: Option<SessionWatch>,
     backoff: Backoff,
     /// When the last round's read was sent, and answered (or failed).
     last_read_sent: Instant,
@@ -473,6 +497,7 @@ impl Core {
             may_campaign,
             sessions: false,
             own_session: None,
+            session_watch: None,
             backoff: Backoff::default(),
             last_read_sent: start,
             last_read: start,
@@ -508,7 +533,7 @@ impl Core {
         &Option<Pending>,
         (&TakeoverTimer, &Vec<String>, Option<u64>, u64),
         (&Hints, bool, &Backoff, Instant, Instant),
-        (bool, &Option<SessionView>),
+        (bool, &Option<SessionView>, &Option<SessionWatch>),
         &ElectionState,
         &VecDeque<Action>,
     ) {
@@ -528,7 +553,7 @@ impl Core {
                 self.last_read_sent,
                 self.last_read,
             ),
-            (self.sessions, &self.own_session),
+            (self.sessions, &self.own_session, &self.session_watch),
             &self.state,
             &self.out,
         )
@@ -621,7 +646,10 @@ impl Core {
             self.out.push_back(Action::Watch(target));
         }
         self.state.heartbeat = now;
-        let until = self.hints.quiet_at(self.cfg.hint_quiet());
+        let until = match &self.session_watch {
+            Some(w) => Some(w.flow_until),
+            None => self.hints.quiet_at(self.cfg.hint_quiet()),
+        };
         if matches!(self.phase, Phase::Following { .. }) && self.pending.is_none() {
             self.state.hints_until = until;
         }
@@ -637,8 +665,13 @@ impl Core {
         match self.phase.clone() {
             Phase::Delayed { until } if now >= until => self.start_round(),
             Phase::Following { poll_at } if now >= self.follower_wake(poll_at) => {
+                // A read a hint asked for reads the election itself.
+                let asked = self.hints.deferred_read().is_some_and(|d| d <= now);
                 self.hints.waking(now);
-                self.start_round();
+                match self.session_watch.take() {
+                    Some(watch) if !asked => self.start_session_round(watch),
+                    _ => self.start_round(),
+                }
             }
             Phase::Leading { .. } => self.leading_tick(tick),
             Phase::Stopping { term, valid_until } if now >= valid_until => {

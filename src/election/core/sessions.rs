@@ -6,8 +6,8 @@
 //! renew of the owner still on its way fail instead of stretching the
 //! tenures of elections taken from under it.
 
-use super::super::session::{SessionVerdict, SessionView, judge_session};
-use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
+use super::super::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
+use super::{Action, Core, Note, Pending, Phase, Round, SessionWatch, Term, Tick, WriteOp};
 use crate::clock::Instant;
 use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
 
@@ -51,40 +51,79 @@ impl Core {
         self.out.push_back(Action::ReadSession {
             key,
             budget: self.cfg.renew_interval,
+            not_before: None,
         });
         None
     }
 
-    pub(super) fn on_session_record(&mut self, tick: &Tick, res: Result<Record, StoreError>) {
+    /// A round of an election followed by its session alone: read the
+    /// session (an answer from a read sent once it was due will do).
+    pub(super) fn start_session_round(&mut self, watch: SessionWatch) {
+        let key = watch.election.session.clone().unwrap_or_default();
+        self.pending = Some(Pending::SessionRound {
+            election: watch.election,
+        });
+        self.phase = Phase::Following { poll_at: self.now };
+        self.out.push_back(Action::ReadSession {
+            key,
+            budget: self.cfg.renew_interval,
+            not_before: Some(watch.due),
+        });
+    }
+
+    pub(super) fn on_session_record(&mut self, tick: &Tick, answer: SessionAnswer) {
         let Some(Pending::SessionRound { election }) = self.pending.take() else {
             return;
         };
-        let round = match res {
+        let SessionAnswer {
+            record,
+            learned,
+            flow,
+        } = answer;
+        let round = match record {
             Err(error) => {
                 self.store_error("read_session", error);
                 Some(Round::Failed)
             }
-            Ok(record) => self.consider_session(*election, record, tick),
+            Ok(record) => self.consider_session(*election, record, learned, flow, tick),
         };
         if let Some(round) = round {
             self.end_round(round, tick);
         }
     }
 
-    /// The session `election` is held through reads `record`: judged by
-    /// [`judge_session`]; a live session that timed out is ended before
-    /// the election is taken.
-    fn consider_session(&mut self, election: Lease, record: Record, tick: &Tick) -> Option<Round> {
+    /// The session `election` is held through reads `record` (its `rvn`
+    /// first `learned` then, if earlier; its owner's stream as in `flow`):
+    /// judged by [`judge_session`]; a live session that timed out is ended
+    /// before the election is taken.
+    fn consider_session(
+        &mut self,
+        election: Lease,
+        record: Record,
+        learned: Option<Instant>,
+        flow: Option<Flow>,
+        tick: &Tick,
+    ) -> Option<Round> {
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
         let own_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
-        let verdict = judge_session(&mut self.takeover, &key, &record, at, own_ms, &tick.stamp);
+        let verdict = judge_session(
+            &mut self.takeover,
+            &key,
+            &record,
+            at,
+            learned,
+            own_ms,
+            &tick.stamp,
+        );
         match verdict {
             // Written by a later build: never ended here, and what it
             // holds is never taken; looked at again every R.
             SessionVerdict::Unknown => return Some(Round::Wait(at + self.cfg.renew_interval)),
-            SessionVerdict::WaitUntil(due) => return Some(Round::Wait(poll.min(due))),
+            SessionVerdict::WaitUntil(due) => {
+                return Some(self.wait_on_session(election, due, flow));
+            }
             _ if !self.may_campaign || !self.can_hold() => return Some(Round::Wait(poll)),
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
                 self.pending = Some(Pending::EndSession {
@@ -101,6 +140,26 @@ impl Core {
             _ => self.take_election(election, tick),
         }
         None
+    }
+
+    /// A live session of `election`'s holder is due at `due`. While the
+    /// owner's stream flows, and flowed since before the election was read
+    /// last (so that it told of every release since), the election is not
+    /// read again: the next round reads the session alone, once it is due.
+    /// Otherwise the election is polled every P as usual.
+    fn wait_on_session(&mut self, election: Lease, due: Instant, flow: Option<Flow>) -> Round {
+        let at = self.now;
+        match flow.filter(|f| f.since <= self.last_read_sent && at < f.until) {
+            Some(f) => {
+                self.session_watch = Some(SessionWatch {
+                    election: Box::new(election),
+                    due,
+                    flow_until: f.until,
+                });
+                Round::Wait(due)
+            }
+            None => Round::Wait((at + self.cfg.retry_interval).min(due)),
+        }
     }
 
     /// Whether the deliberate defect "take over without ending the session"

@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 
 use super::core::{Action as CoreAction, Core, Input, Mutations, Tick};
 use super::hints::LeaseEvent;
-use super::session::{SessionCore, SessionView};
+use super::session::{SessionAnswer, SessionCore, SessionView};
 use super::{AfterRelease, ElectionConfig, Role};
 use crate::clock::Instant;
 use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, StoreError, WriteOutcome};
@@ -525,7 +525,7 @@ impl ElectionModel {
             ) => {
                 let res = error.map_or_else(|| answer.expect("answered"), Err);
                 let input = if session {
-                    Input::SessionRecord(res)
+                    Input::SessionRecord(SessionAnswer::bare(res))
                 } else {
                     Input::Read(res)
                 };

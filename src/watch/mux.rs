@@ -1,0 +1,243 @@
+//! The follower's end of the daemons' streams, with sessions: one
+//! `GET /v1/watch` per leader daemon, whatever the number of elections it
+//! leads, instead of one stream per election.
+//!
+//! Each election's engine gets a [`HintFeed`] as from
+//! [`super::client::spawn`]: it names where to watch (its holder's
+//! advertised address, or nowhere) and receives what arrives for it. The
+//! mux holds one stream per address some election names, hands each
+//! election's events (`renewed` when a tenure starts, `released`,
+//! `not_leader`) to the feeds of that election aimed at that address, and
+//! tells [`SessionReads`] of every write of a session the stream tells of,
+//! which is how the followers time a session without reading each
+//! election. A stream that ends, breaks or goes quiet ends the feeds' hints
+//! ([`Hint::Ended`]) and the sessions' flow; it is opened again after a
+//! pause, as the election's client does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::client::{Pacing, Reported, follow, pauses};
+use crate::clock::{Clock, Instant};
+use crate::election::{Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads};
+use crate::lease::is_session_key;
+
+/// The path of a daemon's stream.
+pub const WATCH_PATH: &str = "/v1/watch";
+
+/// Hints waiting for one election's engine; beyond that new ones are
+/// dropped (the engine is busy; it reads the store anyway).
+const QUEUE: usize = 16;
+
+/// Sessions one stream may tell of: a daemon has one at a time (two for a
+/// moment when it replaces it). More ends the stream: it is not a
+/// daemon's stream.
+const MAX_SESSIONS: usize = 8;
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct Mux {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    clock: Clock,
+    pacing: Pacing,
+    reads: Arc<SessionReads>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Each election's feed and where it is aimed.
+    feeds: HashMap<String, Feed>,
+    /// Each address some feed is aimed at: how many, and its stream.
+    streams: HashMap<String, (usize, CancellationToken)>,
+}
+
+struct Feed {
+    address: Option<String>,
+    hints: mpsc::Sender<Hint>,
+}
+
+impl Mux {
+    /// A mux timed on `clock`: a failed stream is opened again after
+    /// `retry_interval` (doubling while it fails), one silent for `quiet`
+    /// (R + P: a daemon with a session tells of a write every R) is given
+    /// up; sessions' writes are told to `reads`.
+    pub fn new(
+        clock: Clock,
+        retry_interval: Duration,
+        quiet: Duration,
+        reads: Arc<SessionReads>,
+    ) -> Mux {
+        Mux {
+            inner: Arc::new(Inner {
+                clock,
+                pacing: Pacing {
+                    retry_interval,
+                    quiet,
+                },
+                reads,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// The feed of `election`'s engine. It ends when the engine drops it.
+    pub fn feed(&self, election: String) -> HintFeed {
+        let (target_tx, mut target) = watch::channel(None::<String>);
+        let (hints_tx, hints) = mpsc::channel(QUEUE);
+        self.inner.lock().feeds.insert(
+            election.clone(),
+            Feed {
+                address: None,
+                hints: hints_tx,
+            },
+        );
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            while target.changed().await.is_ok() {
+                let address = target.borrow_and_update().clone();
+                inner.aim(&election, address);
+            }
+            inner.aim(&election, None);
+            inner.lock().feeds.remove(&election);
+        });
+        HintFeed {
+            target: target_tx,
+            hints,
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere mid-update leaves maps that are still whole.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Aim `election`'s feed at `address`: open that address's stream if
+    /// it is the first, close the old one's if it was the last.
+    fn aim(self: &Arc<Self>, election: &str, address: Option<String>) {
+        let mut state = self.lock();
+        let Some(feed) = state.feeds.get_mut(election) else {
+            return;
+        };
+        if feed.address == address {
+            return;
+        }
+        let old = std::mem::replace(&mut feed.address, address.clone());
+        if old.is_some() {
+            // What it watched is no longer its leader's.
+            let _ = feed.hints.try_send(Hint::Ended);
+        }
+        if let Some(address) = address {
+            let (count, _) = state.streams.entry(address.clone()).or_insert_with(|| {
+                let stop = CancellationToken::new();
+                tokio::spawn(self.clone().run(address, stop.clone()));
+                (0, stop)
+            });
+            *count += 1;
+        }
+        if let Some(old) = old
+            && let Some((count, stop)) = state.streams.get_mut(&old)
+        {
+            *count -= 1;
+            if *count == 0 {
+                stop.cancel();
+                state.streams.remove(&old);
+            }
+        }
+    }
+
+    /// Hold the stream of `address` open until `stop`.
+    async fn run(self: Arc<Self>, address: String, stop: CancellationToken) {
+        let retry = self.pacing.retry_interval;
+        let mut backoff = pauses(retry);
+        let mut reported = Reported::default();
+        loop {
+            // The sessions told of on this connection, each with its first
+            // event: the flow of each counts from there.
+            let mut sessions: HashMap<String, Instant> = HashMap::new();
+            let outcome = tokio::select! {
+                outcome = follow(&address, WATCH_PATH, &self.clock, self.pacing.quiet, |at, event| {
+                    self.deliver(&address, &mut sessions, &mut reported, at, event)
+                }) => Some(outcome),
+                () = stop.cancelled() => None,
+            };
+            for key in sessions.keys() {
+                self.reads.stream_ended(key);
+            }
+            self.tell_ended(&address);
+            let pause = match outcome {
+                None => return,
+                Some(Ok(())) if !sessions.is_empty() => {
+                    backoff = pauses(retry);
+                    retry
+                }
+                Some(outcome) => {
+                    let error = outcome.err().unwrap_or_else(|| {
+                        "the stream told of no session: the instance there does not run with sessions".into()
+                    });
+                    let _ = reported.failed(SESSION_LABEL, &address, &error, retry);
+                    backoff.next().expect("pauses never run out")
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// One event of the stream of `address`, arrived at `at`.
+    fn deliver(
+        &self,
+        address: &str,
+        sessions: &mut HashMap<String, Instant>,
+        reported: &mut Reported,
+        at: Instant,
+        event: LeaseEvent,
+    ) -> Result<(), String> {
+        let LeaseEvent::Session { session, rvn } = &event else {
+            let state = self.lock();
+            let feed = event.election().and_then(|e| state.feeds.get(e));
+            if let Some(feed) = feed.filter(|f| f.address.as_deref() == Some(address)) {
+                let _ = feed.hints.try_send(Hint::Event { at, event });
+            }
+            return Ok(());
+        };
+        if !is_session_key(session) {
+            return Err(format!(
+                "a session event naming {session:?}, which is no session's key"
+            ));
+        }
+        if !sessions.contains_key(session) && sessions.len() == MAX_SESSIONS {
+            return Err(format!("events of more than {MAX_SESSIONS} sessions"));
+        }
+        if sessions.is_empty() {
+            let _ = reported.spoke(SESSION_LABEL, address);
+        }
+        let since = *sessions.entry(session.clone()).or_insert(at);
+        self.reads.told(session, rvn, at, since);
+        Ok(())
+    }
+
+    /// The stream of `address` ended: so did the hints of every feed aimed
+    /// at it.
+    fn tell_ended(&self, address: &str) {
+        let state = self.lock();
+        for feed in state.feeds.values() {
+            if feed.address.as_deref() == Some(address) {
+                let _ = feed.hints.try_send(Hint::Ended);
+            }
+        }
+    }
+}
