@@ -24,6 +24,7 @@ mod child_supervision;
 mod cli_errors;
 mod cluster_failover;
 mod config;
+mod daemon_stream;
 mod dynamodb_store;
 mod faults_selftest;
 mod guard;

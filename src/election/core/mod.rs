@@ -755,3 +755,5 @@ impl Core {
 mod follower;
 mod leader;
 mod sessions;
+#[cfg(test)]
+mod session_tests;

@@ -1,0 +1,188 @@
+//! The core following an election held through another daemon's session,
+//! step by step: with the owner's stream flowing it reads the session
+//! alone, once a lease, and the election only when the stream tells of it.
+
+use std::time::Duration;
+
+use super::super::hints::{Hint, LeaseEvent};
+use super::super::session::{Flow, SessionAnswer, SessionView};
+use super::{Action, Core, Input, Tick, WriteOp};
+use crate::clock::Instant;
+use crate::election::ElectionConfig;
+use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, WriteOutcome};
+
+const MS: Duration = Duration::from_millis(1);
+const KEY: &str = "#session/b/n1";
+
+fn t(ms: u64) -> Instant {
+    Instant::from_since_origin(MS * ms as u32)
+}
+
+fn at(ms: u64) -> Tick {
+    Tick {
+        now: t(ms),
+        stamp: Stamp {
+            rvn: format!("v{ms}"),
+            unix_ms: 1_700_000_000_000 + ms,
+        },
+        jitter: 0.0,
+    }
+}
+
+/// A follower holding tenures through its own session, past its first
+/// round's read (sent at 0).
+fn follower() -> Core {
+    let mut core = Core::new(
+        ElectionConfig::with_defaults("e", "me"),
+        t(0),
+        Duration::ZERO,
+        true,
+        true,
+    )
+    .through_sessions();
+    core.handle(&at(0), Input::Session(Some(own_session(0))));
+    core.handle(&at(0), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core
+}
+
+/// This daemon's session, last renewed at `ms`.
+fn own_session(ms: u64) -> SessionView {
+    SessionView {
+        key: "#session/me/n0".into(),
+        rvn: format!("m{ms}"),
+        last_send: t(ms),
+    }
+}
+
+/// The election, held by `b` through [`KEY`], advertising an address.
+fn election() -> Lease {
+    let meta = HolderMeta {
+        address: Some("10.0.0.2:9777".into()),
+        labels: Default::default(),
+    };
+    Lease::stamped("e", "b", 7, 10_000, 1, Some(meta)).held_through(KEY)
+}
+
+fn session(rvn: &str) -> Record {
+    let mut s = Lease::stamped(KEY, "b", 0, 10_000, 1, None);
+    s.rvn = rvn.into();
+    Record::Valid(s)
+}
+
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Election,
+    Session(Option<Instant>),
+}
+
+/// The read the core asks for next (other actions skipped).
+fn read_kind(core: &mut Core) -> Kind {
+    while let Some(action) = core.poll_action() {
+        match action {
+            Action::Read { .. } => return Kind::Election,
+            Action::ReadSession { key, not_before, .. } => {
+                assert_eq!(key, KEY);
+                return Kind::Session(not_before);
+            }
+            Action::Write { .. } => panic!("a write: {action:?}"),
+            _ => {}
+        }
+    }
+    panic!("no read asked for")
+}
+
+fn flowing(since: u64, until: u64) -> Option<Flow> {
+    Some(Flow {
+        since: t(since),
+        until: t(until),
+    })
+}
+
+fn answer(core: &mut Core, ms: u64, rvn: &str, learned: u64, flow: Option<Flow>) {
+    let answer = SessionAnswer {
+        record: Ok(session(rvn)),
+        learned: Some(t(learned)),
+        flow,
+    };
+    core.handle(&at(ms), Input::SessionRecord(answer));
+}
+
+#[test]
+fn with_the_stream_flowing_only_the_session_is_read_once_due_and_its_rvn_dated_from_its_event() {
+    let mut core = follower();
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    // The stream flowed since before the election was read; the session's
+    // rvn was told at 5 ms: due a lease and the drift after that.
+    answer(&mut core, 20, "s1", 5, flowing(0, 6_000));
+    let due = t(5) + Duration::from_millis(10_100);
+    assert_eq!(core.next_wake(), Some(due));
+    assert_eq!(core.state().hints_until, Some(t(6_000)));
+    core.handle(&at(10_105), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Session(Some(due)));
+    // Renewed, told at 10 s: the next read a lease after that.
+    answer(&mut core, 10_110, "s2", 10_000, flowing(0, 16_000));
+    assert_eq!(core.next_wake(), Some(t(20_100)));
+    // The stream tells of the election's release: the election is read.
+    let released = LeaseEvent::Released {
+        election: "e".into(),
+        rvn: "r".into(),
+        fencing_token: 7,
+        successor: None,
+    };
+    let hint = Hint::Event {
+        at: t(12_000),
+        event: released,
+    };
+    core.handle(&at(12_000), Input::Hint(hint));
+    assert_eq!(read_kind(&mut core), Kind::Election);
+}
+
+#[test]
+fn a_stream_that_began_after_the_election_was_read_does_not_spare_its_reads() {
+    let mut core = follower();
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    // It may not have told of a release before it began: poll every P.
+    answer(&mut core, 20, "s1", 5, flowing(15, 6_000));
+    assert_eq!(core.next_wake(), Some(t(1_020)));
+    core.handle(&at(1_020), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    // Without a stream, the same.
+    core.handle(&at(1_030), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer(&mut core, 1_040, "s1", 5, None);
+    assert_eq!(core.next_wake(), Some(t(2_040)));
+}
+
+#[test]
+fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
+    let mut core = follower();
+    let held = election();
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(held.clone()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer(&mut core, 20, "s1", 5, flowing(0, 6_000));
+    // Our own session renewed meanwhile: it may hold what it takes.
+    core.handle(&at(10_000), Input::Session(Some(own_session(10_000))));
+    // The owner died: its stream fell quiet, the store still shows s1.
+    core.handle(&at(10_105), Input::Timeout);
+    assert_eq!(
+        read_kind(&mut core),
+        Kind::Session(Some(t(5) + Duration::from_millis(10_100)))
+    );
+    answer(&mut core, 12_200, "s1", 5, None);
+    let Some(Action::Write {
+        op, condition, lease, ..
+    }) = core.poll_action()
+    else {
+        panic!("the session is ended");
+    };
+    assert_eq!((op, condition), (WriteOp::EndSession, Condition::RvnIs("s1".into())));
+    assert_eq!((lease.election.as_str(), lease.holder), (KEY, None));
+    core.handle(&at(12_210), Input::Written(Ok(WriteOutcome::Applied)));
+    let Some(Action::Write { op, condition, .. }) = core.poll_action() else {
+        panic!("then the election is taken");
+    };
+    assert_eq!((op, condition), (WriteOp::TakeOver, Condition::RvnIs(held.rvn)));
+}
