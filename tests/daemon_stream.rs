@@ -110,14 +110,20 @@ async fn the_stream_tells_the_sessions_writes_and_every_elections_events_in_orde
     f.told.send(released("a")).expect("a receiver");
     f.told.send(released("b")).expect("a receiver");
     let a = next(&mut body).await.expect("an event");
-    assert_eq!((&a["event"], &a["election"]), (&json!("released"), &json!("a")));
+    assert_eq!(
+        (&a["event"], &a["election"]),
+        (&json!("released"), &json!("a"))
+    );
     assert_eq!(next(&mut body).await.expect("an event")["election"], "b");
     // Lapsed: nothing to tell. A new session: told, under its key.
     f.session.send_replace(None);
     f.session
         .send_replace(Some(view("#session/web-1/b", "t1", &f.clock)));
     let new = next(&mut body).await.expect("an event");
-    assert_eq!((&new["session"], &new["rvn"]), (&json!("#session/web-1/b"), &json!("t1")));
+    assert_eq!(
+        (&new["session"], &new["rvn"]),
+        (&json!("#session/web-1/b"), &json!("t1"))
+    );
     // The session task gone (the daemon stopping): the stream ends.
     drop(f.session);
     assert_eq!(next(&mut body).await, None);

@@ -754,6 +754,6 @@ impl Core {
 
 mod follower;
 mod leader;
-mod sessions;
 #[cfg(test)]
 mod session_tests;
+mod sessions;

@@ -81,7 +81,9 @@ fn read_kind(core: &mut Core) -> Kind {
     while let Some(action) = core.poll_action() {
         match action {
             Action::Read { .. } => return Kind::Election,
-            Action::ReadSession { key, not_before, .. } => {
+            Action::ReadSession {
+                key, not_before, ..
+            } => {
                 assert_eq!(key, KEY);
                 return Kind::Session(not_before);
             }
@@ -173,16 +175,25 @@ fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
     );
     answer(&mut core, 12_200, "s1", 5, None);
     let Some(Action::Write {
-        op, condition, lease, ..
+        op,
+        condition,
+        lease,
+        ..
     }) = core.poll_action()
     else {
         panic!("the session is ended");
     };
-    assert_eq!((op, condition), (WriteOp::EndSession, Condition::RvnIs("s1".into())));
+    assert_eq!(
+        (op, condition),
+        (WriteOp::EndSession, Condition::RvnIs("s1".into()))
+    );
     assert_eq!((lease.election.as_str(), lease.holder), (KEY, None));
     core.handle(&at(12_210), Input::Written(Ok(WriteOutcome::Applied)));
     let Some(Action::Write { op, condition, .. }) = core.poll_action() else {
         panic!("then the election is taken");
     };
-    assert_eq!((op, condition), (WriteOp::TakeOver, Condition::RvnIs(held.rvn)));
+    assert_eq!(
+        (op, condition),
+        (WriteOp::TakeOver, Condition::RvnIs(held.rvn))
+    );
 }
