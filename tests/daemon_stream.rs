@@ -10,8 +10,11 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::Clock;
-use leaderd::election::{ElectionState, LeaseEvent, SessionView};
+use leaderd::election::{
+    ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionReads, SessionView,
+};
 use leaderd::http::{AppState, router};
+use leaderd::lease::{self, StoreSpec};
 use leaderd::metrics::Metrics;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
@@ -20,6 +23,8 @@ use tower::ServiceExt;
 struct Fixture {
     app: Router,
     clock: Clock,
+    peers: Arc<SessionReads>,
+    _dir: tempfile::TempDir,
     session: watch::Sender<Option<SessionView>>,
     told: broadcast::Sender<LeaseEvent>,
     _state: watch::Sender<ElectionState>,
@@ -27,8 +32,17 @@ struct Fixture {
 
 /// A daemon with one election and, when `sessions`, a session and the
 /// daemon's stream (keeping `buffer` events for a slow client).
-fn fixture(sessions: bool, buffer: usize) -> Fixture {
+async fn fixture(sessions: bool, buffer: usize) -> Fixture {
     let clock = Clock::tokio();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = lease::open(&StoreSpec::Sqlite(dir.path().join("l.db")))
+        .await
+        .expect("a SQLite store");
+    let peers = Arc::new(SessionReads::new(
+        store,
+        (clock.clone(), Arc::new(NoObserver)),
+        &ElectionConfig::with_defaults("report", "web-1"),
+    ));
     let now = clock.now();
     let (state_tx, state) = watch::channel(ElectionState::example("report", "web-1", now));
     let (resign, _) = mpsc::channel(1);
@@ -39,11 +53,13 @@ fn fixture(sessions: bool, buffer: usize) -> Fixture {
     if sessions {
         app = app
             .with_session(session_rx, Duration::from_millis(9_700))
-            .with_daemon_stream(told.clone());
+            .with_daemon_stream(told.clone(), peers.clone());
     }
     Fixture {
         app: router(app),
         clock,
+        peers,
+        _dir: dir,
         session,
         told,
         _state: state_tx,
@@ -55,13 +71,21 @@ fn view(key: &str, rvn: &str, clock: &Clock) -> SessionView {
         key: key.into(),
         rvn: rvn.into(),
         last_send: clock.now(),
+        labels: [("led".to_owned(), "3".to_owned())].into(),
     }
 }
 
 async fn open(app: &Router) -> axum::response::Response {
-    let req = Request::get("/v1/watch")
-        .body(Body::empty())
-        .expect("a request");
+    open_as(app, None).await
+}
+
+/// The stream, opened by a daemon naming `session` as its own.
+async fn open_as(app: &Router, session: Option<&str>) -> axum::response::Response {
+    let mut req = Request::get("/v1/watch");
+    if let Some(key) = session {
+        req = req.header("x-leaderd-session", key);
+    }
+    let req = req.body(Body::empty()).expect("a request");
     app.clone().oneshot(req).await.expect("infallible")
 }
 
@@ -85,7 +109,7 @@ fn released(election: &str) -> LeaseEvent {
 
 #[tokio::test(start_paused = true)]
 async fn without_sessions_there_is_no_daemon_stream() {
-    let f = fixture(false, 16);
+    let f = fixture(false, 16).await;
     let res = open(&f.app).await;
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
     let body = res.into_body().collect().await.expect("a body").to_bytes();
@@ -95,13 +119,14 @@ async fn without_sessions_there_is_no_daemon_stream() {
 
 #[tokio::test(start_paused = true)]
 async fn the_stream_tells_the_sessions_writes_and_every_elections_events_in_order() {
-    let f = fixture(true, 16);
+    let f = fixture(true, 16).await;
     let res = open(&f.app).await;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()[header::CONTENT_TYPE], "application/x-ndjson");
     let mut body = res.into_body();
     // At once: the session's last write.
-    let session = json!({"event": "session", "session": "#session/web-1/a", "rvn": "s1"});
+    let session = json!({"event": "session", "session": "#session/web-1/a", "rvn": "s1",
+        "labels": {"led": "3"}});
     assert_eq!(next(&mut body).await, Some(session));
     // A renew, then an election's release, then another's.
     f.session
@@ -131,7 +156,7 @@ async fn the_stream_tells_the_sessions_writes_and_every_elections_events_in_orde
 
 #[tokio::test(start_paused = true)]
 async fn a_client_that_falls_behind_is_cut_off_and_never_told_a_gap() {
-    let f = fixture(true, 4);
+    let f = fixture(true, 4).await;
     let mut body = open(&f.app).await.into_body();
     assert_eq!(next(&mut body).await.expect("an event")["rvn"], "s1");
     for i in 0..10 {
@@ -140,4 +165,14 @@ async fn a_client_that_falls_behind_is_cut_off_and_never_told_a_gap() {
     // It would have missed some: it is told none of them, and reads the
     // store instead once it opens the stream again.
     assert_eq!(next(&mut body).await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watching_daemon_that_names_its_session_is_known_and_junk_is_not() {
+    let f = fixture(true, 16).await;
+    let _a = open_as(&f.app, Some("#session/web-2/x")).await;
+    let _b = open_as(&f.app, Some("web-3")).await;
+    let _c = open_as(&f.app, Some(&format!("#session/{}", "x".repeat(600)))).await;
+    let known: Vec<String> = f.peers.sessions().into_iter().map(|k| k.key).collect();
+    assert_eq!(known, ["#session/web-2/x"]);
 }

@@ -30,11 +30,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::app_check::{self, Verdict};
-use crate::balance::{self, BalanceConfig, Balancer, Elected};
+use crate::balance::{self, BalanceConfig, Balancer, Elected, Membership, SessionMembers};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::election::{
-    self, ElectionHandle, ElectionState, LeaseEvent, SessionHandle, SessionView,
+    self, ElectionConfig, ElectionHandle, ElectionState, LeaseEvent, SessionHandle, SessionView,
 };
 use crate::exit;
 use crate::http::{self, AppState, ResignRequest};
@@ -119,6 +119,8 @@ pub async fn run(
     let told = session
         .as_ref()
         .map(|_| broadcast::channel::<LeaseEvent>(TOLD_BUFFER).0);
+    let own = session.as_ref().map(|s| s.view.clone());
+    let following = Following::new(&cfg, &store, (&clock, &metrics), own);
     let handles = start_elections(
         &cfg,
         &store,
@@ -126,16 +128,24 @@ pub async fn run(
         &metrics,
         app_check.as_ref(),
         session.as_ref().map(|s| &s.view),
-        told.as_ref(),
+        (told.as_ref(), &following),
     );
     let balancer = cfg.balance.then(|| {
+        let membership = match (&session, &following.mux) {
+            (Some(s), Some(mux)) => Membership::Sessions(SessionMembers {
+                reads: following.reads.clone(),
+                labels: s.labels.clone(),
+                mux: mux.clone(),
+            }),
+            _ => Membership::Records,
+        };
         start_balancer(
             &cfg,
             &store,
             &handles,
-            &clock,
-            app_check.as_ref(),
+            (&clock, app_check.as_ref(), &metrics),
             advertised,
+            membership,
         )
     });
 
@@ -152,7 +162,7 @@ pub async fn run(
         app = app.with_session(s.view.clone(), s.validity);
     }
     if let Some(told) = told {
-        app = app.with_daemon_stream(told);
+        app = app.with_daemon_stream(told, following.reads.clone());
     }
     let http = HttpServer::start(listener, app);
     // The bound address (port 0 in the configuration picks a free one).
@@ -231,29 +241,13 @@ fn start_elections(
     metrics: &Arc<Metrics>,
     app_check: Option<&watch::Receiver<Verdict>>,
     session: Option<&watch::Receiver<Option<SessionView>>>,
-    told: Option<&broadcast::Sender<LeaseEvent>>,
+    (told, following): (Option<&broadcast::Sender<LeaseEvent>>, &Following),
 ) -> BTreeMap<String, ElectionHandle> {
     let n = cfg.elections.len();
-    let timing = cfg
-        .elections
-        .iter()
-        .find(|e| e.name == cfg.primary)
-        .expect("primary names a configured election: validated in Config::load");
-    // One read of a session answers every election that times it.
-    let session_reads = Arc::new(election::SessionReads::new(
-        store.clone(),
-        clock.clone(),
-        timing.hint_quiet(),
-        timing.due_read_slack(),
-    ));
-    let mux = told.map(|_| {
-        Mux::new(
-            clock.clone(),
-            timing.retry_interval,
-            timing.hint_quiet(),
-            session_reads.clone(),
-        )
-    });
+    let Following {
+        reads: session_reads,
+        mux,
+    } = following;
     cfg.elections
         .iter()
         .enumerate()
@@ -286,6 +280,49 @@ fn start_elections(
         .collect()
 }
 
+/// The timing of the primary election: with sessions, every election's
+/// (checked in `Config::load`).
+fn primary_timing(cfg: &Config) -> &ElectionConfig {
+    cfg.elections
+        .iter()
+        .find(|e| e.name == cfg.primary)
+        .expect("primary names a configured election: validated in Config::load")
+}
+
+/// How this daemon follows other daemons' sessions: what it knows of them
+/// (shared by its elections, and balance), and with sessions one stream
+/// per leader daemon.
+struct Following {
+    reads: Arc<election::SessionReads>,
+    mux: Option<Mux>,
+}
+
+impl Following {
+    fn new(
+        cfg: &Config,
+        store: &Arc<dyn LeaseStore>,
+        (clock, metrics): (&Clock, &Arc<Metrics>),
+        own: Option<watch::Receiver<Option<SessionView>>>,
+    ) -> Following {
+        let timing = primary_timing(cfg);
+        // One read of a session answers every election that times it.
+        let reads = Arc::new(election::SessionReads::new(
+            store.clone(),
+            (clock.clone(), metrics.clone()),
+            timing,
+        ));
+        let mux = own.map(|own| {
+            Mux::new(
+                clock.clone(),
+                (timing.retry_interval, timing.hint_quiet()),
+                reads.clone(),
+                Some(own),
+            )
+        });
+        Following { reads, mux }
+    }
+}
+
 /// The daemon's session, with `sessions`: on the primary election's
 /// timing (every election has the same, checked in `Config::load`) and
 /// advertising what its records advertise.
@@ -295,11 +332,7 @@ fn start_session(
     clock: &Clock,
     metrics: &Arc<Metrics>,
 ) -> SessionHandle {
-    let timing = cfg
-        .elections
-        .iter()
-        .find(|e| e.name == cfg.primary)
-        .expect("primary names a configured election: validated in Config::load");
+    let timing = primary_timing(cfg);
     election::spawn_session(
         store.clone(),
         timing.clone(),
@@ -315,15 +348,11 @@ fn start_balancer(
     cfg: &Config,
     store: &Arc<dyn LeaseStore>,
     handles: &BTreeMap<String, ElectionHandle>,
-    clock: &Clock,
-    app_check: Option<&watch::Receiver<Verdict>>,
+    (clock, app_check, metrics): (&Clock, Option<&watch::Receiver<Verdict>>, &Arc<Metrics>),
     address: Option<String>,
+    membership: Membership,
 ) -> Balancer {
-    let timing = cfg
-        .elections
-        .iter()
-        .find(|e| e.name == cfg.primary)
-        .expect("primary names a configured election: validated in Config::load");
+    let timing = primary_timing(cfg);
     let config = BalanceConfig {
         identity: cfg.identity.clone(),
         lease_duration: timing.lease_duration,
@@ -347,6 +376,8 @@ fn start_balancer(
         elections,
         clock.clone(),
         app_check.cloned(),
+        membership,
+        metrics.clone(),
     )
 }
 

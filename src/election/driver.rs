@@ -250,8 +250,9 @@ impl Driver {
 
     /// Read the session record under `key` within `budget` (the election
     /// is held through it), with the daemon's other elections when it can
-    /// (an answer from a read sent at or after `not_before` will do);
-    /// timed for metrics as `read_session` when this one made the request.
+    /// (an answer from a read sent at or after `not_before` will do;
+    /// counted for metrics there, under `#session`); timed for metrics as
+    /// `read_session` of this election when it read alone.
     async fn read_session(
         &mut self,
         key: &str,
@@ -270,12 +271,14 @@ impl Driver {
         let Some(took) = took else {
             return Input::SessionRecord(answer);
         };
-        let outcome = match &answer.record {
-            Ok(_) => Outcome::Ok,
-            Err(e) => Outcome::Failed(e),
-        };
-        self.observer
-            .store_request(&name, "read_session", took, outcome);
+        if self.session_reads.is_none() {
+            let outcome = match &answer.record {
+                Ok(_) => Outcome::Ok,
+                Err(e) => Outcome::Failed(e),
+            };
+            self.observer
+                .store_request(&name, "read_session", took, outcome);
+        }
         if answer.record.is_ok() {
             self.store_answered("read_session");
         }

@@ -32,7 +32,7 @@
 //! The transport (an HTTP stream, `crate::watch::client`) is outside the core:
 //! it gets the address to watch and hands back what arrived.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use std::time::Duration;
 
@@ -85,6 +85,10 @@ pub enum LeaseEvent {
         session: String,
         /// The record version of its last successful write.
         rvn: String,
+        /// The labels that write carried (balance: how many elections the
+        /// daemon leads, and which set): advice, as the record's are.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        labels: BTreeMap<String, String>,
     },
 }
 

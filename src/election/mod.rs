@@ -663,6 +663,6 @@ pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
 use error_log::ErrorLog;
 pub use hints::{Hint, HintFeed, LeaseEvent};
 pub use session::SessionView;
-pub use session_reads::SessionReads;
+pub use session_reads::{KnownSession, SessionReads};
 pub use session_task::{SESSION_LABEL, SessionHandle, spawn_session};
 pub use takeover::{TakeoverTimer, takeover_wait};

@@ -25,7 +25,9 @@ use super::ElectionConfig;
 use super::core::{Action, Backoff, Tick, WriteOp};
 use super::takeover::TakeoverTimer;
 use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Record, Stamp, StoreError, WriteOutcome, session_key};
+use crate::lease::{
+    Condition, HolderMeta, Lease, Record, Stamp, StoreError, WriteOutcome, session_key,
+};
 
 /// What a taker may do about an election held through a session, judged
 /// from that session's record as read now.
@@ -106,6 +108,8 @@ pub struct SessionView {
     /// When its last successful write was sent: every tenure held through
     /// it is valid until this + L·(1−D) − M.
     pub last_send: Instant,
+    /// The labels that write carried (see [`SessionInput::Labels`]).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// When the daemon's stream of the session's owner tells of its writes:
@@ -161,6 +165,9 @@ pub enum SessionInput {
     /// deleted or swapped): renew at once; that conditional write, against
     /// what the store names now, decides whether the session still holds.
     StoreReplaced,
+    /// The labels the session's record carries from its next write on
+    /// (balance: how many elections this daemon leads, and which set).
+    Labels(std::collections::BTreeMap<String, String>),
 }
 
 /// What the session core is doing.
@@ -210,6 +217,8 @@ pub struct SessionCore {
     backoff: Backoff,
     /// Asked to close: end the session once no request is in flight.
     closing: bool,
+    /// What the record's `holder_meta` carries besides the address.
+    labels: std::collections::BTreeMap<String, String>,
     now: Instant,
     out: std::collections::VecDeque<Action>,
 }
@@ -237,7 +246,7 @@ impl SessionCore {
         &Phase,
         &Option<Pending>,
         &Vec<String>,
-        (&Backoff, bool),
+        (&Backoff, bool, &std::collections::BTreeMap<String, String>),
         Instant,
         &std::collections::VecDeque<Action>,
     ) {
@@ -245,7 +254,7 @@ impl SessionCore {
             &self.phase,
             &self.pending,
             &self.own_rvns,
-            (&self.backoff, self.closing),
+            (&self.backoff, self.closing, &self.labels),
             self.now,
             &self.out,
         )
@@ -261,6 +270,7 @@ impl SessionCore {
             own_rvns: Vec::new(),
             backoff: Backoff::default(),
             closing: false,
+            labels: Default::default(),
             now: start,
             out: Default::default(),
         }
@@ -275,6 +285,11 @@ impl SessionCore {
                 key: lease.election.clone(),
                 rvn: lease.rvn.clone(),
                 last_send: *last_send,
+                labels: lease
+                    .holder_meta
+                    .as_ref()
+                    .map(|m| m.labels.clone())
+                    .unwrap_or_default(),
             }),
             _ => None,
         }
@@ -336,6 +351,7 @@ impl SessionCore {
             SessionInput::Written(res) => self.on_written(tick, res),
             SessionInput::Read(res) => self.on_read(res),
             SessionInput::Close => self.closing = true,
+            SessionInput::Labels(labels) => self.labels = labels,
             SessionInput::StoreReplaced => {
                 if let Phase::Open { next_renew, .. } = &mut self.phase {
                     *next_renew = self.now;
@@ -388,7 +404,7 @@ impl SessionCore {
             0,
             lease_ms,
             tick.stamp.unix_ms,
-            self.cfg.holder_meta.clone(),
+            self.meta(),
             &tick.stamp,
         );
         self.own_rvns.clear();
@@ -405,8 +421,19 @@ impl SessionCore {
         });
     }
 
+    /// What the record advertises: the address, and the labels.
+    fn meta(&self) -> Option<HolderMeta> {
+        let mut meta = self.cfg.holder_meta.clone();
+        if !self.labels.is_empty() {
+            let labels = &mut meta.get_or_insert_with(HolderMeta::default).labels;
+            labels.extend(self.labels.clone());
+        }
+        meta
+    }
+
     fn renew(&mut self, tick: &Tick, lease: &Lease) {
-        let renewed = lease.renewed_with(&tick.stamp);
+        let mut renewed = lease.renewed_with(&tick.stamp);
+        renewed.holder_meta = self.meta();
         self.own_rvns.push(renewed.rvn.clone());
         if self.own_rvns.len() > 4 {
             self.own_rvns.remove(0);

@@ -23,13 +23,15 @@
 //! conditional on the `rvn` it timed; an answer that is a moment old can
 //! only make a follower wait longer, or end nothing.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{OnceCell, watch};
 
 use super::session::{Flow, SessionAnswer};
+use super::takeover::takeover_wait;
+use super::{ElectionConfig, Observer, Outcome, SESSION_LABEL};
 use crate::clock::{Clock, Instant};
 use crate::lease::{LeaseStore, Record, StoreError};
 
@@ -44,6 +46,10 @@ const REMEMBERED: usize = 8;
 /// (its owner restarted under a new key, or it was ended).
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
+/// Sessions introduced by the daemons that watch this one are known up to
+/// this many: a stream's header cannot fill the map.
+const MAX_KNOWN: usize = 1024;
+
 /// What is known of one session.
 struct Known {
     /// The read on its way, if any.
@@ -56,6 +62,8 @@ struct Known {
     /// arrival of the last one (moves on every event).
     flow: Option<Flow>,
     told: watch::Sender<Option<Instant>>,
+    /// The labels its owner's stream told last, if it did.
+    labels: Option<BTreeMap<String, String>>,
     /// When anyone last asked about it or told of it.
     touched: Instant,
 }
@@ -68,6 +76,7 @@ impl Known {
             learned: VecDeque::new(),
             flow: None,
             told: watch::channel(None).0,
+            labels: None,
             touched: now,
         }
     }
@@ -100,33 +109,61 @@ impl Known {
     }
 }
 
+/// A session as [`SessionReads::sessions`] lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnownSession {
+    /// Its key.
+    pub key: String,
+    /// Its record as last read, if it was.
+    pub record: Option<Record>,
+    /// The latest `rvn` learned, and when.
+    pub latest: Option<(String, Instant)>,
+    /// The labels its owner's stream told last, if it did.
+    pub told_labels: Option<BTreeMap<String, String>>,
+}
+
 /// See the module docs.
 pub struct SessionReads {
     store: Arc<dyn LeaseStore>,
     clock: Clock,
+    /// Each read made is counted under the election label `#session`.
+    observer: Arc<dyn Observer>,
     /// R + P: a stream that tells nothing this long is quiet.
     quiet: Duration,
+    /// D, for the takeover rule's wait of a cached answer.
+    max_clock_drift: f64,
     /// How long a read past a session's due waits for its next write to
     /// be told: min(R, 2·P).
     slack: Duration,
     known: Mutex<HashMap<String, Known>>,
 }
 
+impl std::fmt::Debug for SessionReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionReads")
+            .field("sessions", &self.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl SessionReads {
-    /// Shared reads of `store`'s session records, timed on `clock`; a
-    /// stream quiet for `quiet` has stopped; a read past a session's due
-    /// waits up to `slack` for its next write to be told.
+    /// Shared reads of `store`'s session records, timed on `clock` and
+    /// counted by `observer`, with `timing`'s R, P and D: a stream quiet
+    /// for R + P has stopped ([`ElectionConfig::hint_quiet`]); a read past
+    /// a session's due waits up to min(R, 2·P) for its next write to be
+    /// told ([`ElectionConfig::due_read_slack`]).
     pub fn new(
         store: Arc<dyn LeaseStore>,
-        clock: Clock,
-        quiet: Duration,
-        slack: Duration,
+        (clock, observer): (Clock, Arc<dyn Observer>),
+        timing: &ElectionConfig,
     ) -> SessionReads {
         SessionReads {
             store,
             clock,
-            quiet,
-            slack,
+            observer,
+            quiet: timing.hint_quiet(),
+            slack: timing.due_read_slack(),
+            max_clock_drift: timing.max_clock_drift,
             known: Mutex::new(HashMap::new()),
         }
     }
@@ -153,13 +190,21 @@ impl SessionReads {
     /// connection. Only of a session some election read: a stream cannot
     /// fill the map with made-up keys (and the first read of a session
     /// dates its `rvn` itself).
-    pub fn told(&self, key: &str, rvn: &str, at: Instant, since: Instant) {
+    pub fn told(
+        &self,
+        key: &str,
+        rvn: &str,
+        labels: &BTreeMap<String, String>,
+        at: Instant,
+        since: Instant,
+    ) {
         let mut map = self.lock();
         let Some(known) = map.get_mut(key) else {
             return;
         };
         known.touched = at;
         known.learn(rvn, at);
+        known.labels = Some(labels.clone());
         known.flow = Some(Flow {
             since,
             until: at + self.quiet,
@@ -167,11 +212,54 @@ impl SessionReads {
         known.told.send_replace(Some(at));
     }
 
+    /// A daemon watching this one says it holds the session `key` (balance
+    /// counts it as a member once its record says so): remember it, so
+    /// that [`Self::sessions`] lists it. Up to [`MAX_KNOWN`] sessions.
+    pub fn introduce(&self, key: &str) {
+        let now = self.clock.now();
+        let mut map = self.lock();
+        if map.contains_key(key) || map.len() < MAX_KNOWN {
+            Self::entry(&mut map, key, now);
+        }
+    }
+
+    /// Every session known: its key, its record as last read (if it was),
+    /// and the latest `rvn` learned of it with the instant it was (from a
+    /// read or its owner's stream, whichever came last).
+    pub fn sessions(&self) -> Vec<KnownSession> {
+        self.lock()
+            .iter()
+            .map(|(key, k)| KnownSession {
+                key: key.clone(),
+                record: k.last.as_ref().map(|(_, r)| r.clone()),
+                latest: k.learned.back().cloned(),
+                told_labels: k.labels.clone(),
+            })
+            .collect()
+    }
+
     /// The owner's stream of `key` ended (or broke, or went quiet).
     pub fn stream_ended(&self, key: &str) {
         if let Some(known) = self.lock().get_mut(key) {
             known.flow = None;
         }
+    }
+
+    /// The last answer, if it will do for an election due at `due`: its
+    /// read was sent since, or it shows an `rvn` not due yet (the
+    /// election then waits for that one: the elections of a session come
+    /// to time the same `rvn`, and to read together).
+    fn will_do(&self, known: &Known, due: Instant, now: Instant) -> Option<Record> {
+        let (sent, record) = known.last.as_ref()?;
+        if *sent >= due {
+            return Some(record.clone());
+        }
+        let Record::Valid(s) = record else {
+            return None;
+        };
+        let (_, learned) = known.learned.iter().find(|(r, _)| *r == s.rvn)?;
+        let not_due = now < *learned + takeover_wait(s.lease_ms, self.max_clock_drift);
+        not_due.then(|| record.clone())
     }
 
     /// The session record under `key`, as an election is told it: the
@@ -191,8 +279,8 @@ impl SessionReads {
                 let now = self.clock.now();
                 let mut map = self.lock();
                 let known = Self::entry(&mut map, key, now);
-                if let Some((_, record)) = known.last.as_ref().filter(|(sent, _)| *sent >= due) {
-                    return (known.answer(Ok(record.clone()), now), None);
+                if let Some(record) = self.will_do(known, due, now) {
+                    return (known.answer(Ok(record), now), None);
                 }
                 known
                     .flow
@@ -208,10 +296,8 @@ impl SessionReads {
             let now = self.clock.now();
             let mut map = self.lock();
             let known = Self::entry(&mut map, key, now);
-            if let Some((_, record)) =
-                not_before.and_then(|due| known.last.as_ref().filter(|(sent, _)| *sent >= due))
-            {
-                return (known.answer(Ok(record.clone()), now), None);
+            if let Some(record) = not_before.and_then(|due| self.will_do(known, due, now)) {
+                return (known.answer(Ok(record), now), None);
             }
             known
                 .on_the_way
@@ -228,6 +314,14 @@ impl SessionReads {
             .await
             .clone();
         let now = self.clock.now();
+        if made {
+            let outcome = match &res {
+                Ok(_) => Outcome::Ok,
+                Err(e) => Outcome::Failed(e),
+            };
+            self.observer
+                .store_request(SESSION_LABEL, "read_session", now - sent, outcome);
+        }
         let mut map = self.lock();
         let known = Self::entry(&mut map, key, now);
         if made {
@@ -261,9 +355,8 @@ mod tests {
     fn reads(store: &MemoryStore, clock: &Clock) -> Arc<SessionReads> {
         Arc::new(SessionReads::new(
             Arc::new(store.clone()),
-            clock.clone(),
-            Duration::from_secs(6),
-            Duration::from_secs(2),
+            (clock.clone(), Arc::new(super::super::NoObserver)),
+            &ElectionConfig::with_defaults("-", "me"),
         ))
     }
 
@@ -321,21 +414,32 @@ mod tests {
         let lease = write_session(&store, key).await;
         let t0 = clock.now();
         // Of a session nobody read, nothing is kept.
-        reads.told(key, &lease.rvn, t0, t0);
+        reads.told(key, &lease.rvn, &BTreeMap::new(), t0, t0);
         let (answer, made) = reads.read(key, Duration::from_secs(1), None).await;
         assert!(made.is_some());
         assert_eq!((answer.learned, answer.flow), (Some(t0), None));
         // The stream tells of a write 300 ms before anyone reads it.
         let renewed = store_renew(&store, &lease).await;
         let t0 = clock.now();
-        reads.told(key, &renewed.rvn, t0, t0);
+        reads.told(key, &renewed.rvn, &BTreeMap::new(), t0, t0);
         tokio::time::advance(300 * MS).await;
         let (answer, made) = reads.read(key, Duration::from_secs(1), None).await;
         assert!(made.is_some());
         assert_eq!(answer.learned, Some(t0), "dated from the event");
         let flow = answer.flow.expect("the stream flows");
         assert_eq!((flow.since, flow.until), (t0, t0 + Duration::from_secs(6)));
-        // Due later: the read waits for the next write to be told.
+        // Asked for by an election due later, while that rvn is not due
+        // yet itself: the answer will do (that election now times it).
+        let (_, made) = reads
+            .read(key, Duration::from_secs(1), Some(clock.now() + 100 * MS))
+            .await;
+        assert!(made.is_none());
+        // Once it is due (the stream telling of other writes meanwhile), a
+        // read waits for the next write to be told.
+        for k in 1..=2 {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            reads.told(key, &format!("n{k}"), &BTreeMap::new(), clock.now(), t0);
+        }
         let due = clock.now() + 100 * MS;
         let ask = {
             let reads = reads.clone();
@@ -345,7 +449,8 @@ mod tests {
         assert!(!ask.is_finished(), "waits for the next write to be told");
         assert_eq!(store.counts().0, 2);
         let told_at = clock.now();
-        reads.told(key, "next", told_at, t0);
+        assert!(told_at < due + Duration::from_secs(2), "within the slack");
+        reads.told(key, "next", &BTreeMap::new(), told_at, t0);
         let (answer, made) = ask.await.expect("the task ran");
         assert!(made.is_some());
         assert_eq!(store.counts().0, 3);
@@ -369,8 +474,10 @@ mod tests {
         let (answer, _) = reads.read(key, Duration::from_secs(1), Some(t0)).await;
         assert_eq!(answer.flow, None);
         assert_eq!(clock.now(), t0, "no stream: read at once");
-        // A stream that falls silent: the read waits the slack, no more.
-        reads.told(key, "x", clock.now(), clock.now());
+        // Once what it read is due, a stream that falls silent: the read
+        // waits the slack, no more.
+        tokio::time::advance(Duration::from_millis(10_200)).await;
+        reads.told(key, "x", &BTreeMap::new(), clock.now(), clock.now());
         let due = clock.now() + MS;
         let (_, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
         assert!(made.is_some());

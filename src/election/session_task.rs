@@ -4,6 +4,7 @@
 //! elections held through it follow on a watch channel. It decides
 //! nothing.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,8 @@ pub struct SessionHandle {
     /// L·(1−D) − M of its timing: how long a view stays valid after its
     /// last renew's send.
     pub validity: Duration,
+    /// The labels its record carries from its next write on.
+    pub labels: watch::Sender<BTreeMap<String, String>>,
     close: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -75,6 +78,7 @@ pub fn spawn_session(
     let core = SessionCore::new(cfg.clone(), clock.now());
     let (view_tx, view) = watch::channel(None);
     let (close, close_rx) = oneshot::channel();
+    let (labels, labels_rx) = watch::channel(BTreeMap::new());
     let task = SessionTask {
         core,
         identity: cfg.identity,
@@ -87,12 +91,14 @@ pub fn spawn_session(
         swept: false,
         changes: None,
         lapsed: None,
+        labels: labels_rx,
     };
     let mut task = task;
     task.changes = task.store.changes();
     SessionHandle {
         view,
         validity,
+        labels,
         close: Some(close),
         task: tokio::spawn(task.run()),
     }
@@ -113,6 +119,8 @@ struct SessionTask {
     changes: Option<watch::Receiver<u64>>,
     /// The session whose validity ran out while it was still being renewed.
     lapsed: Option<String>,
+    /// The labels to write.
+    labels: watch::Receiver<BTreeMap<String, String>>,
 }
 
 /// Resolves when the store's change counter moves; never without one.
@@ -166,6 +174,9 @@ impl SessionTask {
                     SessionInput::Close
                 }
                 () = store_changed(&mut self.changes) => SessionInput::StoreReplaced,
+                Ok(()) = self.labels.changed() => {
+                    SessionInput::Labels(self.labels.borrow_and_update().clone())
+                }
                 () = self.clock.sleep_until(next_sweep), if sweep_due => {
                     // Beside the session, never in its way: a slow sweep
                     // must not delay a renew.

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use serde::Serialize;
 
@@ -306,7 +306,7 @@ pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
 
 /// `GET /v1/watch`: the daemon's stream, with sessions (its session's
 /// writes and every election's events); 404 without sessions.
-pub(super) async fn watch_daemon(State(app): State<Shared>) -> Response {
+pub(super) async fn watch_daemon(State(app): State<Shared>, headers: HeaderMap) -> Response {
     let (Some(told), Some((session, _))) = (&app.told, &app.session) else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
@@ -318,11 +318,22 @@ pub(super) async fn watch_daemon(State(app): State<Shared>) -> Response {
     let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
         return too_many_watches();
     };
+    // The watcher's session, for balance: advice, read before it counts.
+    let named = headers
+        .get(crate::watch::wire::SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| k.len() <= MAX_SESSION_KEY && crate::lease::is_session_key(k));
+    if let (Some(key), Some(peers)) = (named, &app.peers) {
+        peers.introduce(key);
+    }
     let open = app
         .metrics
         .watch_stream_opened(crate::election::SESSION_LABEL);
     watch_server::respond_daemon(session.clone(), told.subscribe(), (slot, open))
 }
+
+/// The longest session key a watcher may name.
+const MAX_SESSION_KEY: usize = 512;
 
 fn too_many_watches() -> Response {
     ApiError::new(

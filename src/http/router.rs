@@ -26,7 +26,7 @@ use super::{connection_limit, guard};
 use crate::app_check::Verdict;
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
-use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionView};
+use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionReads, SessionView};
 use crate::metrics::Metrics;
 
 /// Default for [`AppState::request_timeout`].
@@ -97,6 +97,9 @@ pub struct AppState {
     /// daemon's stream `GET /v1/watch` (with the session's writes). `None`:
     /// sessions are off, and there is no such stream.
     pub told: Option<broadcast::Sender<LeaseEvent>>,
+    /// What this daemon knows of other daemons' sessions: a daemon opening
+    /// `GET /v1/watch` names its session there (balance counts it).
+    pub peers: Option<Arc<SessionReads>>,
 }
 
 impl AppState {
@@ -125,6 +128,7 @@ impl AppState {
             balance: None,
             session: None,
             told: None,
+            peers: None,
         }
     }
 
@@ -140,9 +144,15 @@ impl AppState {
     }
 
     /// Serve the daemon's stream `GET /v1/watch`: the session's writes
-    /// (see [`Self::with_session`]) and every event on `told`.
-    pub fn with_daemon_stream(mut self, told: broadcast::Sender<LeaseEvent>) -> Self {
+    /// (see [`Self::with_session`]) and every event on `told`; the
+    /// sessions its watchers name go to `peers`.
+    pub fn with_daemon_stream(
+        mut self,
+        told: broadcast::Sender<LeaseEvent>,
+        peers: Arc<SessionReads>,
+    ) -> Self {
         self.told = Some(told);
+        self.peers = Some(peers);
         self
     }
 

@@ -45,3 +45,9 @@ pub fn session_key(identity: &str, nonce: &str) -> String {
 pub fn is_session_key(key: &str) -> bool {
     key.starts_with(SESSION_PREFIX)
 }
+
+/// The identity whose session `key` is, if it is a session's key.
+pub fn session_owner(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix(SESSION_PREFIX)?;
+    rest.rsplit_once('/').map(|(identity, _)| identity)
+}

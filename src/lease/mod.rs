@@ -21,7 +21,7 @@ pub mod sqlite;
 
 pub use keys::{
     MEMBER_PREFIX, SESSION_PREFIX, is_member_key, is_session_key, member_key, member_records,
-    session_key,
+    session_key, session_owner,
 };
 
 /// Which store to open: what the configuration's `[store]` section comes to.

@@ -204,7 +204,8 @@ async fn stream(
     reported: &mut Reported,
 ) -> Result<(), String> {
     let mut held = false;
-    follow(address, &watch_path(election), clock, quiet, |at, event| {
+    let path = watch_path(election);
+    follow(address, (&path, None), clock, quiet, |at, event| {
         if event.election() != Some(election) {
             return Err("an event of another election".into());
         }
@@ -224,21 +225,26 @@ async fn stream(
     }
 }
 
-/// Open the stream at `path` on `address` and hand each event to
-/// `on_event` with the instant it arrived, until the stream ends (`Ok`),
-/// breaks, is silent for `quiet`, says something that is not an event, or
-/// `on_event` refuses one (an error naming why).
+/// Open the stream at `path` on `address` (saying which session this
+/// daemon holds, if `session`) and hand each event to `on_event` with the
+/// instant it arrived, until the stream ends (`Ok`), breaks, is silent for
+/// `quiet`, says something that is not an event, or `on_event` refuses one
+/// (an error naming why).
 pub(super) async fn follow(
     address: &str,
-    path: &str,
+    (path, session): (&str, Option<&str>),
     clock: &Clock,
     quiet: Duration,
     mut on_event: impl FnMut(Instant, LeaseEvent) -> Result<(), String>,
 ) -> Result<(), String> {
     let (mut sender, conn) = http_client::connect(address, CONNECT_TIMEOUT).await?;
-    let request = Request::get(path)
+    let mut request = Request::get(path)
         .header(HOST, address)
-        .header(ACCEPT, wire::CONTENT_TYPE)
+        .header(ACCEPT, wire::CONTENT_TYPE);
+    if let Some(key) = session {
+        request = request.header(wire::SESSION_HEADER, key);
+    }
+    let request = request
         .body(Empty::<Bytes>::new())
         .map_err(|e| format!("cannot build the request: {e}"))?;
     let events = async {

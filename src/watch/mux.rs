@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Pacing, Reported, follow, pauses};
 use crate::clock::{Clock, Instant};
-use crate::election::{Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads};
+use crate::election::{Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads, SessionView};
 use crate::lease::is_session_key;
 
 /// The path of a daemon's stream.
@@ -48,6 +48,8 @@ struct Inner {
     clock: Clock,
     pacing: Pacing,
     reads: Arc<SessionReads>,
+    /// This daemon's session, named to the daemons it watches.
+    own: Option<watch::Receiver<Option<SessionView>>>,
     state: Mutex<State>,
 }
 
@@ -68,12 +70,13 @@ impl Mux {
     /// A mux timed on `clock`: a failed stream is opened again after
     /// `retry_interval` (doubling while it fails), one silent for `quiet`
     /// (R + P: a daemon with a session tells of a write every R) is given
-    /// up; sessions' writes are told to `reads`.
+    /// up; sessions' writes are told to `reads`. Each stream is opened
+    /// naming this daemon's session, `own`, as it is then.
     pub fn new(
         clock: Clock,
-        retry_interval: Duration,
-        quiet: Duration,
+        (retry_interval, quiet): (Duration, Duration),
         reads: Arc<SessionReads>,
+        own: Option<watch::Receiver<Option<SessionView>>>,
     ) -> Mux {
         Mux {
             inner: Arc::new(Inner {
@@ -83,6 +86,7 @@ impl Mux {
                     quiet,
                 },
                 reads,
+                own,
                 state: Mutex::new(State::default()),
             }),
         }
@@ -166,8 +170,13 @@ impl Inner {
             // The sessions told of on this connection, each with its first
             // event: the flow of each counts from there.
             let mut sessions: HashMap<String, Instant> = HashMap::new();
+            let own = self
+                .own
+                .as_ref()
+                .and_then(|o| o.borrow().as_ref().map(|v| v.key.clone()));
+            let path = (WATCH_PATH, own.as_deref());
             let outcome = tokio::select! {
-                outcome = follow(&address, WATCH_PATH, &self.clock, self.pacing.quiet, |at, event| {
+                outcome = follow(&address, path, &self.clock, self.pacing.quiet, |at, event| {
                     self.deliver(&address, &mut sessions, &mut reported, at, event)
                 }) => Some(outcome),
                 () = stop.cancelled() => None,
@@ -206,7 +215,12 @@ impl Inner {
         at: Instant,
         event: LeaseEvent,
     ) -> Result<(), String> {
-        let LeaseEvent::Session { session, rvn } = &event else {
+        let LeaseEvent::Session {
+            session,
+            rvn,
+            labels,
+        } = &event
+        else {
             let state = self.lock();
             let feed = event.election().and_then(|e| state.feeds.get(e));
             if let Some(feed) = feed.filter(|f| f.address.as_deref() == Some(address)) {
@@ -226,7 +240,7 @@ impl Inner {
             let _ = reported.spoke(SESSION_LABEL, address);
         }
         let since = *sessions.entry(session.clone()).or_insert(at);
-        self.reads.told(session, rvn, at, since);
+        self.reads.told(session, rvn, labels, at, since);
         Ok(())
     }
 

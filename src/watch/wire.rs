@@ -14,6 +14,12 @@ use crate::election::LeaseEvent;
 /// The content type of the watch stream: newline-delimited JSON.
 pub const CONTENT_TYPE: &str = "application/x-ndjson";
 
+/// The request header in which a daemon opening another's stream
+/// (`GET /v1/watch`) names its own session: with balance, that is how the
+/// other learns of it as a member (advice: it reads that session before
+/// it counts it).
+pub const SESSION_HEADER: &str = "x-leaderd-session";
+
 /// The longest event line accepted, its newline included; a longer one
 /// ends the stream.
 pub const MAX_LINE: usize = 4096;

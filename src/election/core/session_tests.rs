@@ -52,6 +52,7 @@ fn own_session(ms: u64) -> SessionView {
         key: "#session/me/n0".into(),
         rvn: format!("m{ms}"),
         last_send: t(ms),
+        labels: Default::default(),
     }
 }
 

@@ -18,6 +18,8 @@
 //! expired, as always.
 //!
 //! Membership is advice: a wrong count costs balance, never safety.
+//!
+//! With sessions there is no member record: the session is ([`sessions`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -31,14 +33,30 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
-use crate::election::{self, AfterRelease, ElectionState, Role, Steering};
+use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role, Steering};
 use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
+
+mod sessions;
+pub use sessions::SessionMembers;
 
 /// Label of a member record: how many elections the member leads.
 const LED_LABEL: &str = "led";
 /// Label of a member record: a digest of the set of elections it campaigns
 /// for; only members of the same set share.
 const SET_LABEL: &str = "elections";
+
+/// How the members of a set know of each other.
+pub enum Membership {
+    /// Each member writes a member record every R and reads every member's
+    /// (one scan of the table).
+    Records,
+    /// Each member's session is its member record (see [`sessions`]).
+    Sessions(SessionMembers),
+}
+
+/// The `election` label of the member records' store requests in metrics
+/// (no election can be named so).
+pub const MEMBER_LABEL: &str = "#member";
 
 /// What the balancer needs to know of this daemon.
 #[derive(Debug, Clone)]
@@ -141,6 +159,8 @@ pub fn spawn(
     elections: Vec<Elected>,
     clock: Clock,
     gate: Option<watch::Receiver<Verdict>>,
+    membership: Membership,
+    observer: Arc<dyn Observer>,
 ) -> Balancer {
     let set = set_digest(elections.iter().map(|e| e.name.as_str()));
     let (share_tx, share) = watch::channel(Share {
@@ -164,6 +184,9 @@ pub fn spawn(
         seen: HashMap::new(),
         gifts: Vec::new(),
         last_error: None,
+        membership: Arc::new(membership),
+        watched: sessions::Watched::default(),
+        observer,
     };
     let task = tokio::spawn(worker.run(stop.clone()));
     Balancer { share, stop, task }
@@ -203,6 +226,11 @@ struct Worker {
     gifts: Vec<(String, Instant)>,
     /// The last store error, logged once per change.
     last_error: Option<String>,
+    membership: Arc<Membership>,
+    /// With sessions: the members' streams watched.
+    watched: sessions::Watched,
+    /// Counts the store requests of the member records.
+    observer: Arc<dyn Observer>,
 }
 
 impl Worker {
@@ -240,19 +268,33 @@ impl Worker {
     async fn round(&mut self) {
         let led = self.led();
         let member = self.app_passes();
-        if member {
-            self.heartbeat(led).await;
-        } else {
-            self.leave().await;
-        }
-        let records = match self.store.members(self.budget()).await {
-            Ok(records) => records,
-            Err(e) => {
-                self.failed("read the member records", &e.to_string());
-                return;
+        let peers = match self.membership.clone().as_ref() {
+            Membership::Records => {
+                if member {
+                    self.heartbeat(led).await;
+                } else {
+                    self.leave().await;
+                }
+                let start = self.clock.now();
+                let res = self.store.members(self.budget()).await;
+                self.count("read_members", start, res.as_ref().map(|_| true));
+                let records = match res {
+                    Ok(records) => records,
+                    Err(e) => {
+                        self.failed("read the member records", &e.to_string());
+                        return;
+                    }
+                };
+                self.peers(records)
+            }
+            Membership::Sessions(members) => {
+                self.label_session(members, member.then_some(led));
+                let mut watched = std::mem::take(&mut self.watched);
+                let peers = self.session_peers(members, &mut watched).await;
+                self.watched = watched;
+                peers
             }
         };
-        let peers = self.peers(records);
         let k = 1 + peers.len();
         let share = Share {
             led,
@@ -306,7 +348,7 @@ impl Worker {
                 rvn: own.rvn.clone(),
                 holder: self.config.identity.clone(),
             },
-            None => match self.store.read(&self.key, self.budget()).await {
+            None => match self.read_own().await {
                 Ok(Record::UnknownFormat(u)) => {
                     // A later release's record under our identity: not ours
                     // to overwrite. Without it we are simply no member.
@@ -323,7 +365,14 @@ impl Worker {
                 }
             },
         };
-        match self.store.write(&record, &condition, self.budget()).await {
+        let start = self.clock.now();
+        let res = self.store.write(&record, &condition, self.budget()).await;
+        self.count(
+            "write_member",
+            start,
+            res.as_ref().map(|o| *o == WriteOutcome::Applied),
+        );
+        match res {
             Ok(WriteOutcome::Applied) => {
                 self.own = Some(record);
                 self.succeeded();
@@ -335,8 +384,38 @@ impl Worker {
         }
     }
 
-    /// Give our member record up: the others stop counting us.
+    /// Our member record as the store holds it.
+    async fn read_own(&self) -> Result<Record, crate::lease::StoreError> {
+        let start = self.clock.now();
+        let res = self.store.read(&self.key, self.budget()).await;
+        self.count("read_member", start, res.as_ref().map(|_| true));
+        res
+    }
+
+    /// Count a store request of the member records for metrics, under the
+    /// election label [`MEMBER_LABEL`].
+    fn count(
+        &self,
+        op: &'static str,
+        start: Instant,
+        res: Result<bool, &crate::lease::StoreError>,
+    ) {
+        let outcome = match res {
+            Ok(true) => Outcome::Ok,
+            Ok(false) => Outcome::Lost,
+            Err(e) => Outcome::Failed(e),
+        };
+        let took = self.clock.now() - start;
+        self.observer.store_request(MEMBER_LABEL, op, took, outcome);
+    }
+
+    /// Give our member record up: the others stop counting us (with
+    /// sessions, the session ends when the daemon stops).
     async fn leave(&mut self) {
+        if let Membership::Sessions(members) = self.membership.clone().as_ref() {
+            self.label_session(members, None);
+            return;
+        }
         let Some(own) = self.own.take() else {
             return;
         };
@@ -344,11 +423,17 @@ impl Worker {
             rvn: own.rvn.clone(),
             holder: self.config.identity.clone(),
         };
-        if let Err(e) = self
+        let start = self.clock.now();
+        let res = self
             .store
             .write(&own.released(), &condition, self.budget())
-            .await
-        {
+            .await;
+        self.count(
+            "write_member",
+            start,
+            res.as_ref().map(|o| *o == WriteOutcome::Applied),
+        );
+        if let Err(e) = res {
             tracing::warn!(identity = %self.config.identity, error = %e, "balance: cannot release our member record; the others stop counting us one lease from now");
         }
     }
@@ -399,8 +484,13 @@ impl Worker {
     async fn hand_surplus(&mut self, share: &Share, peers: &[Peer]) {
         let now = self.clock.now();
         // A gift shows in the receiver's label from its next write on,
-        // within R + P of the handover.
-        let settle = self.config.renew_interval + self.config.retry_interval;
+        // within R + P of the handover (that write is a session renew, told
+        // on its stream, with sessions; a member record's, read next round,
+        // without).
+        let settle = match self.membership.as_ref() {
+            Membership::Records => self.config.renew_interval + self.config.retry_interval,
+            Membership::Sessions(_) => self.config.renew_interval * 2 + self.config.retry_interval,
+        };
         self.gifts.retain(|(_, at)| now - *at < settle);
         // Members above their share give at once: each gives a receiver
         // only its part of what the receiver lacks.
@@ -512,7 +602,15 @@ mod tests {
                     steering: Some(h.steering()),
                 })
                 .collect();
-            let balancer = spawn(store, config, elections, Clock::tokio(), None);
+            let balancer = spawn(
+                store,
+                config,
+                elections,
+                Clock::tokio(),
+                None,
+                Membership::Records,
+                Arc::new(crate::election::NoObserver),
+            );
             Daemon {
                 handles,
                 balancer: Some(balancer),

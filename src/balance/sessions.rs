@@ -1,0 +1,180 @@
+//! Members through sessions: with sessions, a daemon's session is its
+//! member record. Its labels say how many elections the daemon leads and
+//! which set it campaigns for; they ride on the session's renewals (no
+//! write of their own) and on its daemon's stream.
+//!
+//! Members are found without reading every record: a daemon knows the
+//! sessions of the daemons whose elections it follows (it times them
+//! anyway), and those of the daemons that watch its stream (each names its
+//! session when it opens the stream). A member is live while an `rvn` of
+//! its session was learned (a read, or its stream) within a lease
+//! stretched by the clock drift, the takeover rule's wait; its stream is
+//! watched, so that a member leading nothing costs no reads either. Only a
+//! member whose session nobody told of lately is read, once a round, until
+//! it is live again or plainly gone. As before, membership is advice: a
+//! wrong count costs balance, never safety.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::{LED_LABEL, Peer, SET_LABEL, Worker};
+use crate::election::{HintFeed, KnownSession, SessionReads, takeover_wait};
+use crate::lease::{Record, session_owner};
+use crate::watch::mux::Mux;
+
+/// What the balancer needs of the daemon's sessions.
+pub struct SessionMembers {
+    /// What the daemon knows of the sessions (its own elections' reads,
+    /// and the streams).
+    pub reads: Arc<SessionReads>,
+    /// The labels of the daemon's own session.
+    pub labels: watch::Sender<BTreeMap<String, String>>,
+    /// The daemon's streams of other daemons: members are watched there.
+    pub mux: Mux,
+}
+
+/// The members' streams the balancer keeps open: one feed per session,
+/// aimed at its daemon's address.
+#[derive(Default)]
+pub(super) struct Watched(HashMap<String, HintFeed>);
+
+impl Worker {
+    /// Our session's labels: what we lead and which set, or nothing while
+    /// we are no member (the app check fails).
+    pub(super) fn label_session(&self, members: &SessionMembers, led: Option<usize>) {
+        let labels = match led {
+            Some(led) => BTreeMap::from([
+                (LED_LABEL.to_owned(), led.to_string()),
+                (SET_LABEL.to_owned(), self.set.clone()),
+            ]),
+            None => BTreeMap::new(),
+        };
+        members.labels.send_if_modified(|l| {
+            let changed = *l != labels;
+            *l = labels;
+            changed
+        });
+    }
+
+    /// The live members of our set other than us, among the sessions the
+    /// daemon knows; reads those nobody told of lately, and watches the
+    /// streams of the live ones.
+    pub(super) async fn session_peers(
+        &mut self,
+        members: &SessionMembers,
+        watched: &mut Watched,
+    ) -> Vec<Peer> {
+        let mut peers = Vec::new();
+        let mut addresses = HashMap::new();
+        for known in members.reads.sessions() {
+            let Some(owner) = session_owner(&known.key).map(str::to_owned) else {
+                continue;
+            };
+            if owner == self.config.identity {
+                continue;
+            }
+            let known = match self.stale(&known) {
+                true => self.reread(members, known).await,
+                false => known,
+            };
+            let Some(member) = self.member(&known) else {
+                continue;
+            };
+            if let Some(address) = member.address {
+                addresses.insert(known.key.clone(), address);
+            }
+            if member.same_set
+                && let Some(led) = member.led
+            {
+                peers.push(Peer {
+                    identity: owner,
+                    led,
+                });
+            }
+        }
+        watched.0.retain(|key, _| addresses.contains_key(key));
+        for (key, address) in addresses {
+            let feed = watched
+                .0
+                .entry(key.clone())
+                .or_insert_with(|| members.mux.feed(format!("#member{key}")));
+            feed.target.send_if_modified(|t| {
+                let changed = t.as_deref() != Some(address.as_str());
+                *t = Some(address.clone());
+                changed
+            });
+        }
+        peers
+    }
+
+    /// The takeover rule's wait for our lease timing.
+    fn member_wait(&self) -> std::time::Duration {
+        let lease_ms = u64::try_from(self.config.lease_duration.as_millis()).unwrap_or(u64::MAX);
+        takeover_wait(lease_ms, self.config.max_clock_drift)
+    }
+
+    /// Whether `known` is worth a read: nothing learned of it yet, or its
+    /// latest `rvn` is almost too old to count it live (a stream tells of
+    /// one every R, so a session whose stream flows is never read here),
+    /// unless it has been silent so long that it is plainly gone.
+    fn stale(&self, known: &KnownSession) -> bool {
+        if matches!(&known.record, Some(Record::Valid(l)) if l.holder.is_none()) {
+            return false; // ended: nothing more to learn
+        }
+        let now = self.clock.now();
+        let wait = self.member_wait();
+        match &known.latest {
+            None => known.record.is_none(),
+            Some((_, at)) => {
+                let since = now.saturating_since(*at);
+                since + self.config.retry_interval >= wait && since < wait * 3
+            }
+        }
+    }
+
+    async fn reread(&self, members: &SessionMembers, known: KnownSession) -> KnownSession {
+        let budget = self.budget();
+        let (answer, _) = members.reads.read(&known.key, budget, None).await;
+        if let Err(e) = &answer.record {
+            tracing::debug!(session = %known.key, error = %e, "balance: cannot read a member's session");
+        }
+        members
+            .reads
+            .sessions()
+            .into_iter()
+            .find(|k| k.key == known.key)
+            .unwrap_or(known)
+    }
+
+    /// What `known` says of its daemon as a member, if it is live.
+    fn member(&self, known: &KnownSession) -> Option<Member> {
+        let record = match &known.record {
+            Some(Record::Valid(l)) if l.holder.is_none() => return None,
+            Some(Record::Valid(l)) => Some(l),
+            _ => None,
+        };
+        let (_, at) = known.latest.as_ref()?;
+        if self.clock.now() >= *at + self.member_wait() {
+            return None;
+        }
+        let meta = record.and_then(|l| l.holder_meta.as_ref());
+        let labels = known
+            .told_labels
+            .as_ref()
+            .or_else(|| meta.map(|m| &m.labels))?;
+        Some(Member {
+            address: meta.and_then(|m| m.address.clone()),
+            same_set: labels.get(SET_LABEL) == Some(&self.set),
+            led: labels.get(LED_LABEL).and_then(|v| v.parse().ok()),
+        })
+    }
+}
+
+/// A live member as its session says.
+struct Member {
+    address: Option<String>,
+    same_set: bool,
+    led: Option<usize>,
+}
