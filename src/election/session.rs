@@ -136,6 +136,11 @@ pub struct SessionAnswer {
     pub learned: Option<Instant>,
     /// The owner's stream, while it flows.
     pub flow: Option<Flow>,
+    /// A later write of the session than the record shows, told by its
+    /// owner's stream (its `rvn` and arrival) after the read was sent: the
+    /// record may be a moment old. A follower does not end the session on
+    /// this answer while that write is not due; it reads again then.
+    pub told: Option<(String, Instant)>,
 }
 
 impl SessionAnswer {
@@ -145,6 +150,7 @@ impl SessionAnswer {
             record,
             learned: None,
             flow: None,
+            told: None,
         }
     }
 }

@@ -61,7 +61,8 @@ struct Known {
     /// The owner's stream: the first event on its connection, and the
     /// arrival of the last one (moves on every event).
     flow: Option<Flow>,
-    told: watch::Sender<Option<Instant>>,
+    /// The latest write its owner's stream told: its `rvn` and arrival.
+    told: watch::Sender<Option<(String, Instant)>>,
     /// The labels its owner's stream told last, if it did.
     labels: Option<BTreeMap<String, String>>,
     /// When anyone last asked about it or told of it.
@@ -91,8 +92,14 @@ impl Known {
         self.learned.push_back((rvn.to_owned(), at));
     }
 
-    /// What an election is told of `record`.
-    fn answer(&self, record: Result<Record, StoreError>, now: Instant) -> SessionAnswer {
+    /// What an election is told of `record`, read by a request sent at
+    /// `sent`.
+    fn answer(
+        &self,
+        record: Result<Record, StoreError>,
+        sent: Instant,
+        now: Instant,
+    ) -> SessionAnswer {
         let learned = match &record {
             Ok(Record::Valid(s)) => self
                 .learned
@@ -101,10 +108,19 @@ impl Known {
                 .map(|(_, at)| *at),
             _ => None,
         };
+        let told = match &record {
+            Ok(Record::Valid(s)) => self
+                .told
+                .borrow()
+                .clone()
+                .filter(|(rvn, at)| *rvn != s.rvn && *at > sent),
+            _ => None,
+        };
         SessionAnswer {
             record,
             learned,
             flow: self.flow.filter(|f| now < f.until),
+            told,
         }
     }
 }
@@ -209,7 +225,7 @@ impl SessionReads {
             since,
             until: at + self.quiet,
         });
-        known.told.send_replace(Some(at));
+        known.told.send_replace(Some((rvn.to_owned(), at)));
     }
 
     /// A daemon watching this one says it holds the session `key` (balance
@@ -249,17 +265,29 @@ impl SessionReads {
     /// read was sent since, or it shows an `rvn` not due yet (the
     /// election then waits for that one: the elections of a session come
     /// to time the same `rvn`, and to read together).
-    fn will_do(&self, known: &Known, due: Instant, now: Instant) -> Option<Record> {
+    ///
+    /// It will also do, once, when the stream told of a later write since
+    /// its read was sent, and that write is not due yet: the election then
+    /// waits for that one (see [`SessionAnswer::told`]), and reads when it
+    /// is due, the last read being a lease old by then. So a session whose
+    /// stream flows is read about once every two leases.
+    fn will_do(&self, known: &Known, due: Instant, now: Instant) -> Option<(Instant, Record)> {
         let (sent, record) = known.last.as_ref()?;
         if *sent >= due {
-            return Some(record.clone());
+            return Some((*sent, record.clone()));
         }
         let Record::Valid(s) = record else {
             return None;
         };
-        let (_, learned) = known.learned.iter().find(|(r, _)| *r == s.rvn)?;
-        let not_due = now < *learned + takeover_wait(s.lease_ms, self.max_clock_drift);
-        not_due.then(|| record.clone())
+        let wait = takeover_wait(s.lease_ms, self.max_clock_drift);
+        let learned = known.learned.iter().find(|(r, _)| *r == s.rvn);
+        if learned.is_some_and(|(_, at)| now < *at + wait) {
+            return Some((*sent, record.clone()));
+        }
+        let told_later = known.told.borrow().as_ref().is_some_and(|(rvn, at)| {
+            *rvn != s.rvn && *at > *sent && now < *at + wait && now <= *sent + wait
+        });
+        told_later.then(|| (*sent, record.clone()))
     }
 
     /// The session record under `key`, as an election is told it: the
@@ -279,8 +307,8 @@ impl SessionReads {
                 let now = self.clock.now();
                 let mut map = self.lock();
                 let known = Self::entry(&mut map, key, now);
-                if let Some(record) = self.will_do(known, due, now) {
-                    return (known.answer(Ok(record), now), None);
+                if let Some((sent, record)) = self.will_do(known, due, now) {
+                    return (known.answer(Ok(record), sent, now), None);
                 }
                 known
                     .flow
@@ -288,7 +316,7 @@ impl SessionReads {
                     .then(|| known.told.subscribe())
             };
             if let Some(mut told) = told {
-                let wait = told.wait_for(|t| t.is_some_and(|t| t >= due));
+                let wait = told.wait_for(|t| t.as_ref().is_some_and(|(_, t)| *t >= due));
                 let _ = self.clock.timeout_at(due + self.slack, wait).await;
             }
         }
@@ -296,8 +324,8 @@ impl SessionReads {
             let now = self.clock.now();
             let mut map = self.lock();
             let known = Self::entry(&mut map, key, now);
-            if let Some(record) = not_before.and_then(|due| self.will_do(known, due, now)) {
-                return (known.answer(Ok(record), now), None);
+            if let Some((sent, record)) = not_before.and_then(|due| self.will_do(known, due, now)) {
+                return (known.answer(Ok(record), sent, now), None);
             }
             known
                 .on_the_way
@@ -340,7 +368,7 @@ impl SessionReads {
                 known.last = Some((sent, record.clone()));
             }
         }
-        (known.answer(res, now), made.then(|| now - sent))
+        (known.answer(res, sent, now), made.then(|| now - sent))
     }
 }
 
@@ -461,6 +489,40 @@ mod tests {
         let (_, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
         assert!(made.is_none(), "a read sent after the due answers it");
         assert_eq!(store.counts().0, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_write_told_since_the_last_read_spares_one_read_and_no_more() {
+        let store = MemoryStore::new();
+        let clock = Clock::tokio();
+        let reads = reads(&store, &clock);
+        let key = "#session/b/n";
+        let lease = write_session(&store, key).await;
+        let (_, made) = reads.read(key, Duration::from_secs(1), None).await;
+        assert!(made.is_some());
+        let t0 = clock.now();
+        let none = BTreeMap::new();
+        reads.told(key, &lease.rvn, &none, t0, t0);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        reads.told(key, "b", &none, clock.now(), t0);
+        // The rvn read is due; the stream told of a later write since the
+        // read: the answer will do, telling of that write.
+        tokio::time::advance(Duration::from_millis(5_100)).await;
+        let due = clock.now();
+        let (answer, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
+        assert!(made.is_none());
+        assert_eq!(
+            answer.told,
+            Some(("b".to_owned(), t0 + Duration::from_secs(5)))
+        );
+        // Once that one is due, the last read is more than a lease old:
+        // read again (after the next write is told, or the slack).
+        tokio::time::advance(Duration::from_secs(5)).await;
+        reads.told(key, "c", &none, clock.now(), t0);
+        let due = clock.now();
+        let (answer, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
+        assert!(made.is_some());
+        assert_eq!(answer.told, None, "nothing told since this read");
     }
 
     #[tokio::test(start_paused = true)]

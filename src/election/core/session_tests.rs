@@ -107,6 +107,7 @@ fn answer(core: &mut Core, ms: u64, rvn: &str, learned: u64, flow: Option<Flow>)
         record: Ok(session(rvn)),
         learned: Some(t(learned)),
         flow,
+        told: None,
     };
     core.handle(&at(ms), Input::SessionRecord(answer));
 }
@@ -196,5 +197,44 @@ fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
     assert_eq!(
         (op, condition),
         (WriteOp::TakeOver, Condition::RvnIs(held.rvn))
+    );
+}
+
+#[test]
+fn a_record_older_than_a_write_the_stream_told_since_is_not_ended_on_while_that_write_is_not_due() {
+    let mut core = follower();
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer(&mut core, 20, "s1", 5, flowing(0, 6_000));
+    core.handle(&at(10_000), Input::Session(Some(own_session(10_000))));
+    core.handle(&at(10_105), Input::Timeout);
+    assert!(matches!(read_kind(&mut core), Kind::Session(Some(_))));
+    // The answer (shared, read at 20 ms) still shows s1, due; the stream
+    // told of s3 at 9.9 s since: read again once s3 is due.
+    let cached = SessionAnswer {
+        record: Ok(session("s1")),
+        learned: Some(t(5)),
+        flow: flowing(0, 15_900),
+        told: Some(("s3".into(), t(9_900))),
+    };
+    core.handle(&at(10_110), Input::SessionRecord(cached));
+    assert!(
+        !matches!(core.poll_action(), Some(Action::Write { .. })),
+        "not ended"
+    );
+    let due = t(9_900) + Duration::from_millis(10_100);
+    assert_eq!(core.next_wake(), Some(due));
+    core.handle(&at(19_000), Input::Session(Some(own_session(19_000))));
+    core.handle(&at(20_000), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Session(Some(due)));
+    // A fresh read still finds s1: the stream told nothing since, and s1
+    // is long due: ended.
+    answer(&mut core, 20_010, "s1", 5, None);
+    let Some(Action::Write { op, condition, .. }) = core.poll_action() else {
+        panic!("the session is ended");
+    };
+    assert_eq!(
+        (op, condition),
+        (WriteOp::EndSession, Condition::RvnIs("s1".into()))
     );
 }

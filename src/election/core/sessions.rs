@@ -7,9 +7,18 @@
 //! tenures of elections taken from under it.
 
 use super::super::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
+use super::super::takeover::takeover_wait;
 use super::{Action, Core, Note, Pending, Phase, Round, SessionWatch, Term, Tick, WriteOp};
 use crate::clock::Instant;
 use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
+
+/// What the daemon heard of a session besides the store's answer (see
+/// [`SessionAnswer`]).
+struct Heard {
+    learned: Option<Instant>,
+    flow: Option<Flow>,
+    told: Option<(String, Instant)>,
+}
 
 impl Core {
     /// Whether a tenure may start now: without sessions always; with
@@ -79,13 +88,21 @@ impl Core {
             record,
             learned,
             flow,
+            told,
         } = answer;
         let round = match record {
             Err(error) => {
                 self.store_error("read_session", error);
                 Some(Round::Failed)
             }
-            Ok(record) => self.consider_session(*election, record, learned, flow, tick),
+            Ok(record) => {
+                let heard = Heard {
+                    learned,
+                    flow,
+                    told,
+                };
+                self.consider_session(*election, record, heard, tick)
+            }
         };
         if let Some(round) = round {
             self.end_round(round, tick);
@@ -100,10 +117,14 @@ impl Core {
         &mut self,
         election: Lease,
         record: Record,
-        learned: Option<Instant>,
-        flow: Option<Flow>,
+        heard: Heard,
         tick: &Tick,
     ) -> Option<Round> {
+        let Heard {
+            learned,
+            flow,
+            told,
+        } = heard;
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
@@ -122,6 +143,13 @@ impl Core {
             // holds is never taken; looked at again every R.
             SessionVerdict::Unknown => return Some(Round::Wait(at + self.cfg.renew_interval)),
             SessionVerdict::WaitUntil(due) => {
+                return Some(self.wait_on_session(election, due, flow));
+            }
+            // The stream told of a later write than this (cached) record
+            // shows: not ended on this answer while that write is not due.
+            SessionVerdict::End { .. }
+                if let Some(due) = told.and_then(|t| self.told_due(&record, t.1)) =>
+            {
                 return Some(self.wait_on_session(election, due, flow));
             }
             _ if !self.may_campaign || !self.can_hold() => return Some(Round::Wait(poll)),
@@ -160,6 +188,16 @@ impl Core {
             }
             None => Round::Wait((at + self.cfg.retry_interval).min(due)),
         }
+    }
+
+    /// When a write told at `at` of the session `record` is due, if it is
+    /// not yet.
+    fn told_due(&self, record: &Record, at: Instant) -> Option<Instant> {
+        let Record::Valid(s) = record else {
+            return None;
+        };
+        let due = at + takeover_wait(s.lease_ms, self.cfg.max_clock_drift);
+        (due > self.now).then_some(due)
     }
 
     /// Whether the deliberate defect "take over without ending the session"

@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 
 use super::core::{Action as CoreAction, Core, Input, Mutations, Tick};
 use super::hints::LeaseEvent;
-use super::session::{SessionAnswer, SessionCore, SessionView};
+use super::session::{SessionCore, SessionView};
 use super::{AfterRelease, ElectionConfig, Role};
 use crate::clock::Instant;
 use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, StoreError, WriteOutcome};
@@ -146,6 +146,9 @@ pub(crate) struct World {
     record: Option<Lease>,
     /// The store's session records, by key.
     sessions: BTreeMap<String, Lease>,
+    /// When each session record was last written, real ms: the earliest a
+    /// stream could have named its `rvn`.
+    session_written: BTreeMap<String, Ms>,
     /// When the record was last written, real ms.
     written_at: Ms,
     /// A write whose sender gave up on it, that may still apply.
@@ -520,12 +523,14 @@ impl ElectionModel {
             (
                 Lane::Election,
                 Request::Read {
-                    session, answer, ..
+                    session,
+                    answer,
+                    key,
                 },
             ) => {
                 let res = error.map_or_else(|| answer.expect("answered"), Err);
                 let input = if session {
-                    Input::SessionRecord(SessionAnswer::bare(res))
+                    Input::SessionRecord(self.session_answer(w, n, &key, res))
                 } else {
                     Input::Read(res)
                 };
@@ -633,6 +638,7 @@ impl Model for ElectionModel {
             nodes,
             record: None,
             sessions: BTreeMap::new(),
+            session_written: BTreeMap::new(),
             written_at: 0,
             stray: None,
             rvns: 0,

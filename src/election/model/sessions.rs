@@ -2,9 +2,9 @@
 //! own store requests, and the store's session records.
 
 use super::super::core::{Action as CoreAction, Input};
-use super::super::session::{SessionCore, SessionInput};
+use super::super::session::{Flow, SessionAnswer, SessionCore, SessionInput};
 use super::{ElectionModel, Lane, Node, Request, World};
-use crate::lease::{Condition, Lease, Record};
+use crate::lease::{Condition, Lease, Record, StoreError};
 
 impl Node {
     /// The request slot of `lane`.
@@ -36,10 +36,44 @@ pub(super) fn apply_session(w: &mut World, lease: &Lease, condition: &Condition)
         return Some(current);
     }
     w.sessions.insert(lease.election.clone(), lease.clone());
+    w.session_written.insert(lease.election.clone(), w.t);
     None
 }
 
 impl ElectionModel {
+    /// What core `n` is told with `res`, its read of the session `key`: as
+    /// its daemon's streams could tell it at the earliest. An `rvn` still in
+    /// the store is dated from its write (the first moment a stream could
+    /// name it); a later write than the answer shows is told, dated the
+    /// same way (the answer was late). Cores 0 and 2 are told their
+    /// holder's stream flows since the start (so they read the session
+    /// alone between an election's events); core 1 polls.
+    pub(super) fn session_answer(
+        &self,
+        w: &World,
+        n: usize,
+        key: &str,
+        res: Result<Record, StoreError>,
+    ) -> SessionAnswer {
+        let current = w.sessions.get(key);
+        let written = w.session_written.get(key).map(|&t| self.local(n, t));
+        let (learned, told) = match (&res, current) {
+            (Ok(Record::Valid(s)), Some(c)) if s.rvn == c.rvn => (written, None),
+            (Ok(Record::Valid(_)), Some(c)) => (None, written.map(|at| (c.rvn.clone(), at))),
+            _ => (None, None),
+        };
+        let flow = (n != 1).then(|| Flow {
+            since: self.local(n, 0),
+            until: self.local(n, w.t + self.cfg.hint_quiet().as_millis() as u64),
+        });
+        SessionAnswer {
+            record: res,
+            learned,
+            flow,
+            told,
+        }
+    }
+
     /// Whether core `n`'s session core is idle and due to wake.
     pub(super) fn session_due(&self, w: &World, n: usize) -> bool {
         let node = &w.nodes[n];
