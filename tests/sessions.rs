@@ -706,3 +706,62 @@ fn restarts_open_fresh_sessions_and_end_the_old_ones_on_sqlite() {
 fn restarts_open_fresh_sessions_and_end_the_old_ones_on_dynamodb_local() {
     restarts(Kind::DynamoDbLocal);
 }
+
+/// Store reads `node` made so far: of election records, and of session
+/// records.
+fn reads_of(node: &Leaderd) -> (f64, f64) {
+    let (_, text) = node.get("/metrics").expect("metrics");
+    let mut reads = (0.0, 0.0);
+    for line in text.lines() {
+        if !line.starts_with("leaderd_store_request_duration_seconds_count{") {
+            continue;
+        }
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if line.contains("op=\"read\"") {
+            reads.0 += count;
+        } else if line.contains("op=\"read_session\"") {
+            reads.1 += count;
+        }
+    }
+    reads
+}
+
+/// 8. At rest the followers read no election's record: the leader's
+///    stream (`GET /v1/watch`) tells of its session's writes and of each
+///    election's events, and each follower reads the leader's session
+///    about once every two leases for all five elections.
+fn followers_at_rest(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    c.settle(None);
+    // Each follower reads every election once more after its stream
+    // began to flow; then leaves them alone.
+    sleep(2 * L);
+    let before = reads_of(c.node("node-b"));
+    let span = 4 * L;
+    sleep(span);
+    let after = reads_of(c.node("node-b"));
+    let (elections, sessions) = (after.0 - before.0, after.1 - before.1);
+    eprintln!(
+        "node-b read {elections} election records and {sessions} session records in {span:?}"
+    );
+    // Polling would read each of the five every P: 200 reads.
+    assert_eq!(elections, 0.0, "a follower read election records at rest");
+    // About two (one every 2·L·(1+D)); a stream that stalls on a loaded
+    // machine costs a few more, never one per election.
+    assert!(sessions <= 8.0, "{sessions} session reads in {span:?}");
+    c.stop_all();
+}
+
+#[test]
+fn followers_read_no_election_at_rest_on_sqlite() {
+    followers_at_rest(Kind::Sqlite);
+}
+
+#[test]
+fn followers_read_no_election_at_rest_on_dynamodb_local() {
+    followers_at_rest(Kind::DynamoDbLocal);
+}

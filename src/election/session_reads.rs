@@ -267,9 +267,10 @@ impl SessionReads {
     /// to time the same `rvn`, and to read together).
     ///
     /// It will also do, once, when the stream told of a later write since
-    /// its read was sent, and that write is not due yet: the election then
-    /// waits for that one (see [`SessionAnswer::told`]), and reads when it
-    /// is due, the last read being a lease old by then. So a session whose
+    /// its read was sent, and that write is not due yet, and the read is
+    /// less than one and a half waits old: the election then waits for
+    /// that write (see [`SessionAnswer::told`]), and reads when it is due,
+    /// the last read being about two waits old by then. So a session whose
     /// stream flows is read about once every two leases.
     fn will_do(&self, known: &Known, due: Instant, now: Instant) -> Option<(Instant, Record)> {
         let (sent, record) = known.last.as_ref()?;
@@ -285,7 +286,9 @@ impl SessionReads {
             return Some((*sent, record.clone()));
         }
         let told_later = known.told.borrow().as_ref().is_some_and(|(rvn, at)| {
-            *rvn != s.rvn && *at > *sent && now < *at + wait && now <= *sent + wait
+            // The read is about one wait old at the first due after it,
+            // about two at the next: served at the first only.
+            *rvn != s.rvn && *at > *sent && now < *at + wait && now < *sent + wait * 3 / 2
         });
         told_later.then(|| (*sent, record.clone()))
     }
@@ -462,9 +465,10 @@ mod tests {
             .read(key, Duration::from_secs(1), Some(clock.now() + 100 * MS))
             .await;
         assert!(made.is_none());
-        // Once it is due (the stream telling of other writes meanwhile), a
-        // read waits for the next write to be told.
-        for k in 1..=2 {
+        // Once it is due and the read two waits old (the stream telling of
+        // other writes meanwhile), a read waits for the next write to be
+        // told.
+        for k in 1..=4 {
             tokio::time::advance(Duration::from_secs(5)).await;
             reads.told(key, &format!("n{k}"), &BTreeMap::new(), clock.now(), t0);
         }
@@ -503,22 +507,26 @@ mod tests {
         let t0 = clock.now();
         let none = BTreeMap::new();
         reads.told(key, &lease.rvn, &none, t0, t0);
-        tokio::time::advance(Duration::from_secs(5)).await;
-        reads.told(key, "b", &none, clock.now(), t0);
-        // The rvn read is due; the stream told of a later write since the
-        // read: the answer will do, telling of that write.
-        tokio::time::advance(Duration::from_millis(5_100)).await;
+        // Renewed every R, told each time.
+        for rvn in ["b", "c"] {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            reads.told(key, rvn, &none, clock.now(), t0);
+        }
+        // The rvn read is due; the stream told of later writes since the
+        // read: the answer will do, telling of the last.
+        tokio::time::advance(Duration::from_millis(100)).await;
         let due = clock.now();
         let (answer, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
         assert!(made.is_none());
-        assert_eq!(
-            answer.told,
-            Some(("b".to_owned(), t0 + Duration::from_secs(5)))
-        );
-        // Once that one is due, the last read is more than a lease old:
-        // read again (after the next write is told, or the slack).
-        tokio::time::advance(Duration::from_secs(5)).await;
-        reads.told(key, "c", &none, clock.now(), t0);
+        let told = Some(("c".to_owned(), t0 + Duration::from_secs(10)));
+        assert_eq!(answer.told, told);
+        // Once that one is due, the last read is two leases old: read
+        // again (after the next write is told, or the slack).
+        for rvn in ["d", "e"] {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            reads.told(key, rvn, &none, clock.now(), t0);
+        }
+        tokio::time::advance(Duration::from_millis(100)).await;
         let due = clock.now();
         let (answer, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
         assert!(made.is_some());
@@ -536,9 +544,9 @@ mod tests {
         let (answer, _) = reads.read(key, Duration::from_secs(1), Some(t0)).await;
         assert_eq!(answer.flow, None);
         assert_eq!(clock.now(), t0, "no stream: read at once");
-        // Once what it read is due, a stream that falls silent: the read
-        // waits the slack, no more.
-        tokio::time::advance(Duration::from_millis(10_200)).await;
+        // Once what it read is due and the read two waits old, a stream
+        // that falls silent: the read waits the slack, no more.
+        tokio::time::advance(Duration::from_secs(20)).await;
         reads.told(key, "x", &BTreeMap::new(), clock.now(), clock.now());
         let due = clock.now() + MS;
         let (_, made) = reads.read(key, Duration::from_secs(1), Some(due)).await;
