@@ -1,5 +1,7 @@
-//! The leader's end of the watch stream: the body of
-//! `GET /v1/elections/{election}/watch`.
+//! The leader's end of the watch streams: the body of
+//! `GET /v1/elections/{election}/watch` (one election), and with sessions
+//! of `GET /v1/watch` (the daemon: its session's writes and every
+//! election's events, see [`respond_daemon`]).
 //!
 //! While this instance leads, the stream starts with its last write (a
 //! `renewed` event) and then sends one event after every write; it ends
@@ -39,7 +41,14 @@ pub fn respond<H: Send + 'static>(
         first: Some(first),
         _held: held,
     };
-    let lines = futures_util::stream::unfold(rest, next_line);
+    ndjson(futures_util::stream::unfold(rest, next_line))
+}
+
+/// A streaming answer of event lines.
+fn ndjson<S>(lines: S) -> Response
+where
+    S: futures_util::Stream<Item = Result<Vec<u8>, Infallible>> + Send + 'static,
+{
     (
         [(
             header::CONTENT_TYPE,
@@ -100,15 +109,7 @@ pub fn respond_daemon<H: Send + 'static>(
         started: false,
         _held: held,
     };
-    let lines = futures_util::stream::unfold(rest, next_daemon_line);
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(wire::CONTENT_TYPE),
-        )],
-        Body::from_stream(lines),
-    )
-        .into_response()
+    ndjson(futures_util::stream::unfold(rest, next_daemon_line))
 }
 
 /// What is left of a daemon's stream.
