@@ -115,6 +115,9 @@ impl Driver {
                 .expect("no request is in flight between steps");
             let takes_hints = self.core.takes_hints();
             let watches_store = self.core.watches_store_changes();
+            // Only a tenure follows each renew of the daemon's session; a
+            // follower is told the latest before anything else it handles.
+            let follows_session = self.core.holds_tenure();
             let input = tokio::select! {
                 _ = self.clock.sleep_until(wake) => Input::Timeout,
                 pass = gate_changed(&mut self.gate) => Input::Gate(pass),
@@ -133,9 +136,32 @@ impl Driver {
                     None => Input::Orphaned,
                 },
                 () = store_changed(&mut self.store_changes), if watches_store => Input::StoreReplaced,
-                view = session_changed(&mut self.session) => Input::Session(view),
+                view = session_changed(&mut self.session), if follows_session => Input::Session(view),
             };
+            if !matches!(input, Input::Session(_)) {
+                self.catch_up_on_session().await;
+            }
             self.step(input).await;
+        }
+    }
+
+    /// Tell the core of a change of the daemon's session it was not woken
+    /// for (a follower is not woken for each renew).
+    async fn catch_up_on_session(&mut self) {
+        let Some(rx) = &mut self.session else {
+            return;
+        };
+        match rx.has_changed() {
+            Ok(true) => {
+                let view = rx.borrow_and_update().clone();
+                self.step(Input::Session(view)).await;
+            }
+            Ok(false) => {}
+            // The session task is gone: no session from now on.
+            Err(_) => {
+                self.session = None;
+                self.step(Input::Session(None)).await;
+            }
         }
     }
 

@@ -584,6 +584,12 @@ impl Core {
         self.pending.is_none() && matches!(self.phase, Phase::Following { .. })
     }
 
+    /// Whether it holds a tenure (leading, or confirming one it created):
+    /// only then does each renew of the daemon's session matter at once.
+    pub fn holds_tenure(&self) -> bool {
+        matches!(self.phase, Phase::Leading { .. })
+    }
+
     /// Whether a replacement of the store's data matters now (only while
     /// holding a tenure).
     pub fn watches_store_changes(&self) -> bool {
