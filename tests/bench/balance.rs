@@ -115,6 +115,39 @@ fn requests(instance: &Instance) -> (f64, f64) {
     (count(true), count(false))
 }
 
+/// Each instance's store requests so far, by `election` kind (an
+/// election, `#session`, `#member`) and `op`.
+fn requests_by_op(instance: &Instance) -> std::collections::BTreeMap<String, f64> {
+    let body = http_get(instance.port, "/metrics").map_or(String::new(), |(_, b)| b);
+    let mut by_op = std::collections::BTreeMap::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("leaderd_store_request_duration_seconds_count{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let election = label("election");
+        let kind = if election.starts_with('#') {
+            election
+        } else {
+            "election".into()
+        };
+        let count: f64 = value.trim().parse().unwrap_or(0.0);
+        *by_op
+            .entry(format!("{kind} {}", label("op")))
+            .or_insert(0.0) += count;
+    }
+    by_op
+}
+
 /// `n` elections over three balancing instances, held through sessions
 /// when `sessions`.
 pub fn measure(
@@ -182,6 +215,7 @@ pub fn measure(
     };
     let ok0: Vec<f64> = all.iter().map(|i| renew_ok(i)).collect();
     let req0: Vec<(f64, f64)> = all.iter().map(|i| requests(i)).collect();
+    let ops0: Vec<_> = all.iter().map(|i| requests_by_op(i)).collect();
     let cpu0: Vec<f64> = all
         .iter()
         .map(|i| cpu_seconds(i.pid(), clock_ticks).unwrap_or(0.0))
@@ -198,6 +232,17 @@ pub fn measure(
         .collect();
     let ok1: Vec<f64> = all.iter().map(|i| renew_ok(i)).collect();
     let req1: Vec<(f64, f64)> = all.iter().map(|i| requests(i)).collect();
+    for (k, instance) in all.iter().enumerate() {
+        let ops = requests_by_op(instance);
+        let moved: Vec<String> = ops
+            .iter()
+            .filter_map(|(op, n)| {
+                let d = n - ops0[k].get(op).copied().unwrap_or(0.0);
+                (d > 0.0).then(|| format!("{op} {d}"))
+            })
+            .collect();
+        eprintln!("  quiet window, instance {k}: {}", moved.join(", "));
+    }
     // The least lease left shows the latest renewal.
     let every = Duration::from_millis(250);
     let mut least = [u64::MAX; 3];
