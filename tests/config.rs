@@ -169,6 +169,8 @@ fn shipped_config_file_documents_every_key() {
     }
     let expected = [
         "identity",
+        "balance",
+        "sessions",
         "store.kind",
         "store.path",
         "store.table",
