@@ -159,6 +159,9 @@ pub(crate) struct Hints {
     has_feed: bool,
     /// The address watched now, if any.
     target: Option<String>,
+    /// When the current target was set (by a read's answer): the client
+    /// hands this election events from that address from a moment later.
+    aimed_at: Option<Instant>,
     /// A change of target the driver has yet to carry out.
     retarget: Option<Option<String>>,
     /// Arrival of the last event; `None`: no stream flowing.
@@ -329,8 +332,19 @@ impl Hints {
             (Some(h), Some(meta)) if h != me && self.distrusted.is_none() => meta.address.clone(),
             _ => None,
         };
+        let before = self.target.clone();
         self.aim(address);
+        if self.target != before {
+            self.aimed_at = self.target.as_ref().map(|_| at);
+        }
         distrusted_now
+    }
+
+    /// Whether a stream is watched, aimed before `t`: a read sent at `t`
+    /// or later cannot miss an event the stream told since (an event
+    /// between the read and the aim would not have reached this election).
+    pub(crate) fn aimed_before(&self, t: Instant) -> bool {
+        self.has_feed && self.target.is_some() && self.aimed_at.is_some_and(|a| a < t)
     }
 
     /// Take `hint` in. Of a `renewed` event only its rvn and arrival are

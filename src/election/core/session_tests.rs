@@ -14,13 +14,22 @@ use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, WriteOutcome};
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "#session/b/n1";
 
+/// Instants of the tests count from here; [`follower`] runs a first
+/// round before.
+const BASE: u64 = 2_000;
+
 fn t(ms: u64) -> Instant {
-    Instant::from_since_origin(MS * ms as u32)
+    Instant::from_since_origin(MS * (ms + BASE) as u32)
 }
 
 fn at(ms: u64) -> Tick {
+    raw(ms + BASE)
+}
+
+/// The tick at `ms` from the clock's origin.
+fn raw(ms: u64) -> Tick {
     Tick {
-        now: t(ms),
+        now: Instant::from_since_origin(MS * ms as u32),
         stamp: Stamp {
             rvn: format!("v{ms}"),
             unix_ms: 1_700_000_000_000 + ms,
@@ -29,18 +38,34 @@ fn at(ms: u64) -> Tick {
     }
 }
 
-/// A follower holding tenures through its own session, past its first
-/// round's read (sent at 0).
+/// A follower holding tenures through its own session. A first round
+/// read the election, which aimed its watch at the holder's address: an
+/// event told between that read and the aim could not reach it, so it
+/// polls once more, though the stream flows; the second round's read was
+/// sent at 0.
 fn follower() -> Core {
     let mut core = Core::new(
         ElectionConfig::with_defaults("e", "me"),
-        t(0),
+        raw(0).now,
         Duration::ZERO,
         true,
         true,
     )
     .through_sessions();
-    core.handle(&at(0), Input::Session(Some(own_session(0))));
+    core.handle(&raw(0), Input::Session(Some(own_session(0))));
+    core.handle(&raw(0), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core.handle(&raw(1), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    let first = SessionAnswer {
+        flow: Some(Flow {
+            since: raw(0).now,
+            until: raw(6_000).now,
+        }),
+        ..SessionAnswer::bare(Ok(session("s0")))
+    };
+    core.handle(&raw(2), Input::SessionRecord(first));
+    assert_eq!(core.next_wake(), Some(raw(1_002).now), "polls once more");
     core.handle(&at(0), Input::Timeout);
     assert_eq!(read_kind(&mut core), Kind::Election);
     core

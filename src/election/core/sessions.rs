@@ -171,13 +171,16 @@ impl Core {
     }
 
     /// A live session of `election`'s holder is due at `due`. While the
-    /// owner's stream flows, and flowed since before the election was read
-    /// last (so that it told of every release since), the election is not
-    /// read again: the next round reads the session alone, once it is due.
-    /// Otherwise the election is polled every P as usual.
+    /// owner's stream flows, and flowed (and this election's events were
+    /// handed to it) since before the election was read last, so that it
+    /// told of every release since, the election is not read again: the
+    /// next round reads the session alone, once it is due. Otherwise the
+    /// election is polled every P as usual.
     fn wait_on_session(&mut self, election: Lease, due: Instant, flow: Option<Flow>) -> Round {
         let at = self.now;
-        match flow.filter(|f| f.since <= self.last_read_sent && at < f.until) {
+        let sent = self.last_read_sent;
+        let aimed = self.hints.aimed_before(sent);
+        match flow.filter(|f| aimed && f.since <= sent && at < f.until) {
             Some(f) => {
                 self.session_watch = Some(SessionWatch {
                     election: Box::new(election),
