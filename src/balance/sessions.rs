@@ -140,12 +140,7 @@ impl Worker {
         if let Err(e) = &answer.record {
             tracing::debug!(session = %known.key, error = %e, "balance: cannot read a member's session");
         }
-        members
-            .reads
-            .sessions()
-            .into_iter()
-            .find(|k| k.key == known.key)
-            .unwrap_or(known)
+        members.reads.session(&known.key).unwrap_or(known)
     }
 
     /// What `known` says of its daemon as a member, if it is live.

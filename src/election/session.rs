@@ -550,19 +550,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::lease::Stamp;
-
-    const MS: Duration = Duration::from_millis(1);
 
     fn at(ms: u64) -> Tick {
-        Tick {
-            now: Instant::from_since_origin(MS * ms as u32),
-            stamp: Stamp {
-                rvn: format!("v{ms}"),
-                unix_ms: 1_700_000_000_000 + ms,
-            },
-            jitter: 0.0,
-        }
+        Tick::at_ms(ms)
     }
 
     fn session() -> SessionCore {

@@ -92,6 +92,16 @@ impl Known {
         self.learned.push_back((rvn.to_owned(), at));
     }
 
+    /// This session as [`SessionReads::sessions`] lists it.
+    fn listed(&self, key: &str) -> KnownSession {
+        KnownSession {
+            key: key.to_owned(),
+            record: self.last.as_ref().map(|(_, r)| r.clone()),
+            latest: self.learned.back().cloned(),
+            told_labels: self.labels.clone(),
+        }
+    }
+
     /// What an election is told of `record`, read by a request sent at
     /// `sent`.
     fn answer(
@@ -243,15 +253,12 @@ impl SessionReads {
     /// and the latest `rvn` learned of it with the instant it was (from a
     /// read or its owner's stream, whichever came last).
     pub fn sessions(&self) -> Vec<KnownSession> {
-        self.lock()
-            .iter()
-            .map(|(key, k)| KnownSession {
-                key: key.clone(),
-                record: k.last.as_ref().map(|(_, r)| r.clone()),
-                latest: k.learned.back().cloned(),
-                told_labels: k.labels.clone(),
-            })
-            .collect()
+        self.lock().iter().map(|(key, k)| k.listed(key)).collect()
+    }
+
+    /// The session `key` as [`Self::sessions`] lists it, if known.
+    pub fn session(&self, key: &str) -> Option<KnownSession> {
+        self.lock().get(key).map(|k| k.listed(key))
     }
 
     /// The owner's stream of `key` ended (or broke, or went quiet).

@@ -57,6 +57,21 @@ pub struct Tick {
     pub jitter: f64,
 }
 
+#[cfg(test)]
+impl Tick {
+    /// The tick `ms` after the clock's origin, stamped `v{ms}` (tests).
+    pub(crate) fn at_ms(ms: u64) -> Tick {
+        Tick {
+            now: Instant::from_since_origin(Duration::from_millis(ms)),
+            stamp: Stamp {
+                rvn: format!("v{ms}"),
+                unix_ms: 1_700_000_000_000 + ms,
+            },
+            jitter: 0.0,
+        }
+    }
+}
+
 /// What happened, as the core is told.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {

@@ -9,7 +9,7 @@ use super::super::session::{Flow, SessionAnswer, SessionView};
 use super::{Action, Core, Input, Tick, WriteOp};
 use crate::clock::Instant;
 use crate::election::ElectionConfig;
-use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, WriteOutcome};
+use crate::lease::{Condition, HolderMeta, Lease, Record, WriteOutcome};
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "#session/b/n1";
@@ -28,14 +28,7 @@ fn at(ms: u64) -> Tick {
 
 /// The tick at `ms` from the clock's origin.
 fn raw(ms: u64) -> Tick {
-    Tick {
-        now: Instant::from_since_origin(MS * ms as u32),
-        stamp: Stamp {
-            rvn: format!("v{ms}"),
-            unix_ms: 1_700_000_000_000 + ms,
-        },
-        jitter: 0.0,
-    }
+    Tick::at_ms(ms)
 }
 
 /// A follower holding tenures through its own session. A first round
