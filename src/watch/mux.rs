@@ -71,7 +71,8 @@ impl Mux {
     /// `retry_interval` (doubling while it fails), one silent for `quiet`
     /// (R + P: a daemon with a session tells of a write every R) is given
     /// up; sessions' writes are told to `reads`. Each stream is opened
-    /// naming this daemon's session, `own`, as it is then.
+    /// naming this daemon's session, `own`, and opened again when that
+    /// session is opened or replaced (the header is only read on a request).
     pub fn new(
         clock: Clock,
         (retry_interval, quiet): (Duration, Duration),
@@ -116,6 +117,30 @@ impl Mux {
             target: target_tx,
             hints,
         }
+    }
+}
+
+/// The key of this daemon's session as `own` shows it now, marked seen.
+fn own_key(own: Option<&mut watch::Receiver<Option<SessionView>>>) -> Option<String> {
+    own.and_then(|o| o.borrow_and_update().as_ref().map(|v| v.key.clone()))
+}
+
+/// Resolves once this daemon's session is no longer `named` (opened,
+/// replaced or closed); never without a session, or once it is gone.
+async fn own_key_changed(
+    own: Option<&mut watch::Receiver<Option<SessionView>>>,
+    named: Option<&str>,
+) {
+    let Some(own) = own else {
+        return std::future::pending().await;
+    };
+    // Renewals change the view, not the key: wait past them.
+    if own
+        .wait_for(|v| v.as_ref().map(|v| v.key.as_str()) != named)
+        .await
+        .is_err()
+    {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -170,15 +195,14 @@ impl Inner {
             // The sessions told of on this connection, each with its first
             // event: the flow of each counts from there.
             let mut sessions: HashMap<String, Instant> = HashMap::new();
-            let own = self
-                .own
-                .as_ref()
-                .and_then(|o| o.borrow().as_ref().map(|v| v.key.clone()));
-            let path = (WATCH_PATH, own.as_deref());
+            let mut own = self.own.clone();
+            let named = own_key(own.as_mut());
+            let path = (WATCH_PATH, named.as_deref());
             let outcome = tokio::select! {
                 outcome = follow(&address, path, &self.clock, self.pacing.quiet, |at, event| {
                     self.deliver(&address, &mut sessions, &mut reported, at, event)
                 }) => Some(outcome),
+                () = own_key_changed(own.as_mut(), named.as_deref()) => Some(Ok(())),
                 () = stop.cancelled() => None,
             };
             for key in sessions.keys() {
@@ -187,6 +211,9 @@ impl Inner {
             self.tell_ended(&address);
             let pause = match outcome {
                 None => return,
+                // Our session was opened or replaced: the daemon there
+                // learns of it from the header of a new request.
+                Some(Ok(())) if own_key(own.as_mut()) != named => Duration::ZERO,
                 Some(Ok(())) if !sessions.is_empty() => {
                     backoff = pauses(retry);
                     retry
@@ -253,5 +280,110 @@ impl Inner {
                 let _ = feed.hints.try_send(Hint::Ended);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::{ElectionConfig, NoObserver};
+    use crate::lease::memory::MemoryStore;
+    use crate::watch::wire;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A daemon's stream that never ends: answers every request with one
+    /// session event, and reports the session each request named.
+    async fn stream_server() -> (String, mpsc::UnboundedReceiver<Option<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (named_tx, named) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let named_tx = named_tx.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if conn.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).to_lowercase();
+                    let prefix = format!("{}: ", wire::SESSION_HEADER);
+                    let session = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned));
+                    let _ = named_tx.send(session);
+                    let line = "{\"event\":\"session\",\"session\":\"#session/there/1\",\"rvn\":\"r1\",\"labels\":{}}\n";
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: {}\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{line}\r\n",
+                        wire::CONTENT_TYPE,
+                        line.len()
+                    );
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                    // Held open until the client goes.
+                    let _ = conn.read(&mut byte).await;
+                });
+            }
+        });
+        (address, named)
+    }
+
+    fn view(key: &str, rvn: &str) -> Option<SessionView> {
+        Some(SessionView {
+            key: key.to_owned(),
+            rvn: rvn.to_owned(),
+            last_send: Clock::tokio().now(),
+            labels: Default::default(),
+        })
+    }
+
+    async fn next(
+        named: &mut mpsc::UnboundedReceiver<Option<String>>,
+        second: Duration,
+    ) -> Option<String> {
+        tokio::time::timeout(5 * second, named.recv())
+            .await
+            .expect("no request within 5 s")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_stream_is_opened_again_naming_each_new_session_of_ours() {
+        let (address, mut named) = stream_server().await;
+        let clock = Clock::tokio();
+        let reads = Arc::new(SessionReads::new(
+            Arc::new(MemoryStore::new()),
+            (clock.clone(), Arc::new(NoObserver)),
+            &ElectionConfig::with_defaults("-", "me"),
+        ));
+        let (own_tx, own) = watch::channel(None);
+        let second = Duration::from_secs(1);
+        let mux = Mux::new(clock, (second, 10 * second), reads, Some(own));
+        let feed = mux.feed("e".to_owned());
+        feed.target.send_replace(Some(address));
+        // Opened before our session was: no name.
+        assert_eq!(next(&mut named, second).await, None);
+        own_tx.send_replace(view("#session/me/1", "a"));
+        assert_eq!(
+            next(&mut named, second).await.as_deref(),
+            Some("#session/me/1")
+        );
+        // A renewal changes nothing there.
+        own_tx.send_replace(view("#session/me/1", "b"));
+        // A new session is named again.
+        own_tx.send_replace(view("#session/me/2", "c"));
+        assert_eq!(
+            next(&mut named, second).await.as_deref(),
+            Some("#session/me/2")
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            named.try_recv().is_err(),
+            "opened again without a new session"
+        );
     }
 }
