@@ -49,7 +49,10 @@ impl FakeStream {
     async fn send(&self, event: LeaseEvent) {
         let at = self.clock.now();
         self.hints
-            .send(Hint::Event { at, event })
+            .send(Hint::Event {
+                at,
+                event: Box::new(event),
+            })
             .await
             .expect("the engine takes hints");
     }

@@ -111,8 +111,9 @@ pub enum Hint {
     Event {
         /// When it arrived, on the follower's clock.
         at: Instant,
-        /// What it said.
-        event: LeaseEvent,
+        /// What it said (boxed: a hint queue's slots are as large as a
+        /// hint, and every follower's engine has one).
+        event: Box<LeaseEvent>,
     },
     /// The stream ended, broke or could not be opened.
     Ended,
@@ -361,7 +362,7 @@ impl Hints {
                 }
                 return AfterHint::Wait;
             }
-            Hint::Event { at, event } => (at, event),
+            Hint::Event { at, event } => (at, *event),
         };
         // Sent before the target changed (to nobody): not about what this
         // follower watches now.

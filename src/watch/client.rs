@@ -214,7 +214,10 @@ async fn stream(
             let _ = reported.spoke(election, address);
         }
         // Full: the engine is busy; it reads the store anyway.
-        let _ = hints.try_send(Hint::Event { at, event });
+        let _ = hints.try_send(Hint::Event {
+            at,
+            event: Box::new(event),
+        });
         Ok(())
     })
     .await?;

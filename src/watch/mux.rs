@@ -251,7 +251,10 @@ impl Inner {
             let state = self.lock();
             let feed = event.election().and_then(|e| state.feeds.get(e));
             if let Some(feed) = feed.filter(|f| f.address.as_deref() == Some(address)) {
-                let _ = feed.hints.try_send(Hint::Event { at, event });
+                let _ = feed.hints.try_send(Hint::Event {
+                    at,
+                    event: Box::new(event),
+                });
             }
             return Ok(());
         };

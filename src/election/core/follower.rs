@@ -342,10 +342,8 @@ impl Core {
         };
         #[cfg(test)]
         if self.mutations.released_hint_trusted
-            && let Hint::Event {
-                event: super::super::hints::LeaseEvent::Released { rvn, .. },
-                ..
-            } = &hint
+            && let Hint::Event { event, .. } = &hint
+            && let super::super::hints::LeaseEvent::Released { rvn, .. } = &**event
             && self.may_campaign
         {
             let token = self.next_token(self.last_token, tick);
@@ -354,10 +352,8 @@ impl Core {
             return;
         }
         #[cfg(test)]
-        if let Hint::Event {
-            event: super::super::hints::LeaseEvent::Renewed { rvn, lease_ms, .. },
-            ..
-        } = &hint
+        if let Hint::Event { event, .. } = &hint
+            && let super::super::hints::LeaseEvent::Renewed { rvn, lease_ms, .. } = &**event
         {
             self.hints.remember_lease_ms(rvn, *lease_ms);
         }

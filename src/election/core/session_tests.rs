@@ -155,7 +155,7 @@ fn with_the_stream_flowing_only_the_session_is_read_once_due_and_its_rvn_dated_f
     };
     let hint = Hint::Event {
         at: t(12_000),
-        event: released,
+        event: Box::new(released),
     };
     core.handle(&at(12_000), Input::Hint(hint));
     assert_eq!(read_kind(&mut core), Kind::Election);

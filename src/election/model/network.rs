@@ -32,6 +32,9 @@ impl ElectionModel {
             Forged::Ended => return Some(Hint::Ended),
             Forged::Replay(m) => w.nodes[m].told.clone()?,
         };
-        Some(Hint::Event { at, event })
+        Some(Hint::Event {
+            at,
+            event: Box::new(event),
+        })
     }
 }
