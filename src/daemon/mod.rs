@@ -39,7 +39,7 @@ use crate::election::{
 use crate::exit;
 use crate::http::{self, AppState, ResignRequest};
 use crate::lease::{self, LeaseStore, StoreError};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier};
 use crate::shutdown::Signals;
 use crate::supervisor::Child;
@@ -107,7 +107,10 @@ pub async fn run(
     let http_addr = listener.local_addr().ok();
     let advertised = advertise::advertise_in_records(&mut cfg, http_addr);
 
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::shaped(metrics::Shape {
+        sessions: cfg.sessions,
+        job: (!cfg.child.command.is_empty()).then(|| cfg.primary.clone()),
+    }));
     let app_check = cfg
         .app_check
         .clone()

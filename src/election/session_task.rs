@@ -253,6 +253,11 @@ impl SessionTask {
             Err(e) => Outcome::Failed(e),
         };
         let took = self.clock.now() - start;
+        if op == WriteOp::RenewSession.label() {
+            // The renewals every tenure held through the session rely on:
+            // counted (and alerted on) as an election's own were.
+            self.observer.renew(SESSION_LABEL, outcome);
+        }
         self.observer
             .store_request(SESSION_LABEL, op, took, outcome);
         let kind = RequestKind::of(op);

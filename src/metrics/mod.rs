@@ -59,6 +59,22 @@ pub struct Metrics {
     /// Length of the last rendering: the next one reserves that much at once
     /// instead of doubling its way up (at 1,000 elections the text is 5 MB).
     last_render_len: AtomicUsize,
+    /// Which series an election has from the start.
+    shape: Shape,
+}
+
+/// What a daemon's elections can report, so that only series that can
+/// move are created at zero before their first event (each costs memory
+/// and a line of every scrape, a thousand times over with many elections).
+#[derive(Debug, Clone, Default)]
+pub struct Shape {
+    /// Tenures are held through the daemon's session: an election is never
+    /// renewed on its own; the session's renewals are counted under
+    /// `election="#session"` instead.
+    pub sessions: bool,
+    /// The election whose leader runs the job, if there is a job: only its
+    /// child series exist from the start.
+    pub job: Option<String>,
 }
 
 impl Default for Metrics {
@@ -80,6 +96,14 @@ impl Drop for OpenWatchStream {
 impl Metrics {
     /// Create every metric and register it into a fresh registry.
     pub fn new() -> Self {
+        Self::shaped(Shape {
+            sessions: false,
+            job: None,
+        })
+    }
+
+    /// A daemon's metrics, with the series of `shape` created at zero.
+    pub fn shaped(shape: Shape) -> Self {
         let r = families::register();
         Metrics {
             families: r.all,
@@ -90,6 +114,7 @@ impl Metrics {
             watch_streams: r.watch_streams,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
+            shape,
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{Metrics, promtool_check};
+use super::{Metrics, Shape, promtool_check};
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionState, Observer, Outcome, Role, Transition};
@@ -119,7 +119,10 @@ async fn render_orders_families_by_name_and_series_by_labels() {
         .iter()
         .map(|n| watch::channel(state(n, Role::Leader, now, Some(1))))
         .collect();
-    let m = Metrics::new();
+    let m = Metrics::shaped(Shape {
+        sessions: false,
+        job: Some("mid".into()),
+    });
     let text = m
         .render(channels.iter().map(|(_, rx)| rx), None, &clock)
         .unwrap();
@@ -302,5 +305,50 @@ fn promtool_rejects_a_bad_counter_name() {
     assert!(
         result.is_err(),
         "promtool accepted a counter without _total"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_series_that_can_move_exist_before_their_first_event() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let channels: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| watch::channel(state(n, Role::Follower, now, Some(1))))
+        .collect();
+    let lines = |shape: Shape| {
+        let m = Metrics::shaped(shape);
+        let text = m
+            .render(channels.iter().map(|(_, rx)| rx), None, &clock)
+            .unwrap();
+        let series = |prefix: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(|l| l.split(' ').next().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        };
+        (
+            series("leaderd_child_running{"),
+            series("leaderd_renew_total{"),
+        )
+    };
+    // Without sessions, each election is renewed on its own; the job runs
+    // under "b" only.
+    let (child, renew) = lines(Shape {
+        sessions: false,
+        job: Some("b".into()),
+    });
+    assert_eq!(child, [r#"leaderd_child_running{election="b"}"#]);
+    assert_eq!(renew.len(), 10, "{renew:?}");
+    // With sessions, only the session is renewed; no job, no child series.
+    let (child, renew) = lines(Shape {
+        sessions: true,
+        job: None,
+    });
+    assert!(child.is_empty(), "{child:?}");
+    assert_eq!(renew.len(), 5, "{renew:?}");
+    assert!(
+        renew.iter().all(|s| s.contains(r##"election="#session""##)),
+        "{renew:?}"
     );
 }
