@@ -375,7 +375,11 @@ impl SessionReads {
                 if let Record::Valid(s) = record {
                     known.learn(&s.rvn, now);
                 }
-                known.last = Some((sent, record.clone()));
+                // Two reads answered out of order: the one sent later
+                // stays (it shows the newer record).
+                if known.last.as_ref().is_none_or(|(s, _)| *s <= sent) {
+                    known.last = Some((sent, record.clone()));
+                }
             }
         }
         (known.answer(res, sent, now), made.then(|| now - sent))
