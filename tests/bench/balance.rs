@@ -273,9 +273,10 @@ pub fn measure(
             renew_failures: metric_sum(&metrics, "leaderd_renew_total", |l| {
                 !l.contains("result=\"ok\"")
             }),
+            // With sessions only the session is renewed (under #session).
             renewals: (
                 ok1[k] - ok0[k],
-                led_now as f64 * minutes * 60.0 / R.as_secs_f64(),
+                if sessions { 1.0 } else { led_now as f64 } * minutes * 60.0 / R.as_secs_f64(),
             ),
             worst_delay_ms: if least[k] == u64::MAX {
                 0.0
