@@ -10,7 +10,10 @@
 //! real sleeps.
 
 use std::ops::{Add, Sub};
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 /// A point on the boot-time clock, as the time elapsed since the clock's origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -81,10 +84,62 @@ enum Source {
     Tokio(tokio::time::Instant),
 }
 
-/// Longest single sleep on the monotonic timer before the boot-time clock is
-/// read again. tokio's timers run on `CLOCK_MONOTONIC`, which stops during
-/// suspend; waking at least this often notices a suspend within this bound.
-const MAX_SLEEP_SLICE: Duration = Duration::from_millis(250);
+/// How often the boot-time clock is compared with the monotonic one.
+/// tokio's timers run on `CLOCK_MONOTONIC`, which stops during suspend: a
+/// sleep on it alone would end late by the time the machine slept. One
+/// thread per process checks this often and wakes every sleeper when the
+/// two clocks drift apart (a suspend ended), so each sleeps until its own
+/// deadline and a suspend is still noticed within this bound. (Before, each
+/// sleeper woke this often: with a thousand elections, four thousand
+/// wake-ups a second, most of a daemon's CPU at rest.)
+const SUSPEND_CHECK: Duration = Duration::from_millis(250);
+
+/// How far the boot-time clock must get ahead of the monotonic one between
+/// two checks to count as a suspend (both run at the same rate otherwise;
+/// this is only above the noise of reading them one after the other).
+const SUSPEND_MIN: Duration = Duration::from_millis(5);
+
+/// Moves each time the machine is seen to have been suspended; `None` if
+/// the watching thread could not be started (then sleepers wake every
+/// [`SUSPEND_CHECK`] themselves, as they did before).
+fn suspends() -> Option<watch::Receiver<u64>> {
+    static SUSPENDS: OnceLock<Option<watch::Sender<u64>>> = OnceLock::new();
+    SUSPENDS
+        .get_or_init(|| {
+            let (tx, _) = watch::channel(0);
+            let watcher = tx.clone();
+            std::thread::Builder::new()
+                .name("leaderd-suspend".into())
+                .spawn(move || watch_suspends(&watcher, boot_ahead, SUSPEND_CHECK))
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+        .map(watch::Sender::subscribe)
+}
+
+/// How far `CLOCK_BOOTTIME` is ahead of `CLOCK_MONOTONIC`: the time the
+/// machine spent suspended since boot.
+fn boot_ahead() -> Duration {
+    let monotonic = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|ts| Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32))
+        .unwrap_or_default();
+    boot_now().since_origin().saturating_sub(monotonic)
+}
+
+/// Every `every`, bump `tx` if `ahead` grew by [`SUSPEND_MIN`] or more.
+/// Never returns.
+fn watch_suspends(tx: &watch::Sender<u64>, ahead: impl Fn() -> Duration, every: Duration) {
+    let mut last = ahead();
+    loop {
+        std::thread::sleep(every);
+        let now = ahead();
+        if now >= last + SUSPEND_MIN {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        last = now;
+    }
+}
 
 impl Clock {
     /// The production clock: `CLOCK_BOOTTIME`.
@@ -112,13 +167,26 @@ impl Clock {
     /// Sleep until `deadline` on this clock.
     pub async fn sleep_until(&self, deadline: Instant) {
         match &self.source {
-            Source::Boot => loop {
-                let left = deadline.saturating_since(boot_now());
-                if left.is_zero() {
-                    return;
+            Source::Boot => {
+                let mut suspends = suspends();
+                loop {
+                    let left = deadline.saturating_since(boot_now());
+                    if left.is_zero() {
+                        return;
+                    }
+                    let Some(rx) = &mut suspends else {
+                        tokio::time::sleep(left.min(SUSPEND_CHECK)).await;
+                        continue;
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep(left) => {}
+                        changed = rx.changed() => if changed.is_err() {
+                            // The watcher is gone: slice the sleep instead.
+                            suspends = None;
+                        },
+                    }
                 }
-                tokio::time::sleep(left.min(MAX_SLEEP_SLICE)).await;
-            },
+            }
             Source::Tokio(origin) => tokio::time::sleep_until(*origin + deadline.0).await,
         }
     }
@@ -199,5 +267,58 @@ mod tests {
                 .await,
             None
         );
+    }
+
+    #[test]
+    fn the_watcher_tells_of_a_jump_of_the_boot_clock_and_of_nothing_else() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static AHEAD_MS: AtomicU64 = AtomicU64::new(1_000);
+        let (tx, mut rx) = watch::channel(0);
+        std::thread::spawn(move || {
+            watch_suspends(
+                &tx,
+                || Duration::from_millis(AHEAD_MS.load(Ordering::SeqCst)),
+                Duration::from_millis(5),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!rx.has_changed().unwrap(), "told of a suspend that was not");
+        // Noise below the threshold is no suspend.
+        AHEAD_MS.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!rx.has_changed().unwrap(), "told of 1 ms of noise");
+        AHEAD_MS.fetch_add(30_000, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(rx.has_changed().unwrap(), "a 30 s suspend not told");
+        assert_eq!(*rx.borrow_and_update(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_boot_clock_sleep_is_woken_at_its_deadline_only() {
+        use futures_util::task::{ArcWake, waker};
+        use std::future::Future;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Wakes(AtomicUsize);
+        impl ArcWake for Wakes {
+            fn wake_by_ref(w: &Arc<Self>) {
+                w.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = waker(wakes.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let clock = Clock::boot();
+        let start = clock.now();
+        let mut sleep = std::pin::pin!(clock.sleep(Duration::from_millis(1_500)));
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            0,
+            "woken before its deadline"
+        );
+        sleep.await;
+        assert!(clock.now() - start >= Duration::from_millis(1_500));
     }
 }
