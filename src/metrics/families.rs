@@ -2,7 +2,11 @@
 //! labels and buckets all in this file, grouped by what feeds them, so the
 //! exported surface (listed again in docs/metrics.md) reads in one place.
 
-use prometheus::core::Collector;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
@@ -38,13 +42,13 @@ pub(super) struct Registered {
 /// clock, never fed by events: a stalled engine leaves no stale value.
 pub(super) struct ScrapeGauges {
     /// `leaderd_is_leader`.
-    pub(super) is_leader: IntGaugeVec,
+    pub(super) is_leader: PerElection,
     /// `leaderd_fencing_token`.
-    pub(super) fencing_token: IntGaugeVec,
+    pub(super) fencing_token: PerElection,
     /// `leaderd_lease_remaining_seconds`.
-    pub(super) lease_remaining_seconds: GaugeVec,
+    pub(super) lease_remaining_seconds: PerElection,
     /// `leaderd_watching_leader`.
-    pub(super) watching_leader: IntGaugeVec,
+    pub(super) watching_leader: PerElection,
     /// `leaderd_elections_led`.
     pub(super) elections_led: IntGaugeVec,
     /// `leaderd_fair_share` (balance on).
@@ -176,31 +180,22 @@ impl Families {
 
 impl ScrapeGauges {
     fn register(r: &mut Families) -> ScrapeGauges {
-        let is_leader = r.int_gauge(
+        let is_leader = r.add(PerElection::new(
             "leaderd_is_leader",
             "1 while this instance leads the election and is inside its validity, else 0 (computed at scrape time).",
-            &["election"],
-        );
-        let fencing_token = r.int_gauge(
+        ));
+        let fencing_token = r.add(PerElection::new(
             "leaderd_fencing_token",
             "Fencing token of the lease as last observed (this instance's own while leading); absent until the record has been read.",
-            &["election"],
-        );
-        let lease_remaining_seconds = r.add(
-            GaugeVec::new(
-                Opts::new(
-                    "leaderd_lease_remaining_seconds",
-                    "Validity left of this instance's tenure in seconds; 0 when not leading (computed at scrape time).",
-                ),
-                &["election"],
-            )
-            .expect("metric names and labels are valid constants (checked by tests)"),
-        );
-        let watching_leader = r.int_gauge(
+        ));
+        let lease_remaining_seconds = r.add(PerElection::new(
+            "leaderd_lease_remaining_seconds",
+            "Validity left of this instance's tenure in seconds; 0 when not leading (computed at scrape time).",
+        ));
+        let watching_leader = r.add(PerElection::new(
             "leaderd_watching_leader",
             "1 while this instance follows and the leader's events reach it (its watch stream spoke within R + P), 0 while it leads or polls the store instead (computed at scrape time).",
-            &["election"],
-        );
+        ));
         let elections_led = r.int_gauge(
             "leaderd_elections_led",
             "Elections this instance leads, inside their validity (computed at scrape time).",
@@ -338,5 +333,67 @@ impl AppCheck {
             &[],
         );
         AppCheck { up, failures_total }
+    }
+}
+
+/// A gauge family with one value per election, all computed at scrape
+/// time: it keeps no series between scrapes, only the values of the one
+/// being rendered (a gauge vector would keep a series per election for
+/// ever, a few hundred bytes each, a thousand times over).
+#[derive(Clone)]
+pub(super) struct PerElection {
+    desc: Desc,
+    values: Arc<Mutex<Vec<(String, f64)>>>,
+}
+
+impl PerElection {
+    fn new(name: &str, help: &str) -> PerElection {
+        PerElection {
+            desc: Desc::new(
+                name.to_owned(),
+                help.to_owned(),
+                vec!["election".to_owned()],
+                HashMap::new(),
+            )
+            .expect("metric names and labels are valid constants (checked by tests)"),
+            values: Arc::default(),
+        }
+    }
+
+    /// The values the next render shows, by election.
+    pub(super) fn set(&self, values: Vec<(String, f64)>) {
+        *self.lock() = values;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(String, f64)>> {
+        // Whole values are swapped in: a poisoned lock holds no half-state.
+        self.values
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Collector for PerElection {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut family = MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::GAUGE);
+        for (election, value) in std::mem::take(&mut *self.lock()) {
+            let mut label = LabelPair::default();
+            label.set_name("election".to_owned());
+            label.set_value(election);
+            let mut gauge = Gauge::default();
+            gauge.set_value(value);
+            let mut metric = Metric::default();
+            metric.set_label(vec![label]);
+            metric.set_gauge(gauge);
+            family.mut_metric().push(metric);
+        }
+        vec![family]
     }
 }

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use super::Metrics;
 use super::families::RESULTS;
 use crate::balance::Share;
-use crate::clock::{Clock, Instant};
+use crate::clock::Clock;
 use crate::election::ElectionState;
 
 impl Metrics {
@@ -21,12 +21,35 @@ impl Metrics {
     ) {
         let gauges = &self.gauges;
         let mut led = 0;
+        let (mut leader, mut remaining, mut watching, mut token) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for rx in elections {
-            // Clone out at once: holding the borrow would block the engine.
-            let state = rx.borrow().clone();
-            let now = clock.now();
-            led += i64::from(self.refresh_election(&state, now));
+            let (name, leading, left, watches, fencing) = {
+                // Read out at once: holding the borrow would block the engine.
+                let state = rx.borrow();
+                let now = clock.now();
+                (
+                    state.election.clone(),
+                    state.is_leader_at(now),
+                    state.lease_remaining(now).as_secs_f64(),
+                    state.watching_leader_at(now),
+                    state.fencing_token,
+                )
+            };
+            self.touch(&name);
+            led += i64::from(leading);
+            leader.push((name.clone(), f64::from(u8::from(leading))));
+            remaining.push((name.clone(), left));
+            watching.push((name.clone(), f64::from(u8::from(watches))));
+            // Absent until the record was read, rather than a made-up 0.
+            if let Some(t) = fencing {
+                token.push((name, t as f64));
+            }
         }
+        gauges.is_leader.set(leader);
+        gauges.lease_remaining_seconds.set(remaining);
+        gauges.watching_leader.set(watching);
+        gauges.fencing_token.set(token);
         let no_labels: &[&str] = &[];
         gauges.elections_led.with_label_values(no_labels).set(led);
         if let Some(share) = share {
@@ -50,39 +73,6 @@ impl Metrics {
             .session_valid_seconds
             .with_label_values(no_labels)
             .set(left.as_secs_f64());
-    }
-
-    /// Set one election's gauges from its `state` at `now`; true while it
-    /// leads.
-    fn refresh_election(&self, state: &ElectionState, now: Instant) -> bool {
-        let gauges = &self.gauges;
-        let name = state.election.as_str();
-        self.touch(name);
-        let leading = state.is_leader_at(now);
-        gauges
-            .is_leader
-            .with_label_values(&[name])
-            .set(i64::from(leading));
-        gauges
-            .lease_remaining_seconds
-            .with_label_values(&[name])
-            .set(state.lease_remaining(now).as_secs_f64());
-        gauges
-            .watching_leader
-            .with_label_values(&[name])
-            .set(i64::from(state.watching_leader_at(now)));
-        match state.fencing_token {
-            Some(token) => gauges
-                .fencing_token
-                .with_label_values(&[name])
-                .set(i64::try_from(token).unwrap_or(i64::MAX)),
-            None => {
-                // Absent rather than a made-up 0; an error only means the
-                // series did not exist yet.
-                let _ = gauges.fencing_token.remove_label_values(&[name]);
-            }
-        }
-        leading
     }
 
     /// Create the series of `election` that have a fixed label set, at zero,
