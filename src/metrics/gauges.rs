@@ -84,16 +84,14 @@ impl Metrics {
                 .transitions_total
                 .with_label_values(&[election, direction]);
         }
-        let renewed = if self.shape.sessions {
-            crate::election::SESSION_LABEL
-        } else {
-            election
-        };
         for result in RESULTS {
             campaign
                 .acquire_attempts_total
                 .with_label_values(&[election, result]);
-            campaign.renew_total.with_label_values(&[renewed, result]);
+            // With sessions only the session is renewed (created at start).
+            if !self.sessions {
+                campaign.renew_total.with_label_values(&[election, result]);
+            }
         }
         campaign
             .malformed_records_total
@@ -101,13 +99,6 @@ impl Metrics {
         campaign
             .unknown_format_records_total
             .with_label_values(&[election]);
-        if self.shape.job.as_deref() == Some(election) {
-            self.child.running.with_label_values(&[election]);
-            self.child.kills_total.with_label_values(&[election]);
-            self.child
-                .start_failures_total
-                .with_label_values(&[election]);
-        }
         self.watch_streams.with_label_values(&[election]);
     }
 }

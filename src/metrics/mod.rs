@@ -59,8 +59,9 @@ pub struct Metrics {
     /// Length of the last rendering: the next one reserves that much at once
     /// instead of doubling its way up (at 1,000 elections the text is 5 MB).
     last_render_len: AtomicUsize,
-    /// Which series an election has from the start.
-    shape: Shape,
+    /// Tenures are held through the session: no election is renewed on
+    /// its own (see [`Shape::sessions`]).
+    sessions: bool,
 }
 
 /// What a daemon's elections can report, so that only series that can
@@ -105,6 +106,19 @@ impl Metrics {
     /// A daemon's metrics, with the series of `shape` created at zero.
     pub fn shaped(shape: Shape) -> Self {
         let r = families::register();
+        // The series known before any election is: created once, here.
+        if shape.sessions {
+            for result in families::RESULTS {
+                r.campaign
+                    .renew_total
+                    .with_label_values(&[crate::election::SESSION_LABEL, result]);
+            }
+        }
+        if let Some(election) = &shape.job {
+            r.child.running.with_label_values(&[election]);
+            r.child.kills_total.with_label_values(&[election]);
+            r.child.start_failures_total.with_label_values(&[election]);
+        }
         Metrics {
             families: r.all,
             gauges: r.gauges,
@@ -114,7 +128,7 @@ impl Metrics {
             watch_streams: r.watch_streams,
             render_lock: Mutex::new(()),
             last_render_len: AtomicUsize::new(0),
-            shape,
+            sessions: shape.sessions,
         }
     }
 
