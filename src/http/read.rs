@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -33,7 +34,7 @@ use super::router::{AppState, Shared};
 use crate::balance::Share;
 use crate::clock::Instant;
 use crate::election::{ElectionState, Role, SessionView};
-use crate::metrics;
+use crate::metrics::{self, Metrics};
 use crate::text;
 use crate::watch::server as watch_server;
 
@@ -272,36 +273,51 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
     Json(body).into_response()
 }
 
-/// `GET /metrics`: the Prometheus text format.
+/// `GET /metrics`: the Prometheus text format, sent in pieces as it is
+/// written (at a thousand elections it is megabytes).
 pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
     if let Some((rx, validity)) = &app.session {
         let body = SessionBody::of(rx.borrow().as_ref(), *validity, app.clock.now());
         app.metrics
             .set_session_valid(Duration::from_millis(body.valid_for_ms));
     }
-    match app.metrics.render(
+    let share = app.balance.as_ref().map(|rx| rx.borrow().clone());
+    let mut scrape = Metrics::scrape(
+        app.metrics.clone(),
         app.elections.values().map(|e| &e.state),
-        app.balance.as_ref().map(|rx| rx.borrow().clone()).as_ref(),
+        share.as_ref(),
         &app.clock,
-    ) {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(metrics::CONTENT_TYPE),
-            )],
-            text,
-        )
-            .into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "rendering metrics failed");
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "metrics_failed",
-                format!("rendering metrics failed: {e}"),
-            )
-            .into_response()
+    );
+    // An error shows before the answer starts: only the first piece can
+    // still turn into a 500 (later ones would cut the answer short).
+    let first = match scrape.next().transpose() {
+        Ok(first) => first,
+        Err(e) => return metrics_failed(&e),
+    };
+    let rest = scrape.inspect(|piece| {
+        if let Err(e) = piece {
+            tracing::error!(error = %e, "rendering metrics failed midway; the answer is cut short");
         }
-    }
+    });
+    let pieces = futures_util::stream::iter(first.map(Ok).into_iter().chain(rest));
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(metrics::CONTENT_TYPE),
+        )],
+        Body::from_stream(pieces),
+    )
+        .into_response()
+}
+
+fn metrics_failed(e: &prometheus::Error) -> Response {
+    tracing::error!(error = %e, "rendering metrics failed");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "metrics_failed",
+        format!("rendering metrics failed: {e}"),
+    )
+    .into_response()
 }
 
 /// `GET /v1/watch`: the daemon's stream, with sessions (its session's

@@ -1,24 +1,21 @@
-//! Prometheus metrics, registered once into a registry of our own.
+//! Prometheus metrics.
 //!
 //! Counters and the store latency histogram are fed by the election engines
 //! through [`Observer`](crate::election::Observer) and by the child supervisor through
 //! [`Metrics::child_started`] and friends. The leadership gauges
 //! (`is_leader`, `fencing_token`, `lease_remaining_seconds`) are not fed at
-//! all: [`Metrics::render`] computes them from the engines' current state and
-//! the clock at scrape time, so a stalled engine can never leave a stale
-//! "leader = 1" behind.
+//! all: a scrape reads them from the engines' current state and the clock
+//! as it starts, so a stalled engine can never leave a stale "leader = 1"
+//! behind.
 //!
 //! The rooms: this file holds [`Metrics`] and the events of the job, the app
-//! check and the watch streams; `families` names and registers every family;
-//! `observer` counts what the election engines report, store request timings
-//! included; `gauges` computes the per-election gauges at scrape time;
-//! `render` writes the text format.
+//! check and the watch streams; `families` names every family; `table` keeps
+//! the counters of every election; `observer` counts what the election
+//! engines report, store request timings included; `gauges` reads the
+//! per-election gauges at scrape time; `render` writes a scrape in pieces,
+//! `text` the lines of the format.
 
-use std::sync::Mutex;
-use std::sync::atomic::AtomicUsize;
-
-use prometheus::IntGauge;
-use prometheus::core::Collector;
+use prometheus::GaugeVec;
 
 use crate::app_check::{self, Verdict};
 
@@ -28,37 +25,33 @@ mod observer;
 #[cfg(any(test, feature = "testing"))]
 mod promtool;
 mod render;
+mod table;
 #[cfg(test)]
 mod tests;
+mod text;
 
-use families::{AppCheck, Campaign, Child, ScrapeGauges};
+use families::{AppCheck, Child, Section};
 #[cfg(any(test, feature = "testing"))]
 pub use promtool::promtool_check;
+pub use render::Scrape;
 
-/// Content type of [`Metrics::render`]'s output.
+/// Content type of a scrape's text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Every leaderd metric. Create one per process and share it (`Arc`).
 pub struct Metrics {
     /// Every metric family, sorted by name: what a scrape renders, one family
-    /// at a time (see [`Metrics::render`]).
-    families: Vec<Box<dyn Collector>>,
-    /// Computed at scrape time.
-    gauges: ScrapeGauges,
-    /// Fed by the election engines.
-    campaign: Campaign,
+    /// at a time (see [`Scrape`]).
+    sections: Vec<Section>,
+    /// The counters of every election, fed by the election engines and the
+    /// watch streams.
+    table: table::Table,
     /// Fed by the daemon as it runs the job.
     child: Child,
     /// Fed by the app check.
     app_check: AppCheck,
-    /// `leaderd_watch_streams`.
-    watch_streams: prometheus::IntGaugeVec,
-    /// Serialises renders: each one sets the leadership gauges, then gathers;
-    /// two interleaved renders could otherwise mix their readings.
-    render_lock: Mutex<()>,
-    /// Length of the last rendering: the next one reserves that much at once
-    /// instead of doubling its way up (at 1,000 elections the text is 5 MB).
-    last_render_len: AtomicUsize,
+    /// `leaderd_session_valid_seconds`, set before a scrape.
+    session_valid_seconds: GaugeVec,
     /// Tenures are held through the session: no election is renewed on
     /// its own (see [`Shape::sessions`]).
     sessions: bool,
@@ -86,11 +79,11 @@ impl Default for Metrics {
 
 /// One open watch stream, counted in `leaderd_watch_streams` while it lives.
 #[derive(Debug)]
-pub struct OpenWatchStream(IntGauge);
+pub struct OpenWatchStream(table::Shared);
 
 impl Drop for OpenWatchStream {
     fn drop(&mut self) {
-        self.0.dec();
+        table::lock(&self.0).stream(-1);
     }
 }
 
@@ -106,13 +99,10 @@ impl Metrics {
     /// A daemon's metrics, with the series of `shape` created at zero.
     pub fn shaped(shape: Shape) -> Self {
         let r = families::register();
+        let table = table::Table::default();
         // The series known before any election is: created once, here.
         if shape.sessions {
-            for result in families::RESULTS {
-                r.campaign
-                    .renew_total
-                    .with_label_values(&[crate::election::SESSION_LABEL, result]);
-            }
+            table.with(crate::election::SESSION_LABEL, table::Series::renewed);
         }
         if let Some(election) = &shape.job {
             r.child.running.with_label_values(&[election]);
@@ -120,14 +110,11 @@ impl Metrics {
             r.child.start_failures_total.with_label_values(&[election]);
         }
         Metrics {
-            families: r.all,
-            gauges: r.gauges,
-            campaign: r.campaign,
+            sections: r.sections,
+            table,
             child: r.child,
             app_check: r.app_check,
-            watch_streams: r.watch_streams,
-            render_lock: Mutex::new(()),
-            last_render_len: AtomicUsize::new(0),
+            session_valid_seconds: r.session_valid_seconds,
             sessions: shape.sessions,
         }
     }
@@ -163,16 +150,16 @@ impl Metrics {
     /// A watch stream of `election` opened; it counts until the returned
     /// guard drops (when the stream ends or its client goes away).
     pub fn watch_stream_opened(&self, election: &str) -> OpenWatchStream {
-        let gauge = self.watch_streams.with_label_values(&[election]);
-        gauge.inc();
-        OpenWatchStream(gauge)
+        let series = self.table.get(election);
+        table::lock(&series).stream(1);
+        OpenWatchStream(series)
     }
 }
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
-            .field("families", &self.families.len())
+            .field("families", &self.sections.len())
             .finish_non_exhaustive()
     }
 }

@@ -15,30 +15,20 @@ impl Observer for Metrics {
         took: Duration,
         outcome: Outcome<'_>,
     ) {
-        self.campaign
-            .store_request_duration_seconds
-            .with_label_values(&[election, op])
-            .observe(took.as_secs_f64());
-        if let Outcome::Failed(e) = outcome {
-            self.campaign
-                .store_errors_total
-                .with_label_values(&[election, e.metric_label()])
-                .inc();
-        }
+        self.table.with(election, |s| {
+            s.request(op, took.as_secs_f64());
+            if let Outcome::Failed(e) = outcome {
+                s.error(e.metric_label());
+            }
+        });
     }
 
     fn acquire_attempt(&self, election: &str, outcome: Outcome<'_>) {
-        self.campaign
-            .acquire_attempts_total
-            .with_label_values(&[election, outcome.label()])
-            .inc();
+        self.table.with(election, |s| s.acquire(outcome.label()));
     }
 
     fn renew(&self, election: &str, outcome: Outcome<'_>) {
-        self.campaign
-            .renew_total
-            .with_label_values(&[election, outcome.label()])
-            .inc();
+        self.table.with(election, |s| s.renew(outcome.label()));
     }
 
     fn transition(&self, election: &str, t: Transition) {
@@ -46,23 +36,14 @@ impl Observer for Metrics {
             Transition::Gained => "gained",
             Transition::Lost => "lost",
         };
-        self.campaign
-            .transitions_total
-            .with_label_values(&[election, direction])
-            .inc();
+        self.table.with(election, |s| s.transition(direction));
     }
 
     fn malformed_record(&self, election: &str) {
-        self.campaign
-            .malformed_records_total
-            .with_label_values(&[election])
-            .inc();
+        self.table.with(election, |s| s.malformed());
     }
 
     fn unknown_format_record(&self, election: &str) {
-        self.campaign
-            .unknown_format_records_total
-            .with_label_values(&[election])
-            .inc();
+        self.table.with(election, |s| s.unknown_format());
     }
 }

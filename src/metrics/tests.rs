@@ -352,3 +352,127 @@ async fn only_series_that_can_move_exist_before_their_first_event() {
         "{renew:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_large_scrape_comes_in_pieces_with_each_family_whole() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let channels: Vec<_> = (0..2_000)
+        .map(|i| watch::channel(state(&format!("e-{i:04}"), Role::Follower, now, Some(i))))
+        .collect();
+    let m = Metrics::new();
+    for i in 0..2_000 {
+        m.store_request(
+            &format!("e-{i:04}"),
+            "read",
+            Duration::from_millis(2),
+            Outcome::Ok,
+        );
+    }
+    let pieces: Vec<String> = Metrics::scrape(&m, channels.iter().map(|(_, rx)| rx), None, &clock)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(pieces.len() > 20, "{} pieces", pieces.len());
+    // A piece stops after the election that fills it: at most one
+    // election's lines (a histogram's 16) past the mark.
+    for piece in &pieces {
+        assert!(piece.len() < 36 * 1024, "a piece of {} bytes", piece.len());
+        assert!(piece.ends_with('\n'));
+    }
+    let text = pieces.concat();
+    // Each family's lines together, under one head.
+    let mut seen = Vec::new();
+    let mut current = "";
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|f| f.ends_with("_seconds"))
+            .unwrap_or(name);
+        if family != current {
+            assert!(!seen.contains(&family), "{family} split in two");
+            seen.push(family);
+            current = family;
+        }
+    }
+    let heads = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+    assert_eq!(heads, seen.len());
+    let count = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count("leaderd_is_leader{"), 2_000);
+    assert_eq!(count("leaderd_acquire_attempts_total{"), 10_000);
+    assert_eq!(
+        count("leaderd_store_request_duration_seconds_bucket{"),
+        28_000
+    );
+    assert_eq!(
+        m.render(channels.iter().map(|(_, rx)| rx), None, &clock)
+            .unwrap(),
+        text
+    );
+    promtool_check(&text);
+}
+
+#[test]
+fn the_table_writes_what_the_prometheus_encoder_writes() {
+    use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+    let registry = Registry::new();
+    let buckets = vec![
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    let latency = HistogramVec::new(
+        HistogramOpts::new(
+            "leaderd_store_request_duration_seconds",
+            "Duration of lease store requests in seconds, by operation.",
+        )
+        .buckets(buckets),
+        &["election", "op"],
+    )
+    .unwrap();
+    let errors = IntCounterVec::new(
+        Opts::new(
+            "leaderd_store_errors_total",
+            "Failed lease store requests, by error class; a failed write condition is not an error.",
+        ),
+        &["election", "class"],
+    )
+    .unwrap();
+    registry.register(Box::new(latency.clone())).unwrap();
+    registry.register(Box::new(errors.clone())).unwrap();
+
+    let m = Metrics::new();
+    let throttled = StoreError::Throttled("slow down".into());
+    let timings = [
+        ("b", "read", 0.0004),
+        ("a", "renew", 0.003),
+        ("a", "read", 0.01),
+        ("a", "read", 0.7),
+        ("b", "read", 42.0),
+    ];
+    for (election, op, secs) in timings {
+        let outcome = if secs > 1.0 {
+            Outcome::Failed(&throttled)
+        } else {
+            Outcome::Ok
+        };
+        m.store_request(election, op, Duration::from_secs_f64(secs), outcome);
+        latency.with_label_values(&[election, op]).observe(secs);
+        if secs > 1.0 {
+            errors.with_label_values(&[election, "throttled"]).inc();
+        }
+    }
+    let mut expected = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&registry.gather(), &mut expected)
+        .unwrap();
+    let expected = String::from_utf8(expected).unwrap();
+    let ours = m.render([], None, &Clock::boot()).unwrap();
+    let part = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains("leaderd_store_"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(part(&ours), part(&expected));
+}
