@@ -19,6 +19,7 @@
 //! exponential backoff, and only while the caller's budget lasts.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,6 +27,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region, SharedHttpClient};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TableStatus};
 use aws_smithy_http_client::tls;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 mod codec;
@@ -58,6 +60,9 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A throttled request is retried only if at least this much of the budget
 /// remains after the backoff pause: a shorter attempt would only time out.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
+/// Requests of one store in flight at once, renewals aside (see
+/// [`DynamoStore::slot`]).
+const IN_FLIGHT: usize = 32;
 
 /// Where the lease table lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,11 +109,13 @@ impl DynamoSpec {
 }
 
 /// The DynamoDB lease store. Clones share one SDK client (and its connection
-/// pool).
+/// pool) and its request slots.
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
     client: Client,
     table: String,
+    /// One permit per request in flight (renewals aside).
+    slots: Arc<Semaphore>,
 }
 
 /// The HTTPS client for DynamoDB and for the credential providers that call
@@ -141,6 +148,7 @@ impl DynamoStore {
         DynamoStore {
             client: Client::from_conf(builder.build()),
             table: cfg.table.clone(),
+            slots: Arc::new(Semaphore::new(IN_FLIGHT)),
         }
     }
 
@@ -154,6 +162,7 @@ impl DynamoStore {
         DynamoStore {
             client: Client::from_conf(config),
             table: table.into(),
+            slots: Arc::new(Semaphore::new(IN_FLIGHT)),
         }
     }
 
@@ -169,6 +178,106 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
+    /// Wait, until `deadline`, for a request slot; a renewal (`renews`)
+    /// never waits.
+    ///
+    /// A burst of requests (the first reads of a thousand elections, the
+    /// takeovers of every election a crashed daemon held) queues here, in
+    /// arrival order, instead of opening a connection each: a request costs
+    /// tens of KiB while it lasts, and its connection stays pooled after.
+    /// A renewal keeps a lease this process holds, so it goes first, as on
+    /// SQLite's writer lane.
+    async fn slot(
+        &self,
+        deadline: Instant,
+        renews: bool,
+    ) -> Result<Option<SemaphorePermit<'_>>, StoreError> {
+        if renews {
+            return Ok(None);
+        }
+        match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            // Never closed; without a permit the request still goes.
+            Ok(Err(_closed)) => Ok(None),
+            Err(_) => Err(StoreError::Transport(format!(
+                "not sent: {IN_FLIGHT} other requests to table {} were in flight for the whole budget",
+                self.table
+            ))),
+        }
+    }
+
+    /// One consistent read, sent now, by `deadline`.
+    async fn read_now(&self, election: &str, deadline: Instant) -> Result<Record, StoreError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = retry_throttled(left, |left| {
+            let req = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(KEY, AttributeValue::S(election.to_owned()))
+                .consistent_read(true)
+                .send();
+            async move {
+                match bounded(left, req).await? {
+                    Ok(out) => Ok(match out.item() {
+                        None => Record::Absent,
+                        Some(item) => parse_item(election, item),
+                    }),
+                    Err(e) => Err(classify(&e, &self.table, left)),
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(record) => Ok(record),
+            Err(e) => Err(self.refine_missing(e, deadline).await),
+        }
+    }
+
+    /// One conditional write, sent now, by `deadline`.
+    async fn put_now(
+        &self,
+        lease: &Lease,
+        condition: &Condition,
+        deadline: Instant,
+    ) -> Result<WriteOutcome, StoreError> {
+        let item = lease_item(lease);
+        let cond = condition_expression(condition)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = retry_throttled(left, |left| {
+            let req = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item.clone()))
+                .condition_expression(cond.expression)
+                .set_expression_attribute_names(Some(cond.names.clone()))
+                .set_expression_attribute_values(cond.values.clone())
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send();
+            async move {
+                match bounded(left, req).await? {
+                    Ok(_) => Ok(WriteOutcome::Applied),
+                    Err(e) => match condition_failed(&e) {
+                        // Not every server returns the old item (dynalite
+                        // does not), and none does when there is no item.
+                        Some(old) => Ok(WriteOutcome::ConditionFailed {
+                            current: old.map(|item| parse_item(&lease.election, item)),
+                        }),
+                        None => Err(classify(&e, &self.table, left)),
+                    },
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => Err(self.refine_missing(e, deadline).await),
+        }
+    }
+
     /// Every item, read consistently; or, given a key prefix, only the
     /// items under it, read eventually consistently.
     async fn scan_table(
@@ -180,6 +289,7 @@ impl DynamoStore {
         let mut records = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
+            let _slot = self.slot(deadline, false).await?;
             let left = deadline.saturating_duration_since(Instant::now());
             let page = retry_throttled(left, |left| {
                 let mut req = self
@@ -230,29 +340,10 @@ impl LeaseStore for DynamoStore {
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {
         let deadline = Instant::now() + budget;
-        let result = retry_throttled(budget, |left| {
-            let req = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(KEY, AttributeValue::S(election.to_owned()))
-                .consistent_read(true)
-                .send();
-            async move {
-                match bounded(left, req).await? {
-                    Ok(out) => Ok(match out.item() {
-                        None => Record::Absent,
-                        Some(item) => parse_item(election, item),
-                    }),
-                    Err(e) => Err(classify(&e, &self.table, left)),
-                }
-            }
-        })
-        .await;
-        match result {
-            Ok(record) => Ok(record),
-            Err(e) => Err(self.refine_missing(e, deadline).await),
-        }
+        let _slot = self.slot(deadline, false).await?;
+        // Boxed once a slot is free: a request in progress is ~17 KiB of
+        // SDK state, which a request waiting for its slot does not hold.
+        Box::pin(self.read_now(election, deadline)).await
     }
 
     async fn put(
@@ -262,40 +353,8 @@ impl LeaseStore for DynamoStore {
         budget: Duration,
     ) -> Result<WriteOutcome, StoreError> {
         let deadline = Instant::now() + budget;
-        let item = lease_item(lease);
-        let cond = condition_expression(condition)?;
-        let result = retry_throttled(budget, |left| {
-            let req = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(item.clone()))
-                .condition_expression(cond.expression)
-                .set_expression_attribute_names(Some(cond.names.clone()))
-                .set_expression_attribute_values(cond.values.clone())
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send();
-            async move {
-                match bounded(left, req).await? {
-                    Ok(_) => Ok(WriteOutcome::Applied),
-                    Err(e) => match condition_failed(&e) {
-                        // Not every server returns the old item (dynalite
-                        // does not), and none does when there is no item.
-                        Some(old) => Ok(WriteOutcome::ConditionFailed {
-                            current: old.map(|item| parse_item(&lease.election, item)),
-                        }),
-                        None => Err(classify(&e, &self.table, left)),
-                    },
-                }
-            }
-        })
-        .await;
-        match result {
-            Ok(outcome) => Ok(outcome),
-            Err(e) => Err(self.refine_missing(e, deadline).await),
-        }
+        let _slot = self.slot(deadline, renews(lease, condition)).await?;
+        Box::pin(self.put_now(lease, condition, deadline)).await
     }
 
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
@@ -326,4 +385,10 @@ impl LeaseStore for DynamoStore {
         }
         Ok(())
     }
+}
+
+/// Whether writing `lease` under `condition` renews it: the holder the
+/// condition names keeps it (a release or a handover writes no holder).
+fn renews(lease: &Lease, condition: &Condition) -> bool {
+    matches!(condition, Condition::HeldBy { holder, .. } if lease.holder.as_deref() == Some(holder))
 }

@@ -463,3 +463,54 @@ fn a_record_held_through_a_session_and_a_session_record_are_format_2() {
         "attribute `session` is N, expected S"
     );
 }
+
+/// A store whose every request that goes out fails at once (nothing
+/// listens on the endpoint), with no credentials to look up.
+async fn unreachable_store() -> DynamoStore {
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url("http://127.0.0.1:1")
+        .credentials_provider(aws_credential_types::Credentials::for_tests())
+        .http_client(https_client())
+        .build();
+    DynamoStore::from_client(&Client::from_conf(conf), "leases")
+}
+
+#[tokio::test]
+async fn a_burst_queues_for_a_slot_and_a_renewal_never_waits() {
+    let store = unreachable_store().await;
+    let _busy: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| store.slots.try_acquire().expect("a free slot"))
+        .collect();
+    let budget = Duration::from_millis(200);
+    let started = Instant::now();
+    let read = store.read("report", budget).await;
+    assert!(
+        matches!(&read, Err(StoreError::Transport(m)) if m.starts_with("not sent: 32 other requests")),
+        "{read:?}"
+    );
+    assert!(started.elapsed() >= budget, "gave up early");
+    assert!(!read.unwrap_err().maybe_applied());
+
+    // A renewal goes out at once (and fails to connect); a release or a
+    // takeover waits like the read.
+    let lease = sample_lease();
+    let holder = lease.holder.clone().expect("the sample is held");
+    let renew = Condition::HeldBy {
+        rvn: lease.rvn.clone(),
+        holder,
+    };
+    let renewed = store.put(&lease, &renew, budget).await;
+    assert!(
+        !matches!(&renewed, Err(StoreError::Transport(m)) if m.starts_with("not sent")),
+        "{renewed:?}"
+    );
+    let released = Lease {
+        holder: None,
+        ..lease.clone()
+    };
+    assert!(!renews(&released, &renew));
+    assert!(!renews(&lease, &Condition::RvnIs(lease.rvn.clone())));
+    assert!(renews(&lease, &renew));
+}
