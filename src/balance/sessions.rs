@@ -100,11 +100,7 @@ impl Worker {
                 .0
                 .entry(key.clone())
                 .or_insert_with(|| members.mux.feed(format!("#member{key}")));
-            feed.target.send_if_modified(|t| {
-                let changed = t.as_deref() != Some(address.as_str());
-                *t = Some(address.clone());
-                changed
-            });
+            feed.aim(Some(address.clone()));
         }
         peers
     }

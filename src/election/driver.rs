@@ -32,7 +32,7 @@ pub(super) struct Driver {
     pub(super) observer: Arc<dyn Observer>,
     pub(super) state_tx: watch::Sender<ElectionState>,
     pub(super) events: watch::Sender<Option<LeaseEvent>>,
-    pub(super) commands: mpsc::Receiver<Command>,
+    pub(super) commands: mpsc::Receiver<Box<Command>>,
     /// The app check's verdict; `None`: no app check.
     pub(super) gate: Option<watch::Receiver<Verdict>>,
     /// The watch client; `None`: no hints (or the client is gone).
@@ -130,7 +130,7 @@ impl Driver {
                         Input::HintsClosed
                     }
                 },
-                cmd = self.commands.recv() => match cmd {
+                cmd = self.commands.recv() => match cmd.map(|c| *c) {
                     Some(Command::Release { then, successor, done }) => {
                         self.answer = Some(done);
                         Input::Release { then, successor }
@@ -236,13 +236,7 @@ impl Driver {
             }
             Action::Watch(address) => {
                 if let Some(feed) = &self.feed {
-                    feed.target.send_if_modified(|t| {
-                        if *t == address {
-                            return false;
-                        }
-                        *t = address;
-                        true
-                    });
+                    feed.aim(address);
                 }
                 None
             }

@@ -92,7 +92,7 @@ fn follower(store: &MemoryStore, identity: &str) -> (ElectionHandle, FakeStream)
     let (target_tx, target) = watch::channel(None);
     let (hints_tx, hints) = mpsc::channel(64);
     let feed = HintFeed {
-        target: target_tx,
+        target: Target::Channel(target_tx),
         hints,
     };
     let clock = Clock::tokio();

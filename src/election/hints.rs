@@ -123,10 +123,42 @@ pub enum Hint {
 /// leader's advertised address, or nowhere) and receives what arrives.
 #[derive(Debug)]
 pub struct HintFeed {
-    /// The address to watch; `None`: watch nothing.
-    pub target: watch::Sender<Option<String>>,
+    /// Where the engine's word goes.
+    pub target: Target,
     /// What arrived, in order.
     pub hints: mpsc::Receiver<Hint>,
+}
+
+/// Where a feed is told the address to watch.
+#[derive(Debug)]
+pub enum Target {
+    /// A watch client of the feed's own, told through this channel.
+    Channel(watch::Sender<Option<String>>),
+    /// A client shared by many feeds (the daemons' streams, with
+    /// sessions), told at once; dropping it takes the feed out.
+    Shared(Box<dyn Aim>),
+}
+
+/// A shared watch client's side of one feed.
+pub trait Aim: Send + Sync + std::fmt::Debug {
+    /// Watch `address` from now on; `None`: nothing.
+    fn aim(&self, address: Option<String>);
+}
+
+impl HintFeed {
+    /// Watch `address` from now on; `None`: nothing.
+    pub fn aim(&self, address: Option<String>) {
+        match &self.target {
+            Target::Channel(tx) => {
+                tx.send_if_modified(|t| {
+                    let changed = *t != address;
+                    *t = address;
+                    changed
+                });
+            }
+            Target::Shared(shared) => shared.aim(address),
+        }
+    }
 }
 
 /// What a follower does after a hint.

@@ -475,7 +475,7 @@ pub struct ElectionHandle {
     pub events: watch::Receiver<Option<LeaseEvent>>,
     /// The configured lease duration (also how long a resign sits out).
     pub lease_duration: Duration,
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<Box<Command>>,
     task: JoinHandle<()>,
 }
 
@@ -519,7 +519,7 @@ impl ElectionHandle {
 /// Hands an election's lease over; see [`ElectionHandle::steering`].
 #[derive(Debug, Clone)]
 pub struct Steering {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<Box<Command>>,
 }
 
 impl Steering {
@@ -529,11 +529,11 @@ impl Steering {
         let (done, rx) = oneshot::channel();
         if self
             .commands
-            .send(Command::Release {
+            .send(Box::new(Command::Release {
                 then,
                 successor,
                 done,
-            })
+            }))
             .await
             .is_err()
         {
@@ -614,6 +614,8 @@ pub fn spawn_gated(
         core
     };
     let (state_tx, state) = watch::channel(core.state().clone());
+    // Boxed: a channel allocates room for 32 messages as it is made, and
+    // every election keeps one for its whole life.
     let (commands, cmd_rx) = mpsc::channel(8);
     let (events_tx, events) = watch::channel(None);
     let store_changes = store.changes();
@@ -661,7 +663,7 @@ mod tests;
 
 pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
 use error_log::ErrorLog;
-pub use hints::{Hint, HintFeed, LeaseEvent};
+pub use hints::{Aim, Hint, HintFeed, LeaseEvent, Target};
 pub use session::SessionView;
 pub use session_reads::{KnownSession, SessionReads};
 pub use session_task::{SESSION_LABEL, SessionHandle, spawn_session};

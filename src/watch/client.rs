@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::wire::{self, LineSplitter, MAX_LINE};
 use crate::clock::{Clock, Instant};
-use crate::election::{Hint, HintFeed, LeaseEvent};
+use crate::election::{Hint, HintFeed, LeaseEvent, Target};
 use crate::http_client::{self, CONNECT_TIMEOUT};
 use crate::text;
 
@@ -59,7 +59,7 @@ pub fn spawn(
     };
     tokio::spawn(run(election, clock, pacing, target, hints_tx));
     HintFeed {
-        target: target_tx,
+        target: Target::Channel(target_tx),
         hints,
     }
 }

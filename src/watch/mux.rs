@@ -23,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Pacing, Reported, follow, pauses};
 use crate::clock::{Clock, Instant};
-use crate::election::{Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads, SessionView};
+use crate::election::{
+    Aim, Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads, SessionView, Target,
+};
 use crate::lease::is_session_key;
 
 /// The path of a daemon's stream.
@@ -95,7 +97,6 @@ impl Mux {
 
     /// The feed of `election`'s engine. It ends when the engine drops it.
     pub fn feed(&self, election: String) -> HintFeed {
-        let (target_tx, mut target) = watch::channel(None::<String>);
         let (hints_tx, hints) = mpsc::channel(QUEUE);
         self.inner.lock().feeds.insert(
             election.clone(),
@@ -104,19 +105,41 @@ impl Mux {
                 hints: hints_tx,
             },
         );
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            while target.changed().await.is_ok() {
-                let address = target.borrow_and_update().clone();
-                inner.aim(&election, address);
-            }
-            inner.aim(&election, None);
-            inner.lock().feeds.remove(&election);
-        });
         HintFeed {
-            target: target_tx,
+            target: Target::Shared(Box::new(Aimed {
+                inner: self.inner.clone(),
+                election,
+            })),
             hints,
         }
+    }
+}
+
+/// One election's feed in the mux, aimed by its engine: no task and no
+/// channel of its own (a thousand elections over).
+struct Aimed {
+    inner: Arc<Inner>,
+    election: String,
+}
+
+impl Aim for Aimed {
+    fn aim(&self, address: Option<String>) {
+        self.inner.aim(&self.election, address);
+    }
+}
+
+impl Drop for Aimed {
+    fn drop(&mut self) {
+        self.inner.aim(&self.election, None);
+        self.inner.lock().feeds.remove(&self.election);
+    }
+}
+
+impl std::fmt::Debug for Aimed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aimed")
+            .field("election", &self.election)
+            .finish_non_exhaustive()
     }
 }
 
@@ -367,7 +390,7 @@ mod tests {
         let second = Duration::from_secs(1);
         let mux = Mux::new(clock, (second, 10 * second), reads, Some(own));
         let feed = mux.feed("e".to_owned());
-        feed.target.send_replace(Some(address));
+        feed.aim(Some(address));
         // Opened before our session was: no name.
         assert_eq!(next(&mut named, second).await, None);
         own_tx.send_replace(view("#session/me/1", "a"));
@@ -388,5 +411,10 @@ mod tests {
             named.try_recv().is_err(),
             "opened again without a new session"
         );
+        // A feed dropped by its engine leaves the mux, and its stream with
+        // it when it was the last one aimed there.
+        drop(feed);
+        let state = mux.inner.lock();
+        assert!(state.feeds.is_empty() && state.streams.is_empty());
     }
 }

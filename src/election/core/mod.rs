@@ -586,7 +586,13 @@ impl Core {
 
     /// The next action to carry out, if any.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.out.pop_front()
+        let action = self.out.pop_front();
+        if self.out.is_empty() {
+            // An idle election keeps no room for actions: a few hundred
+            // bytes each, a thousand elections over.
+            self.out = VecDeque::new();
+        }
+        action
     }
 
     /// Whether the election has ended.
