@@ -287,6 +287,43 @@ async fn status_lists_every_election_and_health() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_large_status_comes_in_pieces_and_parses_whole() {
+    let clock = Clock::tokio();
+    let now = clock.now();
+    let (resign_tx, _resigns) = mpsc::channel(4);
+    let mut state = AppState::new("e-0000", clock.clone(), Arc::new(Metrics::new()), resign_tx);
+    let mut senders = Vec::new();
+    for i in 0..1_000 {
+        let name = format!("e-{i:04}");
+        let (tx, rx) = watch::channel(if i % 3 == 0 {
+            leader(&name, now)
+        } else {
+            follower(&name, now)
+        });
+        senders.push(tx);
+        state = state.with_election(rx, WEDGE);
+    }
+    let res = router(state).oneshot(get("/status")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "application/json");
+    let mut body = res.into_body();
+    let mut pieces = Vec::new();
+    while let Some(frame) = body.frame().await {
+        pieces.push(frame.unwrap().into_data().unwrap());
+    }
+    assert!(pieces.len() > 3, "{} pieces", pieces.len());
+    let whole: Vec<u8> = pieces.concat();
+    let json: Value = serde_json::from_slice(&whole).expect("one JSON document");
+    let elections = json["elections"].as_object().unwrap();
+    assert_eq!(elections.len(), 1_000);
+    assert_eq!(elections["e-0999"]["election"], "e-0999");
+    assert_eq!(elections["e-0999"]["is_leader"], true);
+    assert_eq!(elections["e-0998"]["is_leader"], false);
+    assert_eq!(json["primary"], "e-0000");
+    assert_eq!(json["health"]["status"], "ok");
+}
+
+#[tokio::test(start_paused = true)]
 async fn healthz_fails_when_a_campaign_loop_is_wedged() {
     let f = fixture(leader, follower, |s| s);
     let a = call(&f.app, get("/healthz")).await;

@@ -19,7 +19,7 @@
 //!   nothing without access to the store. At most half the connection limit
 //!   are watches, so probes always find a connection.
 
-use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -207,9 +207,10 @@ pub(super) async fn healthz(State(app): State<Shared>) -> Response {
     (status, Json(health)).into_response()
 }
 
+/// `/status` but its elections, written first.
 #[derive(Serialize)]
-struct StatusBody {
-    primary: String,
+struct StatusHead<'a> {
+    primary: &'a str,
     health: Health,
     /// The app check's verdict; absent without an app check.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -220,7 +221,6 @@ struct StatusBody {
     /// This daemon's own session; absent when sessions are off.
     #[serde(skip_serializing_if = "Option::is_none")]
     session: Option<SessionBody>,
-    elections: BTreeMap<String, LeaderView>,
 }
 
 /// `/status`'s `session`: the daemon's own session.
@@ -248,19 +248,13 @@ impl SessionBody {
     }
 }
 
-/// `GET /status`: health, and every election as `/leader` shows it.
+/// `GET /status`: health, and every election as `/leader` shows it, sent
+/// in pieces as it is written (a thousand elections make hundreds of KB,
+/// which the daemon never holds at once).
 pub(super) async fn status(State(app): State<Shared>) -> Response {
     let now = app.clock.now();
-    let elections = app
-        .elections
-        .iter()
-        .map(|(name, entry)| {
-            let state = entry.state.borrow().clone();
-            (name.clone(), view(&app, &state, now))
-        })
-        .collect();
-    let body = StatusBody {
-        primary: app.primary.clone(),
+    let head = StatusHead {
+        primary: &app.primary,
         health: Health::of(health_problems(&app, now)),
         app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
         balance: app.balance.as_ref().map(|rx| rx.borrow().clone()),
@@ -268,9 +262,95 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
             .session
             .as_ref()
             .map(|(rx, validity)| SessionBody::of(rx.borrow().as_ref(), *validity, now)),
-        elections,
     };
-    Json(body).into_response()
+    // The head's object, left open for the elections.
+    let mut first = match serde_json::to_vec(&head) {
+        Ok(json) => json,
+        Err(e) => return status_failed(&e),
+    };
+    first.pop();
+    first.extend_from_slice(br#","elections":{"#);
+    let pieces = StatusPieces {
+        app: app.clone(),
+        after: None,
+        first: Some(first),
+        finished: false,
+    };
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        Body::from_stream(futures_util::stream::iter(pieces)),
+    )
+        .into_response()
+}
+
+fn status_failed(e: &serde_json::Error) -> Response {
+    tracing::error!(error = %e, "rendering /status failed");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "status_failed",
+        format!("rendering /status failed: {e}"),
+    )
+    .into_response()
+}
+
+/// Bytes of `/status` written before a piece is handed on.
+const STATUS_PIECE: usize = 32 * 1024;
+
+/// `/status` being written: the elections after `after`, each as
+/// `/leader/{election}` shows it at the moment it is written.
+struct StatusPieces {
+    app: Shared,
+    after: Option<String>,
+    /// The head, not yet sent.
+    first: Option<Vec<u8>>,
+    finished: bool,
+}
+
+impl Iterator for StatusPieces {
+    type Item = Result<Vec<u8>, serde_json::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.finished {
+            return None;
+        }
+        let mut out = self
+            .first
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(STATUS_PIECE + STATUS_PIECE / 4));
+        let app = &self.app;
+        let rest = match &self.after {
+            Some(after) => app
+                .elections
+                .range::<str, _>((Bound::Excluded(after.as_str()), Bound::Unbounded)),
+            None => app.elections.range::<str, _>(..),
+        };
+        let mut comma = self.after.is_some();
+        for (name, entry) in rest {
+            if comma {
+                out.push(b',');
+            }
+            comma = true;
+            // Read out at once: a held borrow would block the engine.
+            let view = view(app, &entry.state.borrow(), app.clock.now());
+            let written = serde_json::to_writer(&mut out, name)
+                .and_then(|()| {
+                    out.push(b':');
+                    serde_json::to_writer(&mut out, &view)
+                });
+            if let Err(e) = written {
+                tracing::error!(error = %e, "rendering /status failed midway; the answer is cut short");
+                self.finished = true;
+                return Some(Err(e));
+            }
+            if out.len() >= STATUS_PIECE {
+                self.after = Some(name.clone());
+                return Some(Ok(out));
+            }
+        }
+        out.extend_from_slice(b"}}");
+        self.finished = true;
+        Some(Ok(out))
+    }
 }
 
 /// `GET /metrics`: the Prometheus text format, sent in pieces as it is
