@@ -104,46 +104,54 @@ impl Driver {
             .is_none_or(|g| *g.borrow_and_update() == Verdict::Pass)
     }
 
-    pub(super) async fn run(mut self) {
-        if let Some(rx) = &mut self.session {
-            let view = rx.borrow_and_update().clone();
-            self.step(Input::Session(view)).await;
-        }
-        self.step(Input::Timeout).await;
-        while !self.core.is_finished() {
-            let wake = self
-                .core
-                .next_wake()
-                .expect("no request is in flight between steps");
-            let takes_hints = self.core.takes_hints();
-            let watches_store = self.core.watches_store_changes();
-            // Only a tenure follows each renew of the daemon's session; a
-            // follower is told the latest before anything else it handles.
-            let follows_session = self.core.holds_tenure();
-            let input = tokio::select! {
-                _ = self.clock.sleep_until(wake) => Input::Timeout,
-                pass = gate_changed(&mut self.gate) => Input::Gate(pass),
-                hint = next_hint(&mut self.feed), if takes_hints => match hint {
-                    Some(hint) => Input::Hint(hint),
-                    None => {
-                        self.feed = None;
-                        Input::HintsClosed
-                    }
-                },
-                cmd = self.commands.recv() => match cmd.map(|c| *c) {
-                    Some(Command::Release { then, successor, done }) => {
-                        self.answer = Some(done);
-                        Input::Release { then, successor }
-                    }
-                    None => Input::Orphaned,
-                },
-                () = store_changed(&mut self.store_changes), if watches_store => Input::StoreReplaced,
-                view = session_changed(&mut self.session), if follows_session => Input::Session(view),
-            };
-            if !matches!(input, Input::Session(_)) {
-                self.catch_up_on_session().await;
+    /// The task: step the core on every input until the election ends.
+    ///
+    /// An `async` block rather than an `async fn`: an async fn keeps its
+    /// by-value `self` twice in its state (the argument and its binding),
+    /// ~2 KiB more in every election's task for its whole life.
+    #[allow(clippy::manual_async_fn)] // On purpose: see above.
+    pub(super) fn run(mut self) -> impl Future<Output = ()> + Send {
+        async move {
+            if let Some(rx) = &mut self.session {
+                let view = rx.borrow_and_update().clone();
+                self.step(Input::Session(view)).await;
             }
-            self.step(input).await;
+            self.step(Input::Timeout).await;
+            while !self.core.is_finished() {
+                let wake = self
+                    .core
+                    .next_wake()
+                    .expect("no request is in flight between steps");
+                let takes_hints = self.core.takes_hints();
+                let watches_store = self.core.watches_store_changes();
+                // Only a tenure follows each renew of the daemon's session; a
+                // follower is told the latest before anything else it handles.
+                let follows_session = self.core.holds_tenure();
+                let input = tokio::select! {
+                    _ = self.clock.sleep_until(wake) => Input::Timeout,
+                    pass = gate_changed(&mut self.gate) => Input::Gate(pass),
+                    hint = next_hint(&mut self.feed), if takes_hints => match hint {
+                        Some(hint) => Input::Hint(hint),
+                        None => {
+                            self.feed = None;
+                            Input::HintsClosed
+                        }
+                    },
+                    cmd = self.commands.recv() => match cmd.map(|c| *c) {
+                        Some(Command::Release { then, successor, done }) => {
+                            self.answer = Some(done);
+                            Input::Release { then, successor }
+                        }
+                        None => Input::Orphaned,
+                    },
+                    () = store_changed(&mut self.store_changes), if watches_store => Input::StoreReplaced,
+                    view = session_changed(&mut self.session), if follows_session => Input::Session(view),
+                };
+                if !matches!(input, Input::Session(_)) {
+                    self.catch_up_on_session().await;
+                }
+                self.step(input).await;
+            }
         }
     }
 

@@ -277,7 +277,10 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
         finished: false,
     };
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         Body::from_stream(futures_util::stream::iter(pieces)),
     )
         .into_response()
@@ -332,11 +335,10 @@ impl Iterator for StatusPieces {
             comma = true;
             // Read out at once: a held borrow would block the engine.
             let view = view(app, &entry.state.borrow(), app.clock.now());
-            let written = serde_json::to_writer(&mut out, name)
-                .and_then(|()| {
-                    out.push(b':');
-                    serde_json::to_writer(&mut out, &view)
-                });
+            let written = serde_json::to_writer(&mut out, name).and_then(|()| {
+                out.push(b':');
+                serde_json::to_writer(&mut out, &view)
+            });
             if let Err(e) = written {
                 tracing::error!(error = %e, "rendering /status failed midway; the answer is cut short");
                 self.finished = true;

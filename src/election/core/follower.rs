@@ -46,7 +46,7 @@ impl Core {
     pub(super) fn start_round(&mut self) {
         self.session_watch = None;
         self.last_read_sent = self.now;
-        self.pending = Some(Pending::Round);
+        self.pending = Some(Box::new(Pending::Round));
         self.phase = Phase::Following { poll_at: self.now };
         self.out.push_back(Action::Read {
             budget: self.cfg.renew_interval,
@@ -78,7 +78,7 @@ impl Core {
     }
 
     pub(super) fn on_read(&mut self, tick: &Tick, res: Result<Record, StoreError>) {
-        match self.pending.take() {
+        match self.pending.take().map(|p| *p) {
             Some(Pending::Round) => {
                 self.last_read = self.now;
                 let round = match res {
@@ -97,8 +97,8 @@ impl Core {
                 term,
                 successor,
                 then,
-            }) => self.release_conflict(tick, *term, res.ok(), successor, then),
-            other => self.pending = other,
+            }) => self.release_conflict(tick, term, res.ok(), successor, then),
+            other => self.pending = other.map(Box::new),
         }
     }
 
@@ -257,11 +257,11 @@ impl Core {
     /// Try to start a tenure with `lease` under `condition`.
     pub(super) fn acquire(&mut self, op: WriteOp, lease: Lease, condition: Condition) {
         self.remember_own(&lease.rvn);
-        self.pending = Some(Pending::Acquire {
+        self.pending = Some(Box::new(Pending::Acquire {
             op,
             lease: lease.clone(),
             sent: self.now,
-        });
+        }));
         self.out.push_back(Action::Write {
             op,
             lease,

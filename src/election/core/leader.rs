@@ -40,7 +40,7 @@ impl Core {
         self.out.push_back(Action::ForgetStoreChanges);
         let next_renew = self.renew_due(term.last_send);
         self.phase = Phase::Leading {
-            term,
+            term: Box::new(term),
             role,
             next_renew,
         };
@@ -131,10 +131,10 @@ impl Core {
             condition
         };
         self.remember_own(&renewed.rvn);
-        self.pending = Some(Pending::Renew {
+        self.pending = Some(Box::new(Pending::Renew {
             renewed: renewed.clone(),
             sent: now,
-        });
+        }));
         self.out.push_back(Action::Write {
             op: WriteOp::Renew,
             lease: renewed,
@@ -175,7 +175,7 @@ impl Core {
                         // An earlier renew whose answer was lost may have
                         // applied: read back to know.
                         let stop_at = self.stop_at(&term);
-                        self.pending = Some(Pending::RenewConflict);
+                        self.pending = Some(Box::new(Pending::RenewConflict));
                         self.out.push_back(Action::Read {
                             budget: self.cfg.renew_interval.min(stop_at - self.now),
                             confirming: true,
@@ -266,7 +266,7 @@ impl Core {
         }
     }
 
-    pub(super) fn enter_stopping(&mut self, term: Term, kill_at: Instant) {
+    pub(super) fn enter_stopping(&mut self, term: Box<Term>, kill_at: Instant) {
         // Stop now; the job must be dead by `kill_at`, never after validity.
         let valid_until = kill_at.min(term.last_send + self.cfg.validity());
         let tenure = Self::tenure_of(&term, valid_until, self.now.min(valid_until));
@@ -322,7 +322,7 @@ impl Core {
     pub(super) fn release(
         &mut self,
         tick: &Tick,
-        term: Term,
+        term: Box<Term>,
         role: Role,
         successor: Option<String>,
         then: AfterRelease,
@@ -344,7 +344,7 @@ impl Core {
     fn write_release(
         &mut self,
         tick: &Tick,
-        term: Term,
+        term: Box<Term>,
         rvn: String,
         successor: Option<String>,
         then: AfterRelease,
@@ -355,13 +355,13 @@ impl Core {
             rvn,
             holder: self.cfg.identity.clone(),
         };
-        self.pending = Some(Pending::Release {
-            term: Box::new(term),
+        self.pending = Some(Box::new(Pending::Release {
+            term,
             lease: lease.clone(),
             successor,
             then,
             again,
-        });
+        }));
         self.out.push_back(Action::Write {
             op: WriteOp::Release,
             lease,
@@ -372,7 +372,7 @@ impl Core {
     }
 
     pub(super) fn on_written(&mut self, tick: &Tick, res: Result<WriteOutcome, StoreError>) {
-        match self.pending.take() {
+        match self.pending.take().map(|p| *p) {
             Some(Pending::Acquire { op, lease, sent }) => self.acquired(tick, op, lease, sent, res),
             Some(Pending::Renew { renewed, sent }) => self.renewed(tick, renewed, sent, res),
             Some(Pending::EndSession { election }) => self.session_ended(tick, *election, res),
@@ -385,14 +385,14 @@ impl Core {
             }) => match res {
                 Ok(WriteOutcome::ConditionFailed { current }) if !again => match current {
                     Some(record) => {
-                        self.release_conflict(tick, *term, Some(record), successor, then)
+                        self.release_conflict(tick, term, Some(record), successor, then)
                     }
                     None => {
-                        self.pending = Some(Pending::ReleaseConflict {
+                        self.pending = Some(Box::new(Pending::ReleaseConflict {
                             term,
                             successor,
                             then,
-                        });
+                        }));
                         self.out.push_back(Action::Read {
                             budget: self.cfg.renew_interval,
                             confirming: true,
@@ -401,7 +401,7 @@ impl Core {
                 },
                 res => self.released(res, &term, &lease, successor, then),
             },
-            other => self.pending = other,
+            other => self.pending = other.map(Box::new),
         }
     }
 
@@ -411,7 +411,7 @@ impl Core {
     pub(super) fn release_conflict(
         &mut self,
         tick: &Tick,
-        term: Term,
+        term: Box<Term>,
         current: Option<Record>,
         successor: Option<String>,
         then: AfterRelease,

@@ -320,12 +320,15 @@ enum Phase {
     Following { poll_at: Instant },
     /// Holding a tenure: renew at `next_renew`.
     Leading {
-        term: Term,
+        term: Box<Term>,
         role: Role,
         next_renew: Instant,
     },
     /// The job must stop; the tenure ends at `valid_until`.
-    Stopping { term: Term, valid_until: Instant },
+    Stopping {
+        term: Box<Term>,
+        valid_until: Instant,
+    },
     /// Not campaigning until `until` (after a resign).
     SittingOut { until: Instant },
     /// The election has ended.
@@ -406,7 +409,9 @@ impl Backoff {
 pub struct Core {
     cfg: ElectionConfig,
     phase: Phase,
-    pending: Option<Pending>,
+    /// Boxed: it is set only while a request is in flight, and every idle
+    /// election would otherwise keep room for the largest (a record).
+    pending: Option<Box<Pending>>,
     /// Times the record version the follower read last.
     takeover: TakeoverTimer,
     /// rvns we wrote or may have written (an unanswered write): finding one
@@ -545,7 +550,7 @@ impl Core {
         &self,
     ) -> (
         &Phase,
-        &Option<Pending>,
+        &Option<Box<Pending>>,
         (&TakeoverTimer, &Vec<String>, Option<u64>, u64),
         (&Hints, bool, &Backoff, Instant, Instant),
         (bool, &Option<SessionView>, &Option<SessionWatch>),

@@ -54,9 +54,9 @@ impl Core {
 
     /// A round found `election` held through the session `key`: read it.
     pub(super) fn read_session(&mut self, election: Lease, key: String) -> Option<Round> {
-        self.pending = Some(Pending::SessionRound {
+        self.pending = Some(Box::new(Pending::SessionRound {
             election: Box::new(election),
-        });
+        }));
         self.out.push_back(Action::ReadSession {
             key,
             budget: self.cfg.renew_interval,
@@ -69,9 +69,9 @@ impl Core {
     /// session (an answer from a read sent once it was due will do).
     pub(super) fn start_session_round(&mut self, watch: SessionWatch) {
         let key = watch.election.session.clone().unwrap_or_default();
-        self.pending = Some(Pending::SessionRound {
+        self.pending = Some(Box::new(Pending::SessionRound {
             election: watch.election,
-        });
+        }));
         self.phase = Phase::Following { poll_at: self.now };
         self.out.push_back(Action::ReadSession {
             key,
@@ -81,7 +81,7 @@ impl Core {
     }
 
     pub(super) fn on_session_record(&mut self, tick: &Tick, answer: SessionAnswer) {
-        let Some(Pending::SessionRound { election }) = self.pending.take() else {
+        let Some(Pending::SessionRound { election }) = self.pending.take().map(|p| *p) else {
             return;
         };
         let SessionAnswer {
@@ -154,9 +154,9 @@ impl Core {
             }
             _ if !self.may_campaign || !self.can_hold() => return Some(Round::Wait(poll)),
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
-                self.pending = Some(Pending::EndSession {
+                self.pending = Some(Box::new(Pending::EndSession {
                     election: Box::new(election),
-                });
+                }));
                 self.out.push_back(Action::Write {
                     op: WriteOp::EndSession,
                     lease: ended,
@@ -258,7 +258,7 @@ impl Core {
         // A tenure being released is over, whatever the session does
         // next: a renew of it must never revive it.
         if matches!(
-            self.pending,
+            self.pending.as_deref(),
             Some(Pending::Release { .. } | Pending::ReleaseConflict { .. })
         ) {
             return;
