@@ -266,7 +266,7 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
     // The head's object, left open for the elections.
     let mut first = match serde_json::to_vec(&head) {
         Ok(json) => json,
-        Err(e) => return status_failed(&e),
+        Err(e) => return render_failed("/status", "status_failed", &e),
     };
     first.pop();
     first.extend_from_slice(br#","elections":{"#);
@@ -286,12 +286,13 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
         .into_response()
 }
 
-fn status_failed(e: &serde_json::Error) -> Response {
-    tracing::error!(error = %e, "rendering /status failed");
+/// 500 `code`: writing `what` failed before its answer started.
+fn render_failed(what: &str, code: &'static str, e: &dyn std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "rendering {what} failed");
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
-        "status_failed",
-        format!("rendering /status failed: {e}"),
+        code,
+        format!("rendering {what} failed: {e}"),
     )
     .into_response()
 }
@@ -374,7 +375,7 @@ pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
     // still turn into a 500 (later ones would cut the answer short).
     let first = match scrape.next().transpose() {
         Ok(first) => first,
-        Err(e) => return metrics_failed(&e),
+        Err(e) => return render_failed("metrics", "metrics_failed", &e),
     };
     let rest = scrape.inspect(|piece| {
         if let Err(e) = piece {
@@ -390,16 +391,6 @@ pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
         Body::from_stream(pieces),
     )
         .into_response()
-}
-
-fn metrics_failed(e: &prometheus::Error) -> Response {
-    tracing::error!(error = %e, "rendering metrics failed");
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "metrics_failed",
-        format!("rendering metrics failed: {e}"),
-    )
-    .into_response()
 }
 
 /// `GET /v1/watch`: the daemon's stream, with sessions (its session's
