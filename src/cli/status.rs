@@ -143,6 +143,12 @@ async fn with_sessions(
         if !sessions.contains_key(&key) {
             sessions.insert(key.clone(), store.read(&key, budget).await?);
         }
+        // The election's own `lease_ms` is stored as a hundred years (see
+        // `Lease::stored_lease_ms`): its session's is the one that counts.
+        row.lease_ms = match &sessions[&key] {
+            Record::Valid(s) => Some(s.lease_ms),
+            _ => None,
+        };
         row.session_state = Some(match &sessions[&key] {
             Record::Valid(s) if s.holder.is_some() => {
                 row.renewed_at_ms = Some(s.renewed_at_ms);

@@ -173,9 +173,14 @@ impl LeaseStore for MemoryStore {
                 current: Some(current),
             });
         }
+        // Stored as the other stores store it.
+        let stored = Lease {
+            lease_ms: lease.stored_lease_ms(),
+            ..lease.clone()
+        };
         inner
             .items
-            .insert(lease.election.clone(), Record::Valid(lease.clone()));
+            .insert(lease.election.clone(), Record::Valid(stored));
         if fault == Fault::LoseWriteAnswers {
             return Err(StoreError::Timeout(budget));
         }

@@ -247,6 +247,22 @@ impl Lease {
         }
     }
 
+    /// The `lease_ms` this record is stored with: its own, but
+    /// [`HELD_THROUGH_SESSION_LEASE_MS`] for an election held through a
+    /// session. Its `rvn` does not change while the tenure lasts, so a
+    /// reader that does not know sessions (a build from before the
+    /// `format` attribute, or another tool reading it as a plain lease)
+    /// would take a live tenure over once the record stayed unchanged for
+    /// its `lease_ms`: stored as a hundred years, such a reader waits
+    /// instead. Readers that know sessions time the session, never this.
+    pub fn stored_lease_ms(&self) -> u64 {
+        if self.session.is_some() {
+            HELD_THROUGH_SESSION_LEASE_MS
+        } else {
+            self.lease_ms
+        }
+    }
+
     /// The format this record is written in: [`FORMAT_SESSIONS`] for a
     /// session record or a record held through one, else [`FORMAT`].
     pub fn format(&self) -> u64 {
@@ -287,6 +303,12 @@ pub const FORMAT: u64 = 1;
 /// The `expires_at` of a record held through a session: 9999-12-31
 /// 23:59:59 UTC, never (see [`Lease::held_through`]).
 pub const HELD_THROUGH_SESSION_EXPIRES_AT_S: u64 = 253_402_300_799;
+
+/// The `lease_ms` an election's record held through a session is stored
+/// with: a hundred years of 365.25 days (see [`Lease::stored_lease_ms`]). Small enough
+/// for any reader's arithmetic (SQLite's signed integers, a duration added
+/// to a monotonic instant), long enough that no live tenure outlasts it.
+pub const HELD_THROUGH_SESSION_LEASE_MS: u64 = 3_155_760_000_000;
 
 /// The format of an election's record held through a session (its `rvn`
 /// does not change on renew: the session's does) and of a session record.

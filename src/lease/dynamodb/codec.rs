@@ -23,7 +23,7 @@ pub(super) fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
         (KEY.to_owned(), AttributeValue::S(lease.election.clone())),
         ("rvn".to_owned(), AttributeValue::S(lease.rvn.clone())),
         ("fencing_token".to_owned(), n(lease.fencing_token)),
-        ("lease_ms".to_owned(), n(lease.lease_ms)),
+        ("lease_ms".to_owned(), n(lease.stored_lease_ms())),
         ("acquired_at".to_owned(), n(lease.acquired_at_ms)),
         ("renewed_at".to_owned(), n(lease.renewed_at_ms)),
         (TTL_ATTRIBUTE.to_owned(), n(lease.expires_at_s)),

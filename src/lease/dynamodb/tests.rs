@@ -448,13 +448,27 @@ fn a_record_held_through_a_session_and_a_session_record_are_format_2() {
     let item = lease_item(&held);
     assert_eq!(item.get("format"), Some(&AttributeValue::N("2".into())));
     assert_eq!(item.get("session"), Some(&AttributeValue::S(key.into())));
-    assert_eq!(parse_item("report", &item), Record::Valid(held));
+    // Its own lease is stored as a hundred years, for readers that would
+    // time it as a plain lease; a session record keeps its own.
+    assert_eq!(
+        item.get("lease_ms"),
+        Some(&AttributeValue::N("3155760000000".into()))
+    );
+    let stored = Lease {
+        lease_ms: crate::lease::HELD_THROUGH_SESSION_LEASE_MS,
+        ..held
+    };
+    assert_eq!(parse_item("report", &item), Record::Valid(stored));
     let session = Lease {
         election: key.into(),
         ..sample_lease()
     };
     let item = lease_item(&session);
     assert_eq!(item.get("format"), Some(&AttributeValue::N("2".into())));
+    assert_eq!(
+        item.get("lease_ms"),
+        Some(&AttributeValue::N("10000".into()))
+    );
     assert_eq!(parse_item(key, &item), Record::Valid(session));
     let mut wrong = lease_item(&sample_lease());
     wrong.insert("session".into(), AttributeValue::N("1".into()));

@@ -299,7 +299,7 @@ fn put_blocking(
         .map_err(|e| StoreError::Other(format!("cannot encode holder_meta: {e}")))?;
     let values = (
         to_i64("fencing_token", lease.fencing_token)?,
-        to_i64("lease_ms", lease.lease_ms)?,
+        to_i64("lease_ms", lease.stored_lease_ms())?,
         to_i64("acquired_at", lease.acquired_at_ms)?,
         to_i64("renewed_at", lease.renewed_at_ms)?,
         to_i64("expires_at", lease.expires_at_s)?,
