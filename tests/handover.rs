@@ -224,7 +224,16 @@ fn let_hints_flow(cluster: &Cluster) {
     // The leader counts them too (a stream whose follower has just gone
     // may count until the leader's next event finds it closed).
     let leader = cluster.leaders()[0].clone();
-    let streams = gauge(cluster.node(&leader), "leaderd_watch_streams");
+    // With sessions (the default) the followers hold the daemon's stream,
+    // counted under `#session`; without, the election's own.
+    let streams = ["report", "#session"]
+        .iter()
+        .filter_map(|e| {
+            cluster
+                .node(&leader)
+                .metric(&format!("leaderd_watch_streams{{election=\"{e}\"}}"))
+        })
+        .reduce(|a, b| a + b);
     let followers = (cluster.nodes.len() - 1) as f64;
     assert!(
         streams.is_some_and(|n| n >= followers),

@@ -629,7 +629,7 @@ pub(super) fn build(
     let app_check = build_app_check(&raw)?;
     warnings.append(&mut raw.warnings);
 
-    let sessions = check_sessions(raw.sessions.unwrap_or(false), &elections)?;
+    let sessions = check_sessions(raw.sessions, &elections, &mut warnings)?;
     Ok(Config {
         identity,
         store,
@@ -648,10 +648,17 @@ pub(super) fn build(
 }
 
 /// With `sessions`, one session carries every election, so they must share
-/// one lease timing (L, R, P, D, M): the session is renewed on it.
-fn check_sessions(sessions: bool, elections: &[ElectionConfig]) -> Result<bool, ConfigError> {
-    let Some(first) = elections.first().filter(|_| sessions) else {
-        return Ok(sessions);
+/// one lease timing (L, R, P, D, M): the session is renewed on it. Left
+/// unset, sessions are on when the elections share one timing, and off
+/// (with a warning saying why) when they do not; set to `true`, differing
+/// timings are an error.
+fn check_sessions(
+    sessions: Option<bool>,
+    elections: &[ElectionConfig],
+    warnings: &mut Vec<String>,
+) -> Result<bool, ConfigError> {
+    let Some(first) = elections.first().filter(|_| sessions != Some(false)) else {
+        return Ok(false);
     };
     let timing = |e: &ElectionConfig| {
         (
@@ -662,16 +669,25 @@ fn check_sessions(sessions: bool, elections: &[ElectionConfig]) -> Result<bool, 
             e.safety_margin,
         )
     };
-    match elections.iter().find(|e| timing(e) != timing(first)) {
-        Some(other) => Err(ConfigError::invalid(
+    let Some(other) = elections.iter().find(|e| timing(e) != timing(first)) else {
+        return Ok(true);
+    };
+    let differ = format!(
+        "`{}` and `{}` differ in lease timing (duration, renew, retry, drift or margin)",
+        first.name, other.name
+    );
+    if sessions == Some(true) {
+        return Err(ConfigError::invalid(
             "sessions",
             format!(
-                "sessions = true needs one lease timing for every election, but `{}` and `{}` differ (duration, renew, retry, drift or margin): use the same [lease] for all",
-                first.name, other.name
+                "sessions = true needs one lease timing for every election, but {differ}: use the same [lease] for all"
             ),
-        )),
-        None => Ok(true),
+        ));
     }
+    warnings.push(format!(
+        "sessions are off: {differ}, and one session renews every election on one timing; every election is its own lease (set sessions = false to say so, or give all the same [lease])"
+    ));
+    Ok(false)
 }
 
 /// `http.advertise`: `HOST:PORT` with a port above 0 and a host that

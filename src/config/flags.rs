@@ -97,9 +97,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub balance: bool,
     /// Hold every election through one session record, renewed for all of
-    /// them at the cost of one [config: sessions].
-    #[arg(long)]
+    /// them at the cost of one; the default when every election shares one
+    /// lease timing [config: sessions].
+    #[arg(long, conflicts_with = "no_sessions")]
     pub sessions: bool,
+    /// Make every election its own lease, renewed on its own (as releases
+    /// before sessions did) [config: sessions = false].
+    #[arg(long)]
+    pub no_sessions: bool,
     /// The child command, run without a shell [config: child.command].
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -159,6 +164,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     if args.sessions {
         raw.sessions = Some(true);
     }
+    if args.no_sessions {
+        raw.sessions = Some(false);
+    }
     if !args.elections.is_empty() {
         raw.elections = named_elections(raw, &args.elections);
     }
@@ -211,6 +219,7 @@ fn note_flags(raw: &mut RawConfig, args: &RunArgs) {
         (args.advertise.is_some(), "http.advertise", "--advertise"),
         (args.balance, "balance", "--balance"),
         (args.sessions, "sessions", "--sessions"),
+        (args.no_sessions, "sessions", "--no-sessions"),
         (
             args.lease_duration.is_some(),
             "lease.duration",

@@ -130,7 +130,7 @@ pub async fn run(
         &clock,
         &metrics,
         app_check.as_ref(),
-        session.as_ref().map(|s| &s.view),
+        session.as_ref(),
         (told.as_ref(), &following),
     );
     let balancer = cfg.balance.then(|| {
@@ -243,7 +243,7 @@ fn start_elections(
     clock: &Clock,
     metrics: &Arc<Metrics>,
     app_check: Option<&watch::Receiver<Verdict>>,
-    session: Option<&watch::Receiver<Option<SessionView>>>,
+    session: Option<&SessionHandle>,
     (told, following): (Option<&broadcast::Sender<LeaseEvent>>, &Following),
 ) -> BTreeMap<String, ElectionHandle> {
     let n = cfg.elections.len();
@@ -273,8 +273,9 @@ fn start_elections(
                 election::Links {
                     gate: app_check.cloned(),
                     hints: Some(hints),
-                    session: session.cloned(),
+                    session: session.map(|s| s.view.clone()),
                     session_reads: Some(session_reads.clone()),
+                    demand: session.map(|s| s.demand.clone()),
                     told: told.cloned(),
                 },
             );
@@ -314,12 +315,15 @@ impl Following {
             (clock.clone(), metrics.clone()),
             timing,
         ));
+        // Streams name this daemon's session only for balance (a leader
+        // learns its members so); without it the session opens and ends
+        // with what this daemon leads, which need not reopen every stream.
         let mux = own.map(|own| {
             Mux::new(
                 clock.clone(),
                 (timing.retry_interval, timing.hint_quiet()),
                 reads.clone(),
-                Some(own),
+                cfg.balance.then_some(own),
             )
         });
         Following { reads, mux }
@@ -336,11 +340,14 @@ fn start_session(
     metrics: &Arc<Metrics>,
 ) -> SessionHandle {
     let timing = primary_timing(cfg);
+    // Balance counts on the session as this instance's member record: it
+    // stays open. Otherwise it is open only while an election wants it.
     election::spawn_session(
         store.clone(),
         timing.clone(),
         clock.clone(),
         metrics.clone(),
+        cfg.balance,
     )
 }
 

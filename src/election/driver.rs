@@ -18,6 +18,7 @@ use super::error_log::{ErrorLog, RequestKind};
 use super::hints::{Hint, HintFeed, LeaseEvent};
 use super::session::{SessionAnswer, SessionView};
 use super::session_reads::SessionReads;
+use super::session_task::DemandShare;
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
@@ -43,6 +44,8 @@ pub(super) struct Driver {
     pub(super) session: Option<watch::Receiver<Option<SessionView>>>,
     /// Reads of session records shared with the daemon's other elections.
     pub(super) session_reads: Option<Arc<SessionReads>>,
+    /// This election's part in keeping the daemon's session open.
+    pub(super) demand: Option<DemandShare>,
     /// The daemon's stream, told every event too.
     pub(super) told: Option<broadcast::Sender<LeaseEvent>>,
     /// Store errors, logged once per change.
@@ -124,9 +127,11 @@ impl Driver {
                     .expect("no request is in flight between steps");
                 let takes_hints = self.core.takes_hints();
                 let watches_store = self.core.watches_store_changes();
-                // Only a tenure follows each renew of the daemon's session; a
-                // follower is told the latest before anything else it handles.
-                let follows_session = self.core.holds_tenure();
+                // Only a tenure (or a round waiting for the session to
+                // open) follows each change of the daemon's session; a
+                // follower is told the latest before anything else it
+                // handles.
+                let follows_session = self.core.holds_tenure() || self.core.wants_session();
                 let input = tokio::select! {
                     _ = self.clock.sleep_until(wake) => Input::Timeout,
                     pass = gate_changed(&mut self.gate) => Input::Gate(pass),
@@ -207,7 +212,10 @@ impl Driver {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        if let Some(demand) = &mut self.demand {
+            demand.set(self.core.wants_session());
+        }
         let state = self.core.state();
         self.state_tx.send_if_modified(|s| {
             if s == state {

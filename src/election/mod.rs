@@ -579,6 +579,9 @@ pub struct Links {
     pub session: Option<watch::Receiver<Option<SessionView>>>,
     /// Reads of session records shared with the daemon's other elections.
     pub session_reads: Option<Arc<SessionReads>>,
+    /// What keeps the daemon's session open: this election tells it when it
+    /// wants the session (none: the session is open whatever it says).
+    pub demand: Option<Demand>,
     /// The daemon's stream (`GET /v1/watch`): every event this election
     /// tells is sent there too.
     pub told: Option<broadcast::Sender<LeaseEvent>>,
@@ -604,6 +607,7 @@ pub fn spawn_gated(
         hints,
         session,
         session_reads,
+        demand,
         told,
     } = links;
     let may_campaign = driver::Driver::gate_passes(&mut gate);
@@ -632,6 +636,7 @@ pub fn spawn_gated(
         store_changes,
         session,
         session_reads,
+        demand: demand.map(|d| d.share()),
         told,
         errors: ErrorLog::default(),
         answer: None,
@@ -666,5 +671,5 @@ use error_log::ErrorLog;
 pub use hints::{Aim, Hint, HintFeed, LeaseEvent, Target};
 pub use session::SessionView;
 pub use session_reads::{KnownSession, SessionReads};
-pub use session_task::{SESSION_LABEL, SessionHandle, spawn_session};
+pub use session_task::{Demand, SESSION_LABEL, SessionHandle, spawn_session};
 pub use takeover::{TakeoverTimer, takeover_wait};

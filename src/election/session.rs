@@ -19,7 +19,13 @@
 //!   that was still on its way then fails instead of stretching the
 //!   tenures of elections taken from under it;
 //! - a renew that finds the session ended, deleted or rewritten loses it
-//!   (and with it every tenure); the daemon opens a new one at once.
+//!   (and with it every tenure); the daemon opens a new one at once;
+//! - a session is open only while it is wanted: while an election holds a
+//!   tenure through it or is about to take one, or always for balance (the
+//!   session is then the member record). Once nothing wanted it for a
+//!   whole lease, the daemon ends it (as at shutdown) and writes nothing
+//!   until it is wanted again, when it opens a new one: a daemon that
+//!   only follows costs reads, not a write every R.
 
 use super::ElectionConfig;
 use super::core::{Action, Backoff, Tick, WriteOp};
@@ -174,6 +180,9 @@ pub enum SessionInput {
     /// The labels the session's record carries from its next write on
     /// (balance: how many elections this daemon leads, and which set).
     Labels(std::collections::BTreeMap<String, String>),
+    /// Whether the session is wanted now: an election holds a tenure
+    /// through it or is about to take one (or balance counts on it).
+    Wanted(bool),
 }
 
 /// What the session core is doing.
@@ -208,6 +217,8 @@ enum Pending {
     Confirm,
     /// Ending the session at shutdown.
     End,
+    /// Ending the session nothing wanted for a lease.
+    Retire,
 }
 
 /// One daemon's session; see the module docs.
@@ -225,6 +236,10 @@ pub struct SessionCore {
     closing: bool,
     /// What the record's `holder_meta` carries besides the address.
     labels: std::collections::BTreeMap<String, String>,
+    /// Whether the session is wanted ([`SessionInput::Wanted`]), and
+    /// since when it is not.
+    wanted: bool,
+    unwanted_since: Option<Instant>,
     now: Instant,
     out: std::collections::VecDeque<Action>,
 }
@@ -252,7 +267,12 @@ impl SessionCore {
         &Phase,
         &Option<Pending>,
         &Vec<String>,
-        (&Backoff, bool, &std::collections::BTreeMap<String, String>),
+        (
+            &Backoff,
+            bool,
+            &std::collections::BTreeMap<String, String>,
+            (bool, Option<Instant>),
+        ),
         Instant,
         &std::collections::VecDeque<Action>,
     ) {
@@ -260,15 +280,20 @@ impl SessionCore {
             &self.phase,
             &self.pending,
             &self.own_rvns,
-            (&self.backoff, self.closing, &self.labels),
+            (
+                &self.backoff,
+                self.closing,
+                &self.labels,
+                (self.wanted, self.unwanted_since),
+            ),
             self.now,
             &self.out,
         )
     }
 
     /// A session for the daemon of `cfg.identity` with `cfg`'s timing,
-    /// opened at `start`.
-    pub fn new(cfg: ElectionConfig, start: Instant) -> SessionCore {
+    /// opened at `start` if `wanted` (else once it is).
+    pub fn new(cfg: ElectionConfig, start: Instant, wanted: bool) -> SessionCore {
         SessionCore {
             cfg,
             phase: Phase::Closed { at: start },
@@ -277,6 +302,8 @@ impl SessionCore {
             backoff: Backoff::default(),
             closing: false,
             labels: Default::default(),
+            wanted,
+            unwanted_since: (!wanted).then_some(start),
             now: start,
             out: Default::default(),
         }
@@ -332,7 +359,8 @@ impl SessionCore {
         }
         Some(match &self.phase {
             Phase::Finished => return None,
-            Phase::Closed { at } => *at,
+            Phase::Closed { at } if self.wanted => *at,
+            Phase::Closed { .. } => return None,
             Phase::Open {
                 last_send,
                 next_renew,
@@ -340,13 +368,30 @@ impl SessionCore {
             } => {
                 // Wake when the validity ends too, so that the view drops.
                 let end = *last_send + self.cfg.validity();
-                if self.now < end {
+                let wake = if self.now < end {
                     (*next_renew).min(end)
                 } else {
                     *next_renew
+                };
+                match self.retire_at() {
+                    Some(retire) => wake.min(retire),
+                    None => wake,
                 }
             }
         })
+    }
+
+    /// When the open session is ended for nothing wanting it, if nothing
+    /// does: a lease after the last that did.
+    fn retire_at(&self) -> Option<Instant> {
+        self.unwanted_since
+            .filter(|_| !self.wanted)
+            .map(|since| since + self.cfg.lease_duration)
+    }
+
+    /// Whether the session is wanted now.
+    pub fn is_wanted(&self) -> bool {
+        self.wanted
     }
 
     /// Take `input` in at `tick`.
@@ -358,6 +403,7 @@ impl SessionCore {
             SessionInput::Read(res) => self.on_read(res),
             SessionInput::Close => self.closing = true,
             SessionInput::Labels(labels) => self.labels = labels,
+            SessionInput::Wanted(wanted) => self.on_wanted(tick, wanted),
             SessionInput::StoreReplaced => {
                 if let Phase::Open { next_renew, .. } = &mut self.phase {
                     *next_renew = self.now;
@@ -374,26 +420,59 @@ impl SessionCore {
     /// condition that it is still ours), and stop.
     fn finish(&mut self, tick: &Tick) {
         if let Phase::Open { lease, .. } = std::mem::replace(&mut self.phase, Phase::Finished) {
-            self.pending = Some(Pending::End);
-            self.out.push_back(Action::Write {
-                op: WriteOp::EndSession,
-                lease: lease.handed_to_with(None, &tick.stamp),
-                condition: Condition::HeldBy {
-                    rvn: lease.rvn.clone(),
-                    holder: self.cfg.identity.clone(),
-                },
-                budget: self.cfg.renew_interval,
-                deadline: None,
-            });
+            self.end(tick, &lease, Pending::End);
         }
+    }
+
+    /// Ask for the write that ends the session whose record is `lease`
+    /// (its holder cleared, under the condition that it is still ours).
+    fn end(&mut self, tick: &Tick, lease: &Lease, pending: Pending) {
+        self.pending = Some(pending);
+        self.out.push_back(Action::Write {
+            op: WriteOp::EndSession,
+            lease: lease.handed_to_with(None, &tick.stamp),
+            condition: Condition::HeldBy {
+                rvn: lease.rvn.clone(),
+                holder: self.cfg.identity.clone(),
+            },
+            budget: self.cfg.renew_interval,
+            deadline: None,
+        });
+    }
+
+    fn on_wanted(&mut self, tick: &Tick, wanted: bool) {
+        if wanted == self.wanted {
+            return;
+        }
+        self.wanted = wanted;
+        self.unwanted_since = (!wanted).then_some(self.now);
+        // Wanted again: a closed session opens now (or after the pause
+        // that is running).
+        if wanted {
+            self.on_timeout(tick);
+        }
+    }
+
+    /// End the open session nothing wanted for a lease: like the end at
+    /// shutdown, but the core stays ready to open a new one.
+    fn retire(&mut self, tick: &Tick, lease: &Lease) {
+        self.phase = Phase::Closed { at: self.now };
+        self.end(tick, lease, Pending::Retire);
     }
 
     fn on_timeout(&mut self, tick: &Tick) {
         if self.pending.is_some() {
             return;
         }
+        if let (Phase::Open { lease, .. }, Some(at)) = (&self.phase, self.retire_at())
+            && self.now >= at
+        {
+            let lease = lease.clone();
+            self.retire(tick, &lease);
+            return;
+        }
         match self.phase.clone() {
-            Phase::Closed { at } if self.now >= at => self.open(tick),
+            Phase::Closed { at } if self.now >= at && self.wanted => self.open(tick),
             Phase::Open {
                 lease, next_renew, ..
             } if self.now >= next_renew => self.renew(tick, &lease),
@@ -500,7 +579,7 @@ impl SessionCore {
                 }
             }
             (Some(Pending::Renew { .. }), Err(_)) => self.retry_later(),
-            (Some(Pending::End), _) => {}
+            (Some(Pending::End | Pending::Retire), _) => {}
             (other, _) => self.pending = other,
         }
     }
@@ -546,205 +625,4 @@ impl SessionCore {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    fn at(ms: u64) -> Tick {
-        Tick::at_ms(ms)
-    }
-
-    fn session() -> SessionCore {
-        SessionCore::new(ElectionConfig::with_defaults("-", "me"), at(0).now)
-    }
-
-    /// The write the core asks for next.
-    fn write(core: &mut SessionCore) -> (Lease, Condition) {
-        match core.poll_action() {
-            Some(Action::Write {
-                lease, condition, ..
-            }) => (lease, condition),
-            other => panic!("expected a write, got {other:?}"),
-        }
-    }
-
-    fn applied(core: &mut SessionCore, ms: u64) {
-        core.handle(&at(ms), SessionInput::Written(Ok(WriteOutcome::Applied)));
-    }
-
-    #[test]
-    fn a_session_opens_under_a_fresh_key_and_is_renewed_every_r_from_its_send() {
-        let mut s = session();
-        assert_eq!(s.view(), None);
-        s.handle(&at(0), SessionInput::Timeout);
-        let (opened, condition) = write(&mut s);
-        assert_eq!(opened.election, "#session/me/v0");
-        assert_eq!(condition, Condition::NotExists);
-        assert_eq!(s.next_wake(), None, "no wake while a request is in flight");
-        applied(&mut s, 40);
-        let view = s.view().expect("open");
-        assert_eq!(view.key, "#session/me/v0");
-        assert_eq!(view.last_send, at(0).now, "validity counts from the send");
-        assert_eq!(s.next_wake(), Some(at(5_000).now));
-        s.handle(&at(5_000), SessionInput::Timeout);
-        let (renewed, condition) = write(&mut s);
-        assert_eq!(renewed.election, opened.election);
-        assert_eq!(renewed.rvn, "v5000");
-        assert_eq!(
-            condition,
-            Condition::HeldBy {
-                rvn: "v0".into(),
-                holder: "me".into()
-            }
-        );
-        applied(&mut s, 5_100);
-        assert_eq!(s.view().unwrap().last_send, at(5_000).now);
-    }
-
-    #[test]
-    fn a_session_found_ended_is_lost_and_a_new_key_is_opened_at_once() {
-        let mut s = session();
-        s.handle(&at(0), SessionInput::Timeout);
-        let (opened, _) = write(&mut s);
-        applied(&mut s, 10);
-        s.handle(&at(5_000), SessionInput::Timeout);
-        write(&mut s);
-        let ended = opened.handed_to_with(None, &at(4_000).stamp);
-        s.handle(
-            &at(5_010),
-            SessionInput::Written(Ok(WriteOutcome::ConditionFailed {
-                current: Some(Record::Valid(ended)),
-            })),
-        );
-        assert_eq!(s.view(), None, "every tenure held through it is over");
-        assert_eq!(s.next_wake(), Some(at(5_010).now));
-        s.handle(&at(5_010), SessionInput::Timeout);
-        let (reopened, condition) = write(&mut s);
-        assert_eq!(reopened.election, "#session/me/v5010");
-        assert_eq!(condition, Condition::NotExists);
-    }
-
-    #[test]
-    fn a_renew_whose_answer_was_lost_is_adopted_without_stretching_validity() {
-        let mut s = session();
-        s.handle(&at(0), SessionInput::Timeout);
-        let (opened, _) = write(&mut s);
-        applied(&mut s, 10);
-        s.handle(&at(5_000), SessionInput::Timeout);
-        let (lost, _) = write(&mut s);
-        s.handle(
-            &at(10_000),
-            SessionInput::Written(Err(StoreError::Timeout(Duration::from_secs(5)))),
-        );
-        // Retried after P, from the last rvn known: refused, without the
-        // record (not every store returns it): read back.
-        assert_eq!(s.next_wake(), Some(at(11_000).now));
-        s.handle(&at(11_000), SessionInput::Timeout);
-        let (_, condition) = write(&mut s);
-        assert_eq!(
-            condition,
-            Condition::HeldBy {
-                rvn: opened.rvn.clone(),
-                holder: "me".into()
-            }
-        );
-        s.handle(
-            &at(11_010),
-            SessionInput::Written(Ok(WriteOutcome::ConditionFailed { current: None })),
-        );
-        assert!(matches!(
-            s.poll_action(),
-            Some(Action::Read {
-                confirming: true,
-                ..
-            })
-        ));
-        s.handle(
-            &at(11_020),
-            SessionInput::Read(Ok(Record::Valid(lost.clone()))),
-        );
-        // Ours: carry on from it at once; validity still from the open
-        // (the lost write's send is not known to have applied in time).
-        assert_eq!(s.next_wake(), Some(at(11_020).now));
-        s.handle(&at(11_020), SessionInput::Timeout);
-        let (_, condition) = write(&mut s);
-        assert_eq!(
-            condition,
-            Condition::HeldBy {
-                rvn: lost.rvn,
-                holder: "me".into()
-            }
-        );
-    }
-
-    #[test]
-    fn a_failed_open_never_reuses_its_key_and_backs_off() {
-        let mut s = session();
-        s.handle(&at(0), SessionInput::Timeout);
-        let (first, _) = write(&mut s);
-        s.handle(
-            &at(100),
-            SessionInput::Written(Err(StoreError::Timeout(Duration::from_secs(5)))),
-        );
-        assert_eq!(s.view(), None);
-        assert_eq!(
-            s.next_wake(),
-            Some(at(1_100).now),
-            "P after the first failure"
-        );
-        s.handle(&at(1_100), SessionInput::Timeout);
-        let (second, _) = write(&mut s);
-        assert_ne!(first.election, second.election);
-        s.handle(
-            &at(1_200),
-            SessionInput::Written(Err(StoreError::Throttled("slow down".into()))),
-        );
-        assert_eq!(s.next_wake(), Some(at(3_200).now), "then 2·P");
-    }
-
-    #[test]
-    fn the_view_drops_when_validity_ends_without_a_renew() {
-        let mut s = session();
-        s.handle(&at(0), SessionInput::Timeout);
-        write(&mut s);
-        applied(&mut s, 10);
-        s.handle(&at(5_000), SessionInput::Timeout);
-        write(&mut s);
-        s.handle(
-            &at(5_100),
-            SessionInput::Written(Err(StoreError::Transport("refused".into()))),
-        );
-        assert_eq!(s.next_wake(), Some(at(6_100).now), "retried after P");
-        s.handle(&at(6_100), SessionInput::Timeout);
-        write(&mut s);
-        s.handle(
-            &at(9_699),
-            SessionInput::Written(Err(StoreError::Transport("refused".into()))),
-        );
-        assert!(s.view().is_some());
-        // L·(1−D) − M = 9,700 ms after the send of the last success: the
-        // core wakes then, so that the view drops on time.
-        assert_eq!(s.next_wake(), Some(at(9_700).now));
-        s.handle(&at(9_700), SessionInput::Timeout);
-        assert_eq!(s.view(), None);
-    }
-
-    #[test]
-    fn a_replaced_store_is_renewed_against_at_once_and_a_missing_session_is_lost() {
-        let mut s = session();
-        s.handle(&at(0), SessionInput::Timeout);
-        write(&mut s);
-        applied(&mut s, 10);
-        s.handle(&at(1_000), SessionInput::StoreReplaced);
-        let (_, condition) = write(&mut s);
-        assert!(matches!(condition, Condition::HeldBy { .. }));
-        s.handle(
-            &at(1_010),
-            SessionInput::Written(Ok(WriteOutcome::ConditionFailed {
-                current: Some(Record::Absent),
-            })),
-        );
-        assert_eq!(s.view(), None);
-    }
-}
+mod tests;

@@ -31,6 +31,51 @@ pub const SESSION_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// [`SESSION_RETENTION`] (the first time once its session is open).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
+/// How many of the daemon's elections want its session now: those that
+/// hold a tenure through it or are about to take one. The session is open
+/// only while some do (or always, for balance).
+#[derive(Clone)]
+pub struct Demand(Arc<watch::Sender<usize>>);
+
+impl Demand {
+    /// One election's share: counted while it wants the session.
+    pub fn share(&self) -> DemandShare {
+        DemandShare {
+            demand: self.clone(),
+            counted: false,
+        }
+    }
+}
+
+/// One election's part of the [`Demand`]; uncounted when dropped.
+pub struct DemandShare {
+    demand: Demand,
+    counted: bool,
+}
+
+impl DemandShare {
+    /// Whether this election wants the session now.
+    pub fn set(&mut self, wants: bool) {
+        if wants == self.counted {
+            return;
+        }
+        self.counted = wants;
+        self.demand.0.send_modify(|n| {
+            *n = if wants {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            }
+        });
+    }
+}
+
+impl Drop for DemandShare {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
 /// The daemon's session task.
 pub struct SessionHandle {
     /// The session as the elections held through it see it: `None` while
@@ -41,6 +86,8 @@ pub struct SessionHandle {
     pub validity: Duration,
     /// The labels its record carries from its next write on.
     pub labels: watch::Sender<BTreeMap<String, String>>,
+    /// What the elections tell of wanting it.
+    pub demand: Demand,
     close: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -67,15 +114,19 @@ impl Drop for SessionHandle {
 }
 
 /// Start the session of `cfg.identity` with `cfg`'s timing (L, R, P, D,
-/// M); it opens at once.
+/// M). With `always` it opens at once and stays open (balance counts on
+/// it); else it opens once an election wants it ([`Demand`]) and ends a
+/// lease after the last stopped wanting it.
 pub fn spawn_session(
     store: Arc<dyn LeaseStore>,
     cfg: ElectionConfig,
     clock: Clock,
     observer: Arc<dyn Observer>,
+    always: bool,
 ) -> SessionHandle {
     let validity = cfg.validity();
-    let core = SessionCore::new(cfg.clone(), clock.now());
+    let core = SessionCore::new(cfg.clone(), clock.now(), always);
+    let (demand, demand_rx) = watch::channel(0);
     let (view_tx, view) = watch::channel(None);
     let (close, close_rx) = oneshot::channel();
     let (labels, labels_rx) = watch::channel(BTreeMap::new());
@@ -92,6 +143,8 @@ pub fn spawn_session(
         changes: None,
         lapsed: None,
         labels: labels_rx,
+        always,
+        demand: demand_rx,
     };
     let mut task = task;
     task.changes = task.store.changes();
@@ -99,6 +152,7 @@ pub fn spawn_session(
         view,
         validity,
         labels,
+        demand: Demand(Arc::new(demand)),
         close: Some(close),
         task: tokio::spawn(task.run()),
     }
@@ -121,6 +175,10 @@ struct SessionTask {
     lapsed: Option<String>,
     /// The labels to write.
     labels: watch::Receiver<BTreeMap<String, String>>,
+    /// Wanted whatever the elections say.
+    always: bool,
+    /// How many elections want the session.
+    demand: watch::Receiver<usize>,
 }
 
 /// Resolves when the store's change counter moves; never without one.
@@ -131,6 +189,14 @@ async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
         return;
     }
     std::future::pending().await
+}
+
+/// Resolves at `at`; never without one.
+async fn sleep_until_some(clock: &Clock, at: Option<crate::clock::Instant>) {
+    match at {
+        Some(at) => clock.sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when asked to close (or when the handle is gone); never after.
@@ -163,12 +229,14 @@ impl SessionTask {
         self.step(SessionInput::Timeout).await;
         let mut next_sweep = self.clock.now();
         while !self.core.is_finished() {
-            let Some(wake) = self.core.next_wake() else {
-                break;
-            };
+            // `None`: closed and not wanted, nothing to do until it is.
+            let wake = self.core.next_wake();
             let sweep_due = self.swept || self.core.record_key().is_some();
             let input = tokio::select! {
-                () = self.clock.sleep_until(wake) => SessionInput::Timeout,
+                () = sleep_until_some(&self.clock, wake) => SessionInput::Timeout,
+                Ok(()) = self.demand.changed() => {
+                    SessionInput::Wanted(self.always || *self.demand.borrow_and_update() > 0)
+                }
                 () = close_asked(&mut self.close) => {
                     self.close = None;
                     SessionInput::Close

@@ -175,8 +175,9 @@ pub fn measure(
     let top = if sessions {
         "balance = true\nsessions = true\n"
     } else {
-        "balance = true\n"
+        "balance = true\nsessions = false\n"
     };
+    let text = text.replacen(crate::harness::SELF_LEASED, "", 1);
     std::fs::write(&config, format!("{top}{text}")).map_err(|e| e.to_string())?;
 
     let mut first = Instance::start(env, &format!("{label}-a"), &config, &[])?;

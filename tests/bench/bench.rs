@@ -100,7 +100,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     hints: Vec<Hints>,
     /// Run the balance scenario without sessions, with them, or both, in
-    /// that order [default: off].
+    /// that order [default: on, the default of leaderd].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     sessions: Vec<Switch>,
 }
@@ -331,7 +331,7 @@ fn run(args: &Args) -> Result<bool, String> {
         if selected(Scenario::Balance) {
             let n = 1000;
             let modes = if args.sessions.is_empty() {
-                vec![Switch::Off]
+                vec![Switch::On]
             } else {
                 args.sessions.clone()
             };

@@ -109,7 +109,7 @@ impl Env {
         http: &[(&str, String)],
     ) -> Result<PathBuf, String> {
         let mut toml = format!(
-            "[store]\nkind = \"dynamodb\"\ntable = \"{}\"\nregion = \"us-east-1\"\n\
+            "{SELF_LEASED}[store]\nkind = \"dynamodb\"\ntable = \"{}\"\nregion = \"us-east-1\"\n\
              endpoint_url = \"{endpoint}\"\n\n\
              [lease]\nduration = \"{}ms\"\nrenew_interval = \"{}ms\"\nretry_interval = \"{}ms\"\n\n\
              [log]\nlevel = \"info\"\n",
@@ -435,6 +435,12 @@ impl JobLog {
             .cloned()
     }
 }
+
+/// The first line of every instance's config: each election its own lease.
+/// The failover sections time a takeover by the first `PutItem` of another
+/// instance, which with sessions would be its session's opening; the
+/// balance section replaces this line with its own choice.
+pub const SELF_LEASED: &str = "sessions = false\n";
 
 /// A store request seen by one instance's proxy.
 #[derive(Debug, Clone)]

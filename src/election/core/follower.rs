@@ -73,7 +73,22 @@ impl Core {
                 until
             }
         };
-        self.state.rounds += 1;
+        // A round that found the election free for us but waits for the
+        // daemon's session to open is not over (the opening starts it
+        // again at once): counted only if the one before waited too (the
+        // session did not open within P), so that `--acquire-timeout 0`,
+        // a job run everywhere and READY=1 wait for a round that could
+        // take it.
+        if self.session_wanted && !self.waited_for_session {
+            self.waited_for_session = true;
+            // Nor does it settle the role: READY=1 waits for the next.
+            if self.state.rounds == 0 {
+                self.state.first_observation_done = false;
+            }
+        } else {
+            self.waited_for_session = false;
+            self.state.rounds += 1;
+        }
         self.phase = Phase::Following { poll_at };
     }
 
@@ -107,12 +122,15 @@ impl Core {
     pub(super) fn consider(&mut self, record: Record, tick: &Tick) -> Option<Round> {
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
+        // Wanted again below only if this round finds the election free
+        // for us but no session to hold it through.
+        self.session_wanted = false;
         match record {
             Record::Absent => {
                 self.observed_ok(tick, None, None, None);
                 self.takeover.forget();
                 self.hints.stop();
-                if !self.may_campaign || !self.can_hold() {
+                if !self.may_take() {
                     return Some(Round::Wait(poll));
                 }
                 let token = self.next_token(None, tick);
@@ -167,7 +185,7 @@ impl Core {
         // Released to anyone or to us; a lease handed to someone else
         // waits like a held one.
         let free = self.free_for_me(&current) || ours || expired;
-        if free && (!self.may_campaign || !self.can_hold()) {
+        if free && !self.may_take() {
             return Some(Round::Wait(poll));
         }
         if free {
@@ -217,7 +235,7 @@ impl Core {
         let key = format!("malformed:{}", m.fingerprint);
         let lease_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
         let expired = self.takeover.observe(&key, lease_ms, at, None) <= at;
-        if !expired || !self.may_campaign || !self.can_hold() {
+        if !expired || !self.may_take() {
             return Some(Round::Wait(at + self.cfg.retry_interval));
         }
         // Treat an unreadable token as absent: unix ms keeps the new token
@@ -377,6 +395,33 @@ impl Core {
             && matches!(self.phase, Phase::Delayed { .. } | Phase::Following { .. })
         {
             self.start_round();
+        }
+    }
+
+    /// The token for a new tenure: above every token seen, and when there
+    /// is no previous item, at least the unix ms so it also exceeds tokens
+    /// of items deleted before this process started.
+    pub(super) fn next_token(&self, previous: Option<u64>, tick: &Tick) -> u64 {
+        let floor = self.last_token.map_or(0, |t| t + 1);
+        match previous {
+            Some(p) => (p + 1).max(floor),
+            None => tick.stamp.unix_ms.max(floor),
+        }
+    }
+
+    pub(super) fn new_lease(&self, token: u64, tick: &Tick) -> Lease {
+        let lease = Lease::stamped_with(
+            &self.cfg.name,
+            &self.cfg.identity,
+            token,
+            u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX),
+            tick.stamp.unix_ms,
+            self.cfg.holder_meta.clone(),
+            &tick.stamp,
+        );
+        match &self.own_session {
+            Some(v) => lease.held_through(&v.key),
+            None => lease,
         }
     }
 }

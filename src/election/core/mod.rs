@@ -432,6 +432,11 @@ pub struct Core {
     sessions: bool,
     /// The daemon's own session, when `sessions`.
     own_session: Option<SessionView>,
+    /// A round found the election free for this daemon but no session to
+    /// hold it through: it waits for one (see [`Core::wants_session`]).
+    session_wanted: bool,
+    /// The last round ended waiting for the session (and was not counted).
+    waited_for_session: bool,
     /// Following an election held through another daemon's session while
     /// that daemon's stream flows: the next round reads only the session.
     session_watch: Option<SessionWatch>,
@@ -517,6 +522,8 @@ impl Core {
             may_campaign,
             sessions: false,
             own_session: None,
+            session_wanted: false,
+            waited_for_session: false,
             session_watch: None,
             backoff: Backoff::default(),
             last_read_sent: start,
@@ -553,7 +560,12 @@ impl Core {
         &Option<Box<Pending>>,
         (&TakeoverTimer, &Vec<String>, Option<u64>, u64),
         (&Hints, bool, &Backoff, Instant, Instant),
-        (bool, &Option<SessionView>, &Option<SessionWatch>),
+        (
+            bool,
+            &Option<SessionView>,
+            &Option<SessionWatch>,
+            (bool, bool),
+        ),
         &ElectionState,
         &VecDeque<Action>,
     ) {
@@ -573,7 +585,12 @@ impl Core {
                 self.last_read_sent,
                 self.last_read,
             ),
-            (self.sessions, &self.own_session, &self.session_watch),
+            (
+                self.sessions,
+                &self.own_session,
+                &self.session_watch,
+                (self.session_wanted, self.waited_for_session),
+            ),
             &self.state,
             &self.out,
         )
@@ -754,33 +771,6 @@ impl Core {
 
     pub(super) fn note_token(&mut self, token: u64) {
         self.last_token = Some(self.last_token.map_or(token, |t| t.max(token)));
-    }
-
-    /// The token for a new tenure: above every token seen, and when there
-    /// is no previous item, at least the unix ms so it also exceeds tokens
-    /// of items deleted before this process started.
-    pub(super) fn next_token(&self, previous: Option<u64>, tick: &Tick) -> u64 {
-        let floor = self.last_token.map_or(0, |t| t + 1);
-        match previous {
-            Some(p) => (p + 1).max(floor),
-            None => tick.stamp.unix_ms.max(floor),
-        }
-    }
-
-    pub(super) fn new_lease(&self, token: u64, tick: &Tick) -> Lease {
-        let lease = Lease::stamped_with(
-            &self.cfg.name,
-            &self.cfg.identity,
-            token,
-            u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX),
-            tick.stamp.unix_ms,
-            self.cfg.holder_meta.clone(),
-            &tick.stamp,
-        );
-        match &self.own_session {
-            Some(v) => lease.held_through(&v.key),
-            None => lease,
-        }
     }
 }
 

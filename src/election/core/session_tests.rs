@@ -256,3 +256,88 @@ fn a_record_older_than_a_write_the_stream_told_since_is_not_ended_on_while_that_
         (WriteOp::EndSession, Condition::RvnIs("s1".into()))
     );
 }
+
+#[test]
+fn a_round_that_finds_the_election_free_without_a_session_asks_for_one_and_takes_it_once_open() {
+    let mut core = Core::new(
+        ElectionConfig::with_defaults("e", "me"),
+        raw(0).now,
+        Duration::ZERO,
+        true,
+        true,
+    )
+    .through_sessions();
+    core.handle(&raw(0), Input::Session(None));
+    core.handle(&raw(0), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    assert!(!core.wants_session(), "nothing found yet");
+    core.handle(&raw(5), Input::Read(Ok(Record::Absent)));
+    assert!(
+        core.wants_session(),
+        "free, and no session to hold it through"
+    );
+    while let Some(action) = core.poll_action() {
+        assert!(!matches!(action, Action::Write { .. }), "{action:?}");
+    }
+    // The session opens: the election is read and taken at once, held
+    // through it (not at the next poll).
+    core.handle(&raw(20), Input::Session(Some(own_session(15))));
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core.handle(&raw(25), Input::Read(Ok(Record::Absent)));
+    let written = loop {
+        match core.poll_action() {
+            Some(Action::Write { lease, op, .. }) => break (lease, op),
+            Some(_) => {}
+            None => panic!("no write"),
+        }
+    };
+    assert_eq!(written.1, WriteOp::Create);
+    assert_eq!(written.0.session.as_deref(), Some("#session/me/n0"));
+    assert!(core.wants_session(), "taking it");
+    core.handle(&raw(30), Input::Written(Ok(WriteOutcome::Applied)));
+    assert!(core.wants_session(), "holding it");
+}
+
+#[test]
+fn a_follower_of_a_live_holder_does_not_want_a_session() {
+    let mut core = follower();
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer(&mut core, 20, "s1", 5, flowing(0, 6_000));
+    assert!(!core.wants_session());
+}
+
+/// What a build from before sessions makes of an election held through a
+/// session: it knows neither `session` nor `format`, and times the record
+/// by its own `rvn` and its stored `lease_ms` (the rule of this core
+/// without sessions). Stored as a hundred years, a live tenure whose
+/// record does not change on renew is never taken from under its holder.
+#[test]
+fn a_reader_that_does_not_know_sessions_never_takes_a_held_election() {
+    let held = election();
+    let as_stored = Lease {
+        lease_ms: held.stored_lease_ms(),
+        session: None,
+        ..held
+    };
+    let mut old = Core::new(
+        ElectionConfig::with_defaults("e", "old"),
+        raw(0).now,
+        Duration::ZERO,
+        false,
+        true,
+    );
+    old.handle(&raw(0), Input::Timeout);
+    let day = 24 * 3_600 * 1_000;
+    for ms in [1, 60_000, day, 30 * day] {
+        while old.poll_action().is_some() {}
+        old.handle(&raw(ms), Input::Timeout);
+        old.handle(&raw(ms), Input::Read(Ok(Record::Valid(as_stored.clone()))));
+        while let Some(action) = old.poll_action() {
+            assert!(
+                !matches!(action, Action::Write { .. }),
+                "taken after {ms} ms: {action:?}"
+            );
+        }
+    }
+}

@@ -32,6 +32,44 @@ impl Core {
                 .is_some_and(|v| self.now + self.cfg.kill_grace < v.last_send + self.cfg.validity())
     }
 
+    /// Whether this round may take the election it found free for it: the
+    /// app check lets it campaign and, with sessions, the daemon's session
+    /// is open with time to spare. With none, the session is asked for
+    /// ([`Core::wants_session`]) and the round waits; the session's
+    /// opening starts the next round at once.
+    pub(super) fn may_take(&mut self) -> bool {
+        if !self.may_campaign {
+            return false;
+        }
+        if self.can_hold() {
+            return true;
+        }
+        self.session_wanted = self.sessions;
+        false
+    }
+
+    /// Whether this election wants the daemon's session now: it holds (or
+    /// is taking, or giving up) a tenure through it, or a round found the
+    /// election free for it and waits for a session to hold it through.
+    /// The daemon keeps a session open only while one of its elections
+    /// wants it (or for balance).
+    pub fn wants_session(&self) -> bool {
+        if !self.sessions {
+            return false;
+        }
+        match &self.phase {
+            Phase::Leading { .. } | Phase::Stopping { .. } => true,
+            Phase::Following { .. } => {
+                self.session_wanted
+                    || matches!(
+                        self.pending.as_deref(),
+                        Some(Pending::Acquire { .. } | Pending::EndSession { .. })
+                    )
+            }
+            Phase::Delayed { .. } | Phase::SittingOut { .. } | Phase::Exited => false,
+        }
+    }
+
     /// Whether `record` is held through this daemon's open session.
     pub(super) fn holds_session_of(&self, record: &Lease) -> bool {
         record.session.is_some()
@@ -125,6 +163,7 @@ impl Core {
             flow,
             told,
         } = heard;
+        self.session_wanted = false;
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
@@ -152,7 +191,7 @@ impl Core {
             {
                 return Some(self.wait_on_session(election, due, flow));
             }
-            _ if !self.may_campaign || !self.can_hold() => return Some(Round::Wait(poll)),
+            _ if !self.may_take() => return Some(Round::Wait(poll)),
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
                 self.pending = Some(Box::new(Pending::EndSession {
                     election: Box::new(election),
@@ -236,7 +275,7 @@ impl Core {
             _ => false,
         };
         self.takeover.forget();
-        if ended && self.may_campaign && self.can_hold() {
+        if ended && self.may_take() {
             self.take_election(election, tick);
             return;
         }
@@ -255,6 +294,17 @@ impl Core {
     /// deleted, or replaced by a new one), so is every such tenure.
     pub(super) fn on_session(&mut self, view: Option<SessionView>) {
         self.own_session = view.clone();
+        // The session a round waited for is open: take the election now
+        // rather than at the next poll (a graceful handover waits on it).
+        if self.session_wanted
+            && self.pending.is_none()
+            && matches!(self.phase, Phase::Following { .. })
+            && self.can_hold()
+        {
+            self.session_wanted = false;
+            self.start_round();
+            return;
+        }
         // A tenure being released is over, whatever the session does
         // next: a renew of it must never revive it.
         if matches!(

@@ -348,6 +348,15 @@ impl ElectionModel {
         if !was_leader && node.core.state().role == Role::Leader && w.crashed_at.is_some() {
             w.led_since_crash = true;
         }
+        // The daemon keeps its session open while its election wants it.
+        let wants = node.core.wants_session();
+        if node
+            .session
+            .as_ref()
+            .is_some_and(|s| s.is_wanted() != wants)
+        {
+            self.feed_session(w, n, SessionInput::Wanted(wants));
+        }
     }
 
     /// The store applies `lease` under `condition` if it holds.
@@ -615,7 +624,9 @@ impl Model for ElectionModel {
                 let core = Core::new(self.node_config(n), start, Duration::ZERO, true, true)
                     .mutated(self.bounds.mutations);
                 let (core, session) = if self.bounds.sessions {
-                    let session = SessionCore::new(self.node_config(n), start);
+                    // Opened once its election wants it, as in a daemon
+                    // without balance.
+                    let session = SessionCore::new(self.node_config(n), start, false);
                     (core.through_sessions(), Some(session))
                 } else {
                     (core, None)
