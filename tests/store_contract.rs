@@ -604,6 +604,32 @@ mod contract {
         expect_malformed(read(&store, &election).await);
     }
 
+    /// Many records in as few requests as the store allows, each as a
+    /// single read finds it, in the order asked (a name twice, twice; a
+    /// missing one absent), past the 100 of one DynamoDB request.
+    pub async fn read_many_reads_each_in_order(b: &dyn Backend) {
+        let store = b.store().await;
+        let names: Vec<String> = (0..130)
+            .map(|i| common::unique_name(&format!("many-{i}")))
+            .collect();
+        for (i, name) in names.iter().enumerate().step_by(2) {
+            let mut held = lease(name, "h", i as u64 + 1);
+            if i % 4 == 0 {
+                held = held.held_through("#session/h/n1");
+            }
+            assert_applied(store.create(&held, BUDGET).await, "create");
+        }
+        let mut asked = names.clone();
+        asked.push(names[0].clone());
+        let many = store.read_many(&asked, BUDGET).await.expect("read_many");
+        assert_eq!(many.len(), asked.len());
+        for (name, got) in asked.iter().zip(&many) {
+            assert_eq!(got, &read(&store, name).await, "{name}");
+        }
+        assert!(matches!(many[1], Record::Absent), "{:?}", many[1]);
+        assert_eq!(many[0], many[130]);
+    }
+
     /// An item of a format this build does not know reads as such (holder
     /// and token as far as they read), and no write replaces it, whatever
     /// its condition: not even `Unchanged` with its own raw rvn. Nor is it
@@ -763,6 +789,11 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn unknown_format_is_never_written() {
                 contract::unknown_format_is_never_written(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn read_many_reads_each_in_order() {
+                contract::read_many_reads_each_in_order(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

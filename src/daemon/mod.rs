@@ -152,6 +152,10 @@ pub async fn run(
         )
     });
 
+    if let Some(s) = &session {
+        start_record_check(&cfg, &store, &handles, s, (&clock, &metrics));
+    }
+
     let (resign_tx, resign_rx) = mpsc::channel(8);
     let (job_health, job_health_rx) = watch::channel(None);
     let mut app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
@@ -349,6 +353,39 @@ fn start_session(
         metrics.clone(),
         cfg.balance,
     )
+}
+
+/// The check of the records held through the session (see
+/// `election::record_check`), every R of the session's timing; it ends
+/// with the session.
+fn start_record_check(
+    cfg: &Config,
+    store: &Arc<dyn LeaseStore>,
+    handles: &BTreeMap<String, ElectionHandle>,
+    session: &SessionHandle,
+    (clock, metrics): (&Clock, &Arc<Metrics>),
+) {
+    let targets = cfg
+        .elections
+        .iter()
+        .filter_map(|e| {
+            let h = handles.get(&e.name)?;
+            Some(election::CheckTarget {
+                name: e.name.clone(),
+                strict: e.strict_new_lease,
+                state: h.state.clone(),
+                steering: h.steering(),
+            })
+        })
+        .collect();
+    election::spawn_record_check(
+        store.clone(),
+        targets,
+        session.view.clone(),
+        (clock.clone(), primary_timing(cfg).renew_interval),
+        metrics.clone(),
+        cfg.identity.clone(),
+    );
 }
 
 /// The balancer, when `balance` is on: every election may move, except the

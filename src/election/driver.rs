@@ -147,6 +147,9 @@ impl Driver {
                             self.answer = Some(done);
                             Input::Release { then, successor }
                         }
+                        Some(Command::Checked { fencing_token, record }) => {
+                            Input::Checked { fencing_token, record }
+                        }
                         None => Input::Orphaned,
                     },
                     () = store_changed(&mut self.store_changes), if watches_store => Input::StoreReplaced,

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
-use crate::lease::{HolderMeta, LeaseStore, StoreError};
+use crate::lease::{HolderMeta, LeaseStore, Record, StoreError};
 use crate::text;
 
 /// Timing and identity of one election.
@@ -463,6 +463,14 @@ pub enum Command {
         /// Answered with whether a lease was released.
         done: oneshot::Sender<bool>,
     },
+    /// What the daemon's check of its records found (see
+    /// [`core::Input::Checked`]).
+    Checked {
+        /// The tenure checked.
+        fencing_token: u64,
+        /// The record as read.
+        record: Record,
+    },
 }
 
 /// Handle to a running election task.
@@ -540,6 +548,16 @@ impl Steering {
             return false;
         }
         rx.await.unwrap_or(false)
+    }
+
+    /// Tell the election what the daemon's check of its record found (see
+    /// [`core::Input::Checked`]); dropped when its queue is full (the next check
+    /// tells it again).
+    pub fn checked(&self, fencing_token: u64, record: Record) {
+        let _ = self.commands.try_send(Box::new(Command::Checked {
+            fencing_token,
+            record,
+        }));
     }
 }
 
@@ -659,6 +677,7 @@ mod hint_tests;
 mod hints;
 #[cfg(test)]
 mod model;
+mod record_check;
 pub mod session;
 mod session_reads;
 mod session_task;
@@ -669,6 +688,7 @@ mod tests;
 pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
 use error_log::ErrorLog;
 pub use hints::{Aim, Hint, HintFeed, LeaseEvent, Target};
+pub use record_check::{CheckTarget, spawn_record_check};
 pub use session::SessionView;
 pub use session_reads::{KnownSession, SessionReads};
 pub use session_task::{Demand, SESSION_LABEL, SessionHandle, spawn_session};

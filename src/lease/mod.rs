@@ -547,6 +547,10 @@ impl StoreError {
     }
 }
 
+/// The most records [`LeaseStore::read_many`] is asked for at once (a
+/// DynamoDB `BatchGetItem` reads at most 100 items).
+pub const READ_MANY_LIMIT: usize = 100;
+
 /// A lease store. Every implementation gives the same semantics: reads are
 /// strongly consistent, writes are conditional ([`Condition::holds`]) and
 /// atomic.
@@ -557,6 +561,24 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Strongly consistent read of one election's record, within `budget`.
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError>;
+
+    /// Strongly consistent reads of the records of `elections` (at most
+    /// [`READ_MANY_LIMIT`]), in that order, within `budget` for all of
+    /// them: what a daemon holding elections through its session checks
+    /// them with (a record deleted or rewritten under it). By default one
+    /// [`LeaseStore::read`] each; a store that can read many in one request
+    /// does so.
+    async fn read_many(
+        &self,
+        elections: &[String],
+        budget: Duration,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut records = Vec::with_capacity(elections.len());
+        for election in elections {
+            records.push(self.read(election, budget).await?);
+        }
+        Ok(records)
+    }
 
     /// One conditional write of the whole record, within `budget`. Does not
     /// resolve ambiguity: use [`LeaseStore::write`].

@@ -336,6 +336,8 @@ pub struct ClusterSpec {
     /// `balance` for every instance: member records written and read next
     /// to the lease through every fault.
     pub balance: bool,
+    /// `sessions` for every instance; `None`: leaderd's default (on).
+    pub sessions: Option<bool>,
 }
 
 impl ClusterSpec {
@@ -347,6 +349,7 @@ impl ClusterSpec {
             own_emulator: false,
             shifts: [ClockShift::None; 3],
             balance: false,
+            sessions: None,
         }
     }
 }
@@ -480,6 +483,11 @@ impl Cluster {
                 self.spec.strict_new_lease.to_string(),
             )
             .env("LEADERD_BALANCE", self.spec.balance.to_string())
+            .envs(
+                self.spec
+                    .sessions
+                    .map(|s| ("LEADERD_SESSIONS", s.to_string())),
+            )
             .env("LEADERD_TEST_STALL_FILE", &stall_file)
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")

@@ -215,6 +215,30 @@ impl Core {
             return;
         }
         self.note(Note::Renew(Ok(false)));
+        self.lose(term, current);
+    }
+
+    /// The daemon's check found the record of the tenure `fencing_token`
+    /// reading `record`: lost unless still ours. Only a tenure held
+    /// through the session, with no request of its own in flight (a
+    /// release's answer says more).
+    pub(super) fn on_checked(&mut self, fencing_token: u64, record: Record) {
+        let Phase::Leading { term, .. } = &self.phase else {
+            return;
+        };
+        if term.lease.session.is_none()
+            || term.lease.fencing_token != fencing_token
+            || self.pending.is_some()
+            || self.still_ours(Some(&record), term).is_some()
+        {
+            return;
+        }
+        let term = term.clone();
+        self.lose(term, Some(record));
+    }
+
+    /// `term` is over: someone else wrote its record (as `current` shows).
+    fn lose(&mut self, term: Box<Term>, current: Option<Record>) {
         let written_by = match &current {
             Some(Record::Valid(l)) => l.holder.clone().unwrap_or_else(|| "(released)".into()),
             Some(Record::Absent) => "(item deleted)".into(),

@@ -105,6 +105,18 @@ pub enum Input {
     Session(Option<SessionView>),
     /// The answer to the [`Action::ReadSession`] asked for.
     SessionRecord(SessionAnswer),
+    /// The daemon's check of the records it holds through its session
+    /// found the record of the tenure with this fencing token reading
+    /// `record` (a consistent read sent after the tenure began): unless it
+    /// is still this tenure's, the record was deleted or rewritten under
+    /// it, and the tenure is lost (a holder through a session never
+    /// rewrites its record, so nothing else would tell it).
+    Checked {
+        /// The tenure checked.
+        fencing_token: u64,
+        /// Its record as read.
+        record: Record,
+    },
 }
 
 /// Which write the core asks for; also the label of its metrics.
@@ -689,6 +701,10 @@ impl Core {
             Input::Gate(pass) => self.on_gate(tick, pass),
             Input::StoreReplaced => self.on_store_replaced(),
             Input::Session(view) => self.on_session(view),
+            Input::Checked {
+                fencing_token,
+                record,
+            } => self.on_checked(fencing_token, record),
             Input::SessionRecord(res) => self.on_session_record(tick, res),
         }
         if let Some(target) = self.hints.take_retarget() {

@@ -257,6 +257,79 @@ fn a_record_older_than_a_write_the_stream_told_since_is_not_ended_on_while_that_
     );
 }
 
+/// A core leading "e" through its own session since 25 ms, with the
+/// record it created.
+fn leader() -> (Core, Lease) {
+    let mut core = Core::new(
+        ElectionConfig::with_defaults("e", "me"),
+        raw(0).now,
+        Duration::ZERO,
+        true,
+        true,
+    )
+    .through_sessions();
+    core.handle(&raw(0), Input::Session(Some(own_session(0))));
+    core.handle(&raw(0), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core.handle(&raw(20), Input::Read(Ok(Record::Absent)));
+    let created = loop {
+        match core.poll_action() {
+            Some(Action::Write { lease, .. }) => break lease,
+            Some(_) => {}
+            None => panic!("no write"),
+        }
+    };
+    core.handle(&raw(25), Input::Written(Ok(WriteOutcome::Applied)));
+    assert_eq!(core.state().role, crate::election::Role::Leader);
+    (core, created)
+}
+
+#[test]
+fn a_check_that_finds_the_record_deleted_or_rewritten_ends_the_tenure() {
+    let (mut core, created) = leader();
+    let token = created.fencing_token;
+    // Still ours, or about another tenure: nothing happens.
+    core.handle(
+        &raw(3_000),
+        Input::Checked {
+            fencing_token: token,
+            record: Record::Valid(created.clone()),
+        },
+    );
+    core.handle(
+        &raw(3_000),
+        Input::Checked {
+            fencing_token: token + 1,
+            record: Record::Absent,
+        },
+    );
+    assert_eq!(core.state().role, crate::election::Role::Leader);
+    assert!(core.state().tenure.is_some());
+    // Deleted under it: the tenure is lost, the job stops now (kill grace
+    // from now, not at the end of the session's validity).
+    core.handle(
+        &raw(4_000),
+        Input::Checked {
+            fencing_token: token,
+            record: Record::Absent,
+        },
+    );
+    let tenure = core.state().tenure.clone().expect("stopping");
+    assert_eq!(tenure.stop_at, raw(4_000).now, "{tenure:?}");
+    assert_ne!(core.state().role, crate::election::Role::Leader);
+    // Rewritten by another holder: the same.
+    let (mut core, created) = leader();
+    let other = Lease::stamped("e", "b", created.fencing_token + 1, 10_000, 1, None);
+    core.handle(
+        &raw(4_000),
+        Input::Checked {
+            fencing_token: created.fencing_token,
+            record: Record::Valid(other),
+        },
+    );
+    assert_ne!(core.state().role, crate::election::Role::Leader);
+}
+
 #[test]
 fn a_round_that_finds_the_election_free_without_a_session_asks_for_one_and_takes_it_once_open() {
     let mut core = Core::new(

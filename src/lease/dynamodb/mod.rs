@@ -25,7 +25,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region, SharedHttpClient};
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TableStatus};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure, TableStatus,
+};
 use aws_smithy_http_client::tls;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
@@ -330,12 +332,106 @@ impl DynamoStore {
             }
         }
     }
+
+    /// Consistent reads of `elections` (at most 100, no repeats) in one
+    /// `BatchGetItem`, again for the keys it leaves unprocessed, by
+    /// `deadline`; a record it does not return is absent.
+    async fn batch_read(
+        &self,
+        elections: &[String],
+        deadline: Instant,
+    ) -> Result<HashMap<String, Record>, StoreError> {
+        let mut found = HashMap::with_capacity(elections.len());
+        let mut pending: Vec<String> = elections.to_vec();
+        while !pending.is_empty() {
+            let _slot = self.slot(deadline, false).await?;
+            let keys = pending
+                .iter()
+                .map(|e| HashMap::from([(KEY.to_owned(), AttributeValue::S(e.clone()))]))
+                .collect();
+            let wanted = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| StoreError::Other(format!("cannot build a batch read: {e}")))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let out = retry_throttled(left, |left| {
+                let req = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, wanted.clone())
+                    .send();
+                async move {
+                    match bounded(left, req).await? {
+                        Ok(out) => Ok(out),
+                        Err(e) => Err(classify(&e, &self.table, left)),
+                    }
+                }
+            })
+            .await;
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => return Err(self.refine_missing(e, deadline).await),
+            };
+            let items = out.responses.as_ref().and_then(|r| r.get(&self.table));
+            for item in items.into_iter().flatten() {
+                if let Some(AttributeValue::S(name)) = item.get(KEY) {
+                    found.insert(name.clone(), parse_item(name, item));
+                }
+            }
+            // Keys the table could not serve now (throttled): asked again
+            // after a pause, within the budget.
+            pending = out
+                .unprocessed_keys
+                .as_ref()
+                .and_then(|u| u.get(&self.table))
+                .map(|k| {
+                    k.keys()
+                        .iter()
+                        .filter_map(|key| match key.get(KEY) {
+                            Some(AttributeValue::S(name)) => Some(name.clone()),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !pending.is_empty() {
+                let pause = Instant::now() + Duration::from_millis(50);
+                if pause >= deadline {
+                    return Err(StoreError::Timeout(
+                        deadline.saturating_duration_since(Instant::now()),
+                    ));
+                }
+                tokio::time::sleep_until(pause).await;
+            }
+        }
+        Ok(found)
+    }
 }
 
 #[async_trait]
 impl LeaseStore for DynamoStore {
     fn kind(&self) -> &'static str {
         "dynamodb"
+    }
+
+    async fn read_many(
+        &self,
+        elections: &[String],
+        budget: Duration,
+    ) -> Result<Vec<Record>, StoreError> {
+        let deadline = Instant::now() + budget;
+        let mut unique = elections.to_vec();
+        unique.sort();
+        unique.dedup();
+        let mut found = HashMap::new();
+        for chunk in unique.chunks(super::READ_MANY_LIMIT) {
+            found.extend(Box::pin(self.batch_read(chunk, deadline)).await?);
+        }
+        Ok(elections
+            .iter()
+            .map(|e| found.get(e).cloned().unwrap_or(Record::Absent))
+            .collect())
     }
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {

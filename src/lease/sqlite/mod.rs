@@ -363,6 +363,28 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
+    /// One turn of a reader for all of them: a local file reads a hundred
+    /// rows in well under a millisecond.
+    async fn read_many(
+        &self,
+        elections: &[String],
+        budget: Duration,
+    ) -> Result<Vec<Record>, StoreError> {
+        let elections = elections.to_vec();
+        let sql = self.inner.selects.one.clone();
+        self.run(LaneKind::Read, budget, move |conn, path, _| {
+            elections
+                .iter()
+                .map(|election| {
+                    let row =
+                        read_row(conn, &sql, election).map_err(|e| classify(path, budget, &e))?;
+                    Ok(row.map_or(Record::Absent, |r| r.to_record()))
+                })
+                .collect()
+        })
+        .await
+    }
+
     async fn put(
         &self,
         lease: &Lease,
