@@ -353,7 +353,7 @@ impl SessionTask {
             .lapsed
             .take_if(|k| self.core.record_key() != Some(k.as_str()) && !self.core.is_closing())
         {
-            tracing::warn!(identity = %id, session = %key, "session lost (ended by another instance, or gone from the store) while it was not renewed in time; opening a new session");
+            tracing::warn!(identity = %id, session = %key, "session lost (ended by another instance, or gone from the store) while it was not renewed in time; a new one opens once an election needs it");
         }
         if old == view {
             return;
@@ -372,7 +372,7 @@ impl SessionTask {
                 self.lapsed = Some(o.key.clone());
             }
             (Some(o), None) => {
-                tracing::warn!(identity = %id, session = %o.key, "session lost (ended by another instance, or gone from the store): every election held through it stops; opening a new session");
+                tracing::warn!(identity = %id, session = %o.key, "session lost (ended by another instance, or gone from the store): every election held through it stops; a new one opens once an election needs it");
             }
             (Some(o), Some(v)) if o.key != v.key => {
                 tracing::warn!(identity = %id, old = %o.key, session = %v.key, "session replaced: every election held through the old one stopped");
