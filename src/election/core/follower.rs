@@ -125,12 +125,14 @@ impl Core {
         // Wanted again below only if this round finds the election free
         // for us but no session to hold it through.
         self.session_wanted = false;
+        self.deferred_take = None;
         match record {
             Record::Absent => {
                 self.observed_ok(tick, None, None, None);
                 self.takeover.forget();
                 self.hints.stop();
                 if !self.may_take() {
+                    self.defer_take(WriteOp::Create, Condition::NotExists, None);
                     return Some(Round::Wait(poll));
                 }
                 let token = self.next_token(None, tick);
@@ -186,6 +188,8 @@ impl Core {
         // waits like a held one.
         let free = self.free_for_me(&current) || ours || expired;
         if free && !self.may_take() {
+            let condition = Condition::RvnIs(current.rvn.clone());
+            self.defer_take(WriteOp::TakeOver, condition, Some(current.fencing_token));
             return Some(Round::Wait(poll));
         }
         if free {

@@ -385,6 +385,17 @@ enum Pending {
     EndSession { election: Box<Lease> },
 }
 
+/// The acquisition a round found allowed but could not make for want of
+/// a session: made as soon as the session opens, under the same
+/// condition (so a record that changed since is not taken).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DeferredTake {
+    op: WriteOp,
+    condition: Condition,
+    /// The fencing token of the record read, if any.
+    previous: Option<u64>,
+}
+
 /// An election held through another daemon's session, followed by that
 /// session alone while its owner's stream flows: the stream tells of the
 /// election's release or handover, so between those only the session's
@@ -449,6 +460,8 @@ pub struct Core {
     session_wanted: bool,
     /// The last round ended waiting for the session (and was not counted).
     waited_for_session: bool,
+    /// The write that round would have made: made as the session opens.
+    deferred_take: Option<Box<DeferredTake>>,
     /// Following an election held through another daemon's session while
     /// that daemon's stream flows: the next round reads only the session.
     session_watch: Option<SessionWatch>,
@@ -536,6 +549,7 @@ impl Core {
             own_session: None,
             session_wanted: false,
             waited_for_session: false,
+            deferred_take: None,
             session_watch: None,
             backoff: Backoff::default(),
             last_read_sent: start,
@@ -576,7 +590,7 @@ impl Core {
             bool,
             &Option<SessionView>,
             &Option<SessionWatch>,
-            (bool, bool),
+            (bool, bool, &Option<Box<DeferredTake>>),
         ),
         &ElectionState,
         &VecDeque<Action>,
@@ -601,7 +615,11 @@ impl Core {
                 self.sessions,
                 &self.own_session,
                 &self.session_watch,
-                (self.session_wanted, self.waited_for_session),
+                (
+                    self.session_wanted,
+                    self.waited_for_session,
+                    &self.deferred_take,
+                ),
             ),
             &self.state,
             &self.out,
@@ -700,7 +718,7 @@ impl Core {
             Input::Orphaned => self.on_orphaned(tick),
             Input::Gate(pass) => self.on_gate(tick, pass),
             Input::StoreReplaced => self.on_store_replaced(),
-            Input::Session(view) => self.on_session(view),
+            Input::Session(view) => self.on_session(tick, view),
             Input::Checked {
                 fencing_token,
                 record,

@@ -48,6 +48,18 @@ impl Core {
         false
     }
 
+    /// Keep the acquisition a round could not make for want of a session
+    /// (only while it waits for one), to make it as the session opens.
+    pub(super) fn defer_take(&mut self, op: WriteOp, condition: Condition, previous: Option<u64>) {
+        if self.session_wanted {
+            self.deferred_take = Some(Box::new(super::DeferredTake {
+                op,
+                condition,
+                previous,
+            }));
+        }
+    }
+
     /// Whether this election wants the daemon's session now: it holds (or
     /// is taking, or giving up) a tenure through it, or a round found the
     /// election free for it and waits for a session to hold it through.
@@ -164,6 +176,7 @@ impl Core {
             told,
         } = heard;
         self.session_wanted = false;
+        self.deferred_take = None;
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
@@ -292,17 +305,26 @@ impl Core {
     /// The daemon's session as it stands now. A tenure held through it
     /// is valid as long as it is; once it is gone (ended by a follower,
     /// deleted, or replaced by a new one), so is every such tenure.
-    pub(super) fn on_session(&mut self, view: Option<SessionView>) {
+    pub(super) fn on_session(&mut self, tick: &Tick, view: Option<SessionView>) {
         self.own_session = view.clone();
         // The session a round waited for is open: take the election now
-        // rather than at the next poll (a graceful handover waits on it).
+        // rather than at the next poll (a graceful handover waits on it),
+        // with the write that round would have made (its condition keeps
+        // a record that changed since), or else a new round.
         if self.session_wanted
             && self.pending.is_none()
             && matches!(self.phase, Phase::Following { .. })
             && self.can_hold()
         {
             self.session_wanted = false;
-            self.start_round();
+            match self.deferred_take.take() {
+                Some(take) => {
+                    let token = self.next_token(take.previous, tick);
+                    let lease = self.new_lease(token, tick);
+                    self.acquire(take.op, lease, take.condition);
+                }
+                None => self.start_round(),
+            }
             return;
         }
         // A tenure being released is over, whatever the session does
