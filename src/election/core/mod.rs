@@ -385,32 +385,6 @@ enum Pending {
     EndSession { election: Box<Lease> },
 }
 
-/// The acquisition a round found allowed but could not make for want of
-/// a session: made as soon as the session opens, under the same
-/// condition (so a record that changed since is not taken).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct DeferredTake {
-    op: WriteOp,
-    condition: Condition,
-    /// The fencing token of the record read, if any.
-    previous: Option<u64>,
-}
-
-/// An election held through another daemon's session, followed by that
-/// session alone while its owner's stream flows: the stream tells of the
-/// election's release or handover, so between those only the session's
-/// timing matters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct SessionWatch {
-    /// The election's record as read last (its `rvn` is what a takeover
-    /// is conditional on).
-    election: Box<Lease>,
-    /// When the session's `rvn` timed last may be taken over: read it then.
-    due: Instant,
-    /// When the owner's stream counted as quiet at the last answer.
-    flow_until: Instant,
-}
-
 /// The pause after a request that failed (a follower's round, the
 /// opening of a session): P at first, doubling up to 4·P, each drawn from
 /// [d, 2d) with the tick's jitter.
@@ -813,3 +787,4 @@ mod leader;
 #[cfg(test)]
 mod session_tests;
 mod sessions;
+use sessions::{DeferredTake, SessionWatch};

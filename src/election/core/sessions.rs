@@ -8,9 +8,35 @@
 
 use super::super::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
 use super::super::takeover::takeover_wait;
-use super::{Action, Core, Note, Pending, Phase, Round, SessionWatch, Term, Tick, WriteOp};
+use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
 use crate::clock::Instant;
 use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
+
+/// The acquisition a round found allowed but could not make for want of
+/// a session: made as soon as the session opens, under the same
+/// condition (so a record that changed since is not taken).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct DeferredTake {
+    pub(super) op: WriteOp,
+    pub(super) condition: Condition,
+    /// The fencing token of the record read, if any.
+    pub(super) previous: Option<u64>,
+}
+
+/// An election held through another daemon's session, followed by that
+/// session alone while its owner's stream flows: the stream tells of the
+/// election's release or handover, so between those only the session's
+/// timing matters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct SessionWatch {
+    /// The election's record as read last (its `rvn` is what a takeover
+    /// is conditional on).
+    pub(super) election: Box<Lease>,
+    /// When the session's `rvn` timed last may be taken over: read it then.
+    pub(super) due: Instant,
+    /// When the owner's stream counted as quiet at the last answer.
+    pub(super) flow_until: Instant,
+}
 
 /// What the daemon heard of a session besides the store's answer (see
 /// [`SessionAnswer`]).
@@ -52,7 +78,7 @@ impl Core {
     /// (only while it waits for one), to make it as the session opens.
     pub(super) fn defer_take(&mut self, op: WriteOp, condition: Condition, previous: Option<u64>) {
         if self.session_wanted {
-            self.deferred_take = Some(Box::new(super::DeferredTake {
+            self.deferred_take = Some(Box::new(DeferredTake {
                 op,
                 condition,
                 previous,
