@@ -240,6 +240,8 @@ pub struct SessionCore {
     /// since when it is not.
     wanted: bool,
     unwanted_since: Option<Instant>,
+    /// The last session was ended for nothing wanting it (no other since).
+    retired: bool,
     now: Instant,
     out: std::collections::VecDeque<Action>,
 }
@@ -304,6 +306,7 @@ impl SessionCore {
             labels: Default::default(),
             wanted,
             unwanted_since: (!wanted).then_some(start),
+            retired: false,
             now: start,
             out: Default::default(),
         }
@@ -394,6 +397,12 @@ impl SessionCore {
         self.wanted
     }
 
+    /// Whether the last session was ended for nothing wanting it, and no
+    /// other opened since.
+    pub fn is_retired(&self) -> bool {
+        self.retired
+    }
+
     /// Take `input` in at `tick`.
     pub fn handle(&mut self, tick: &Tick, input: SessionInput) {
         self.now = self.now.max(tick.now);
@@ -457,6 +466,7 @@ impl SessionCore {
     /// shutdown, but the core stays ready to open a new one.
     fn retire(&mut self, tick: &Tick, lease: &Lease) {
         self.phase = Phase::Closed { at: self.now };
+        self.retired = true;
         self.end(tick, lease, Pending::Retire);
     }
 
@@ -493,6 +503,7 @@ impl SessionCore {
             &tick.stamp,
         );
         self.own_rvns.clear();
+        self.retired = false;
         self.pending = Some(Pending::Create {
             lease: lease.clone(),
             sent: self.now,

@@ -289,7 +289,12 @@ impl SessionTask {
                         res.as_ref().map(|o| matches!(o, WriteOutcome::Applied)),
                     );
                     if op == WriteOp::EndSession && res.is_ok() {
-                        tracing::info!(identity = %self.identity, session = %lease.election, "session ended: nobody has to wait it out");
+                        let why = if self.core.is_retired() {
+                            "this instance held nothing through it for a lease; "
+                        } else {
+                            ""
+                        };
+                        tracing::info!(identity = %self.identity, session = %lease.election, "session ended: {why}nobody has to wait it out");
                     }
                     SessionInput::Written(res)
                 }
@@ -349,10 +354,11 @@ impl SessionTask {
         let old = self.view_tx.borrow().clone();
         let id = &self.identity;
         // A lapsed session found ended or gone when its renew was answered.
-        if let Some(key) = self
-            .lapsed
-            .take_if(|k| self.core.record_key() != Some(k.as_str()) && !self.core.is_closing())
-        {
+        if let Some(key) = self.lapsed.take_if(|k| {
+            self.core.record_key() != Some(k.as_str())
+                && !self.core.is_closing()
+                && !self.core.is_retired()
+        }) {
             tracing::warn!(identity = %id, session = %key, "session lost (ended by another instance, or gone from the store) while it was not renewed in time; a new one opens once an election needs it");
         }
         if old == view {
@@ -366,6 +372,8 @@ impl SessionTask {
                 tracing::info!(identity = %id, session = %v.key, "session opened: the elections this instance leads are held through it");
             }
             (Some(_), None) if self.core.is_closing() => {}
+            // Ended for nothing wanting it (logged with its end write).
+            (Some(_), None) if self.core.is_retired() => {}
             // Still ours, only not renewed within its validity.
             (Some(o), None) if self.core.record_key() == Some(o.key.as_str()) => {
                 tracing::warn!(identity = %id, session = %o.key, "session not renewed in time: every election held through it stops; still trying to renew it");

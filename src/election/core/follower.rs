@@ -382,7 +382,15 @@ impl Core {
         let due = self.unread_due();
         let now = self.now;
         match self.hints.take(hint, now, self.cfg.retry_interval) {
-            AfterHint::ReadNow => self.start_round(),
+            AfterHint::ReadNow => {
+                // A release or a loss was told: open the session while the
+                // record is read, in case the round may take it (advice
+                // only: the round still decides, on what the store says).
+                if self.sessions && self.may_campaign && !self.can_hold() {
+                    self.session_wanted = true;
+                }
+                self.start_round();
+            }
             AfterHint::Renewed if due.is_some_and(|d| now >= d) => self.start_round(),
             AfterHint::Renewed | AfterHint::Wait => {
                 self.phase = Phase::Following { poll_at };

@@ -262,12 +262,14 @@ fn a_session_unwanted_for_a_lease_is_ended_and_a_new_one_opened_when_wanted_agai
         }
     );
     assert_eq!(s.view(), None, "no election may hold through it any more");
+    assert!(s.is_retired(), "ended for want of use, not lost");
     applied(&mut s, 17_010);
     assert_eq!(s.next_wake(), None, "idle: no write until wanted again");
     assert!(!s.is_finished());
     s.handle(&at(30_000), SessionInput::Wanted(true));
     let (reopened, condition) = write(&mut s);
     assert_eq!(reopened.election, "#session/me/v30000", "a new key");
+    assert!(!s.is_retired());
     assert_eq!(condition, Condition::NotExists);
 }
 
