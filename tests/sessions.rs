@@ -94,6 +94,11 @@ fn wait_session_lost(node: &Leaderd, first: &str) {
         node.log().contains("session lost")
     })
     .unwrap_or_else(|| panic!("{} did not report a lost session", node.identity));
+    fresh_keys(node, first);
+}
+
+/// The session keys `node` opened, the first `first`, none twice.
+fn fresh_keys(node: &Leaderd, first: &str) -> Vec<String> {
     let opened = sessions_opened(&node.log());
     assert_eq!(opened[0], first);
     let distinct: BTreeSet<&String> = opened.iter().collect();
@@ -102,6 +107,7 @@ fn wait_session_lost(node: &Leaderd, first: &str) {
         opened.len(),
         "a session key reused: {opened:?}"
     );
+    opened
 }
 
 /// `node`'s log says its session was lost and it opened another one,
@@ -118,15 +124,7 @@ fn wait_session_replaced(node: &Leaderd, first: &str) -> Vec<String> {
             node.identity
         )
     });
-    let opened = sessions_opened(&node.log());
-    assert_eq!(opened[0], first);
-    let distinct: BTreeSet<&String> = opened.iter().collect();
-    assert_eq!(
-        distinct.len(),
-        opened.len(),
-        "a session key reused: {opened:?}"
-    );
-    opened
+    fresh_keys(node, first)
 }
 
 /// `node` leads nothing, answers 503 on `/leader`, and `others` lead

@@ -37,14 +37,7 @@ fn raw(ms: u64) -> Tick {
 /// polls once more, though the stream flows; the second round's read was
 /// sent at 0.
 fn follower() -> Core {
-    let mut core = Core::new(
-        ElectionConfig::with_defaults("e", "me"),
-        raw(0).now,
-        Duration::ZERO,
-        true,
-        true,
-    )
-    .through_sessions();
+    let mut core = sessions_core();
     core.handle(&raw(0), Input::Session(Some(own_session(0))));
     core.handle(&raw(0), Input::Timeout);
     assert_eq!(read_kind(&mut core), Kind::Election);
@@ -62,6 +55,19 @@ fn follower() -> Core {
     core.handle(&at(0), Input::Timeout);
     assert_eq!(read_kind(&mut core), Kind::Election);
     core
+}
+
+/// A core of "me" for "e", holding tenures through sessions, that may
+/// campaign at once.
+fn sessions_core() -> Core {
+    Core::new(
+        ElectionConfig::with_defaults("e", "me"),
+        raw(0).now,
+        Duration::ZERO,
+        true,
+        true,
+    )
+    .through_sessions()
 }
 
 /// This daemon's session, last renewed at `ms`.
@@ -260,14 +266,7 @@ fn a_record_older_than_a_write_the_stream_told_since_is_not_ended_on_while_that_
 /// A core leading "e" through its own session since 25 ms, with the
 /// record it created.
 fn leader() -> (Core, Lease) {
-    let mut core = Core::new(
-        ElectionConfig::with_defaults("e", "me"),
-        raw(0).now,
-        Duration::ZERO,
-        true,
-        true,
-    )
-    .through_sessions();
+    let mut core = sessions_core();
     core.handle(&raw(0), Input::Session(Some(own_session(0))));
     core.handle(&raw(0), Input::Timeout);
     assert_eq!(read_kind(&mut core), Kind::Election);
@@ -332,14 +331,7 @@ fn a_check_that_finds_the_record_deleted_or_rewritten_ends_the_tenure() {
 
 #[test]
 fn a_round_that_finds_the_election_free_without_a_session_asks_for_one_and_takes_it_once_open() {
-    let mut core = Core::new(
-        ElectionConfig::with_defaults("e", "me"),
-        raw(0).now,
-        Duration::ZERO,
-        true,
-        true,
-    )
-    .through_sessions();
+    let mut core = sessions_core();
     core.handle(&raw(0), Input::Session(None));
     core.handle(&raw(0), Input::Timeout);
     assert_eq!(read_kind(&mut core), Kind::Election);
