@@ -532,11 +532,14 @@ impl Cluster {
                 .unwrap_or_else(|| panic!("{} does not exit after SIGTERM", node.identity));
             assert_eq!(status.code(), Some(0), "{}: {status:?}", node.identity);
             let log = node.log();
-            // Ended by itself, or lost to the others (who ended it).
+            // Ended by itself (its end write tried, if the store was cut
+            // off), or lost to the others (who ended it).
             if let Some(opened) = log.rfind("session opened") {
                 let after = &log[opened..];
                 assert!(
-                    after.contains("session ended") || after.contains("session lost"),
+                    after.contains("session ended")
+                        || after.contains("session lost")
+                        || after.contains("op=\"end_session\""),
                     "{} did not end its session",
                     node.identity
                 );
