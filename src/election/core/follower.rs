@@ -401,6 +401,12 @@ impl Core {
     pub(super) fn on_gate(&mut self, _tick: &Tick, pass: bool) {
         let opened = pass && !self.may_campaign;
         self.may_campaign = pass;
+        // Closed: a round waiting for the session to take the election
+        // waits no more (nor does it want the session).
+        if !pass {
+            self.session_wanted = false;
+            self.deferred_take = None;
+        }
         // May campaign again: look at the record now.
         if opened
             && self.pending.is_none()

@@ -362,6 +362,23 @@ fn a_round_that_finds_the_election_free_without_a_session_asks_for_one_and_takes
 }
 
 #[test]
+fn a_take_waiting_for_the_session_is_dropped_when_the_app_check_closes() {
+    let mut core = sessions_core();
+    core.handle(&raw(0), Input::Session(None));
+    core.handle(&raw(0), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core.handle(&raw(5), Input::Read(Ok(Record::Absent)));
+    assert!(core.wants_session());
+    core.handle(&raw(10), Input::Gate(false));
+    assert!(!core.wants_session(), "it may not campaign");
+    core.handle(&raw(20), Input::Session(Some(own_session(15))));
+    while let Some(action) = core.poll_action() {
+        assert!(!matches!(action, Action::Write { .. }), "{action:?}");
+    }
+    assert_ne!(core.state().role, crate::election::Role::Leader);
+}
+
+#[test]
 fn a_follower_of_a_live_holder_does_not_want_a_session() {
     let mut core = follower();
     core.handle(&at(10), Input::Read(Ok(Record::Valid(election()))));

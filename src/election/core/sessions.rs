@@ -338,6 +338,7 @@ impl Core {
         // with the write that round would have made (its condition keeps
         // a record that changed since), or else a new round.
         if self.session_wanted
+            && self.may_campaign
             && self.pending.is_none()
             && matches!(self.phase, Phase::Following { .. })
             && self.can_hold()
