@@ -10,12 +10,13 @@
 #  - `systemctl status` shows leaderd's STATUS= text, for the leader and for
 #    the follower (which names the leader);
 #  - kill -9 of leaderd@y's leaderd: systemd restarts it;
-#  - the watchdog keeps leaderd@x alive past three WatchdogSec periods;
+#  - the watchdog keeps leaderd@x alive past WatchdogSec, pinged every third
+#    of it;
 #  - `systemctl stop leaderd@x` stops its job (SIGTERM, exit 0) and releases
 #    the lease: leaderd@y leads and starts its job well within one lease;
 #  - the journal holds leaderd's log lines and the job's output.
 #
-# The binary: $LEADERD_BIN, else the one image-test.sh took out of the image
+# The binary: $LEADERD_BIN, else the one image-build.sh took out of the image
 # it built (target/ci-packaging-bin/leaderd), else `cargo build --release`.
 # Installs what it needs (apt); stops the container and removes its rootfs
 # copy whatever happens. Run from anywhere: bash .ci/packaging/systemd-test.sh
@@ -70,8 +71,8 @@ on_exit cleanup
 
 if [[ -n ${LEADERD_BIN:-} ]]; then
     bin=$LEADERD_BIN
-elif [[ -x $CI_TARGET/ci-packaging-bin/leaderd ]]; then
-    bin=$CI_TARGET/ci-packaging-bin/leaderd
+elif [[ -x $IMAGE_BIN ]]; then
+    bin=$IMAGE_BIN
 else
     log "cargo build --release --locked"
     cargo build --release --locked
@@ -198,26 +199,41 @@ code=$(ct_http 9782 /leader "$W/body")
 [[ $code == 503 ]] || fail "the restarted leaderd@y must follow again" "$code $(cat "$W/body")" "$(seen y)"
 note "restarted: pid $y_pid -> $(prop y MainPID), NRestarts=1, follows again"
 
-log "the watchdog: leaderd@x alive past three WatchdogSec periods"
+log "the watchdog: leaderd@x alive past WatchdogSec, pinging all along"
+# systemd kills a unit whose last ping (or start) is WatchdogSec old; leaderd
+# pings every third of it. So: alive past 1.2 x WatchdogSec with the same
+# pid, at least three pings seen, none two-thirds of WatchdogSec after the
+# one before, the last one recent.
 wd=$(prop x WatchdogUSec)
 wd_us=$(systemd-analyze timespan "$wd" | awk '$1 == "μs:" { print $2 }')
 ((wd_us > 0)) || fail "leaderd@.service sets no WatchdogSec" "WatchdogUSec=$wd"
-until_s=$(python3 -c 'import sys; print(float(sys.argv[1]) + 3.2 * int(sys.argv[2]) / 1e6)' "$x_started" "$wd_us")
-note "WatchdogSec=$wd: waiting until $(elapsed "$x_started" "$until_s") s after the start"
+until_s=$(python3 -c 'import sys; print(float(sys.argv[1]) + 1.2 * int(sys.argv[2]) / 1e6)' "$x_started" "$wd_us")
+note "WatchdogSec=$wd: watching until $(elapsed "$x_started" "$until_s") s after the start"
+pings=()
 while lt "$(now)" "$until_s"; do
     [[ $(prop x ActiveState) == active && $(prop x MainPID) == "$x_pid" ]] ||
         fail "leaderd@x did not stay up under the watchdog" "$(seen x)"
-    sleep 1
+    ping=$(prop x WatchdogTimestampMonotonic)
+    ((${#pings[@]} && pings[-1] == ping)) || pings+=("$ping")
+    sleep 0.5
 done
-last_ping=$(prop x WatchdogTimestampMonotonic)
+last_ping=${pings[-1]}
 age_us=$(($(monotonic_us) - last_ping))
 [[ $(prop x NRestarts) == 0 && $(prop x MainPID) == "$x_pid" ]] ||
     fail "leaderd@x was restarted" "$(seen x)"
-((last_ping > 0 && age_us < wd_us)) ||
+((${#pings[@]} >= 3)) ||
+    fail "leaderd@x pinged the watchdog ${#pings[@]} times in 1.2 x WatchdogSec (expected one every third)" \
+        "WatchdogTimestampMonotonic: ${pings[*]}" "$(seen x)"
+for ((i = 1; i < ${#pings[@]}; i++)); do
+    ((pings[i] - pings[i - 1] < wd_us * 2 / 3)) ||
+        fail "leaderd@x's watchdog pings are $(((pings[i] - pings[i - 1]) / 1000)) ms apart, WatchdogSec is $((wd_us / 1000)) ms" \
+            "WatchdogTimestampMonotonic: ${pings[*]}"
+done
+((last_ping > 0 && age_us < wd_us * 2 / 3)) ||
     fail "leaderd@x's last watchdog ping is ${age_us} us old, WatchdogSec is ${wd_us} us" "$(seen x)"
 ! in_ct journalctl --no-pager -u leaderd@x.service | grep -i 'watchdog timeout' ||
     fail "the journal has a watchdog timeout" "$(seen x)"
-note "same pid $x_pid, NRestarts=0, last ping $((age_us / 1000)) ms ago"
+note "same pid $x_pid, NRestarts=0, ${#pings[@]} pings seen, the last $((age_us / 1000)) ms ago"
 
 log "systemctl stop leaderd@x: the job stops, the lease goes to leaderd@y"
 x_jobs=$(job_pids x)
