@@ -147,3 +147,37 @@ free_port() {
 now() { date +%s.%N; }
 elapsed() { python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.3f}")' "$1" "$2"; }
 lt() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)' "$1" "$2"; }
+
+# Podman and buildah on a private storage root under $W (each script sets
+# W), vfs driver: nothing touches the machine's own container storage.
+pod() {
+    podman --root "$W/storage" --runroot "$W/run" --storage-driver vfs \
+        --tmpdir "$W/libpod" --cgroup-manager cgroupfs --runtime runc \
+        --events-backend file "$@"
+}
+bah() { buildah --root "$W/storage" --runroot "$W/run" --storage-driver vfs "$@"; }
+
+# storage_cleanup: every container, volume, mount and image under $W, and $W.
+storage_cleanup() {
+    pod rm --all --force --time 0
+    pod volume rm --all --force
+    pod image unmount --all --force
+    bah rm --all
+    pod rmi --all --force
+    # Whatever is still mounted under the storage root (a container's /dev/shm).
+    findmnt -rn -o TARGET | grep "^$W/" | sort -r | xargs -r umount -l
+    rm -rf "$W"
+}
+
+# The image the build makes and the test runs; where the build leaves it
+# (an archive that `podman load` reads) and the binary it holds (for
+# systemd-test.sh). Used by the scripts that source this file:
+# shellcheck disable=SC2034
+readonly IMAGE=localhost/leaderd-ci/leaderd:test
+# shellcheck disable=SC2034
+readonly IMAGE_ARCHIVE=$CI_TARGET/ci-packaging-bin/leaderd-image.tar
+# shellcheck disable=SC2034
+readonly IMAGE_BIN=$CI_TARGET/ci-packaging-bin/leaderd
+# What the image build and the image test install.
+# shellcheck disable=SC2034
+readonly IMAGE_DEBS=(buildah podman runc busybox-static curl python3 procps util-linux tar debootstrap)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the container image from the Dockerfile, with buildah, and runs it
-# with podman as users run it (read-only root, no capabilities):
+# Runs the container image that image-build.sh built from the Dockerfile,
+# with podman, as users run it (read-only root, no capabilities):
 #
 #  - the final stage holds the binary, the CA certificates and the state
 #    directory only (the image's file list), and its size is printed;
@@ -14,44 +14,22 @@
 #    `leaderd run -- <app command>`; the app runs in the leading container
 #    only, and moves when that one stops.
 #
-# No image can be pulled here, so the build stage runs on a local stand-in
-# builder (--build-arg BUILDER): Debian bookworm (debootstrap), this
-# machine's Rust toolchain, and a rustc wrapper that links the binary
-# statically against glibc where rust:alpine links it statically against
-# musl. The final stage (scratch) is the Dockerfile's own. The app image of
-# the wrapper test is a static busybox on scratch. What CI cannot prove (the
-# pinned Alpine builder, a musl binary) is said in the README.
+# The app image of the wrapper test is a static busybox on scratch.
 #
-# Installs what it needs (apt), cleans up every container, image, volume and
-# mount it made, whatever happens; all podman/buildah state lives in a
-# private storage root under target/, removed at exit. Kept between runs, in
-# /var/cache/leaderd-ci: the debootstrap root (common.sh) and the
-# Dockerfile's cargo cache mounts (see BUILD_CACHE). Also leaves the image's
-# binary at target/ci-packaging-bin/leaderd for systemd-test.sh.
-# Run from anywhere: bash .ci/packaging/image-test.sh
+# Builds the image first (image-build.sh) unless `--saved` says to run the
+# one the last build saved (.ci/run builds it in the background while the
+# tests run). Installs what it needs (apt); cleans up every container, image,
+# volume and mount it made, whatever happens: all podman state lives in a
+# private storage root under target/, removed at exit.
+# Run from anywhere, as root: bash .ci/packaging/image-test.sh [--saved]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=.ci/packaging/common.sh
 source .ci/packaging/common.sh
 
-readonly W=$CI_TARGET/ci-image-test
-readonly IMAGE=localhost/leaderd-ci/leaderd:test
-readonly BUILDER=localhost/leaderd-ci/builder:stand-in
+W=$CI_TARGET/ci-image-test
+readonly W
 readonly APP=localhost/leaderd-ci/app:stand-in
-readonly BIN_OUT=$CI_TARGET/ci-packaging-bin/leaderd
-# buildah keeps the Dockerfile's cache mounts (cargo's registry and target
-# dir) under $TMPDIR/buildah-cache-UID: here in the machine's cache, one per
-# version of the rustc wrapper. Before each build leaderd's own fingerprints
-# go (see the build below), so only the crates.io dependencies are reused.
-BUILD_CACHE=$CI_CACHE/image-build-$(sha256sum .ci/packaging/stand-in/rustc-static-bins.sh | cut -c1-12)
-readonly BUILD_CACHE
-
-readonly -a STORE=(--root "$W/storage" --runroot "$W/run" --storage-driver vfs)
-pod() {
-    podman "${STORE[@]}" --tmpdir "$W/libpod" --cgroup-manager cgroupfs \
-        --runtime runc --events-backend file "$@"
-}
-bah() { buildah "${STORE[@]}" "$@"; }
 
 # As the Helm chart runs it: read-only root, every capability dropped, no
 # privilege escalation. Host network so that the tests reach it on loopback
@@ -60,17 +38,6 @@ bah() { buildah "${STORE[@]}" "$@"; }
 readonly -a RUN=(--network host --read-only --cap-drop all
     --security-opt no-new-privileges --log-driver k8s-file
     --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
-
-cleanup() {
-    pod rm --all --force --time 0
-    pod volume rm --all --force
-    pod image unmount --all --force
-    bah rm --all
-    pod rmi --all --force
-    # Whatever is still mounted under the storage root (a container's /dev/shm).
-    findmnt -rn -o TARGET | grep "^$W/" | sort -r | xargs -r umount -l
-    rm -rf "$W"
-}
 
 # What a failing check shows of a container.
 seen() {
@@ -114,40 +81,27 @@ job_running() {
     [[ $pid != 0 ]] && pgrep -f -x 'sleep 6001' --ns "$pid" --nslist pid >/dev/null
 }
 
-need_debs buildah podman runc busybox-static curl python3 procps util-linux tar
+case ${1:-} in
+'') bash .ci/packaging/image-build.sh ;;
+--saved) ;;
+*)
+    echo "usage: $0 [--saved]" >&2
+    exit 64
+    ;;
+esac
+need_debs "${IMAGE_DEBS[@]}"
+[[ -f $IMAGE_ARCHIVE ]] ||
+    fail "no image at $IMAGE_ARCHIVE: bash .ci/packaging/image-build.sh makes it"
 # Leftovers of a run that was killed before its cleanup.
 if [[ -d $W ]]; then
-    cleanup >/dev/null 2>&1 || true
+    storage_cleanup >/dev/null 2>&1 || true
 fi
-mkdir -p "$W/libpod" "$BUILD_CACHE" "$(dirname "$BIN_OUT")"
-on_exit cleanup
+mkdir -p "$W/libpod"
+on_exit storage_cleanup
 
-bookworm_rootfs
-
-log "stand-in builder $BUILDER: Debian bookworm + $(rustc --version)"
-pinned=$(sed -n 's/^ARG BUILDER=rust:\([0-9.]*\)-.*/\1/p' Dockerfile)
-[[ $(rustc --version) == "rustc $pinned "* ]] ||
-    note "NOTE: the Dockerfile's builder has Rust $pinned; this stand-in has $(rustc --version)"
-sysroot=$(rustc --print sysroot)
-extra=$W/builder-extra
-mkdir -p "$extra/usr/local/rust" "$extra/usr/local/bin"
-cp -al "$sysroot/bin" "$sysroot/lib" "$extra/usr/local/rust/" 2>/dev/null ||
-    cp -a "$sysroot/bin" "$sysroot/lib" "$extra/usr/local/rust/"
-install -m 0755 .ci/packaging/stand-in/rustc-static-bins.sh "$extra/usr/local/bin/rustc-static-bins"
-# cargo fetches crates with the CA certificates this machine trusts (a local
-# CA too, where there is one), kept apart from the Debian bundle that the
-# final stage copies.
-install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$extra/usr/local/share/leaderd-ci/host-ca.crt"
-# The environment rust:alpine sets, the wrapper, cargo's CA bundle.
-tar --numeric-owner -cf - -C "$ROOTFS" . -C "$extra" ./usr/local/rust ./usr/local/bin/rustc-static-bins \
-    ./usr/local/share/leaderd-ci |
-    pod import --quiet \
-        --change 'ENV CARGO_HTTP_CAINFO=/usr/local/share/leaderd-ci/host-ca.crt' \
-        --change 'ENV PATH=/usr/local/cargo/bin:/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'ENV CARGO_HOME=/usr/local/cargo' \
-        --change 'ENV RUSTC_WRAPPER=/usr/local/bin/rustc-static-bins' \
-        - "$BUILDER" >/dev/null
-rm -rf "$extra"
+log "podman load: the image image-build.sh saved at $(date -r "$IMAGE_ARCHIVE" '+%F %T')"
+pod load --quiet -i "$IMAGE_ARCHIVE" >/dev/null
+pod image exists "$IMAGE" || fail "$IMAGE_ARCHIVE does not hold $IMAGE" "$(pod images 2>&1)"
 
 log "app stand-in $APP: a static busybox on scratch"
 app=$W/app-context
@@ -157,21 +111,6 @@ printf '%s\n' 'FROM scratch' 'COPY busybox /bin/busybox' \
     'RUN ["/bin/busybox", "--install", "-s", "/bin"]' >"$app/Containerfile"
 bah build --quiet --isolation chroot --pull=never -t "$APP" "$app" >/dev/null
 
-log "buildah build -f Dockerfile --build-arg BUILDER=$BUILDER"
-t0=$(now)
-exec {cache_lock}>"$BUILD_CACHE/.lock"
-flock "$cache_lock"
-# cargo decides whether leaderd itself is fresh by file times, which mean
-# nothing across clones: always build it again. The dependencies' artifacts
-# are keyed by version, features, profile and compiler, and stay.
-find "$BUILD_CACHE" -path '*/release/.fingerprint/leaderd-*' -prune -exec rm -rf {} +
-if ! TMPDIR=$BUILD_CACHE bah build --isolation chroot --pull=never \
-    --build-arg BUILDER="$BUILDER" -t "$IMAGE" -f Dockerfile . >"$W/build.log" 2>&1; then
-    fail "the image does not build" "$(tail -n 40 "$W/build.log")"
-fi
-exec {cache_lock}>&-
-note "built in $(elapsed "$t0" "$(now)") s ($(grep -c '^ *Compiling' "$W/build.log") crates compiled)"
-
 log "the image: size, files, configuration"
 size=$(pod image inspect -f '{{.Size}}' "$IMAGE")
 mnt=$(pod image mount "$IMAGE")
@@ -180,7 +119,6 @@ note "image size: $size bytes ($((size / 1024)) KiB); the binary: $binsize bytes
 files=$(cd "$mnt" && find . -mindepth 1 -printf '%M %U:%G %p\n' | sort -k3)
 printf '%s\n' "$files" | sed 's/^/   /'
 certs=$(grep -c 'BEGIN CERTIFICATE' "$mnt/etc/ssl/certs/ca-certificates.crt" || true)
-cp "$mnt/usr/local/bin/leaderd" "$BIN_OUT"
 pod image unmount "$IMAGE" >/dev/null
 config=$(pod image inspect -f 'user={{.Config.User}} entrypoint={{.Config.Entrypoint}} workdir={{.Config.WorkingDir}}' "$IMAGE")
 note "$config; $certs CA certificates"
