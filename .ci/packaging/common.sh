@@ -1,12 +1,14 @@
-# Helpers for the packaging tests that run leaderd for real (image-test.sh,
-# systemd-test.sh). Sourced, not run.
+# Helpers for the packaging tests that run leaderd for real (image-build.sh,
+# image-test.sh, systemd-test.sh). Sourced, not run.
 # shellcheck shell=bash
 
 # Where the scripts keep what they make: their work under target/ (a fresh
 # clone starts from nothing), and what is worth keeping between runs on one
-# machine in $LEADERD_CI_CACHE. Nothing relies on that cache being there.
+# machine in $CI_LEADERD_CACHE (not LEADERD_...: leaderd warns about
+# variables of its prefix that are no setting, and the tests it runs count
+# its warnings). Nothing relies on that cache being there.
 readonly CI_TARGET=${CI_TARGET:-$PWD/target}
-readonly CI_CACHE=${LEADERD_CI_CACHE:-/var/cache/leaderd-ci}
+readonly CI_CACHE=${CI_LEADERD_CACHE:-/var/cache/leaderd-ci}
 
 log() { printf '\n== %s\n' "$*"; }
 note() { printf '   %s\n' "$*"; }
