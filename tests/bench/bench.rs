@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Parser, ValueEnum};
 
 use harness::Env;
-use scenarios::{Departure, FailoverTrial, Footprint, Hints, RestCost, Startup};
+use scenarios::{Departure, FailoverTrial, Footprint, Hints, Mode, RestCost, Startup};
 use stats::{HEADER_S, Summary};
 
 /// The allocator leaderd uses (src/main.rs), so that the request-cost
@@ -99,8 +99,10 @@ struct Args {
     /// on, as before hints existed), or both [default: on,off].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     hints: Vec<Hints>,
-    /// Run the balance scenario without sessions, with them, or both, in
-    /// that order [default: on, the default of leaderd].
+    /// Run the crash, graceful, resign, cost and balance scenarios with
+    /// each instance's elections held through its session (on), each
+    /// election its own lease (off), or both, in the order given
+    /// [default: on, the default of leaderd].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     sessions: Vec<Switch>,
 }
@@ -245,11 +247,25 @@ fn run(args: &Args) -> Result<bool, String> {
         };
         let mut body = String::new();
         let mut thousand: Option<Footprint> = None;
-        let modes = if args.hints.is_empty() {
+        let hint_modes = if args.hints.is_empty() {
             vec![Hints::On, Hints::Off]
         } else {
             args.hints.clone()
         };
+        let session_modes = if args.sessions.is_empty() {
+            vec![Switch::On]
+        } else {
+            args.sessions.clone()
+        };
+        let modes: Vec<Mode> = hint_modes
+            .iter()
+            .flat_map(|&hints| {
+                session_modes.iter().map(move |&s| Mode {
+                    hints,
+                    sessions: s == Switch::On,
+                })
+            })
+            .collect();
         for (scenario, departure) in [
             (Scenario::Crash, Departure::Crash),
             (Scenario::Graceful, Departure::Graceful),
@@ -258,22 +274,22 @@ fn run(args: &Args) -> Result<bool, String> {
             if !selected(scenario) {
                 continue;
             }
-            for &hints in &modes {
-                let title = format!("{} ({})", departure_title(departure), hints_words(hints));
+            for &mode in &modes {
+                let title = format!("{} ({})", departure_title(departure), mode_words(mode));
                 eprintln!("bench: {title}, {} trials", plan.trials);
                 let r =
-                    scenarios::failover(&env, store.addr, departure, hints, plan.trials, CLUSTER)
+                    scenarios::failover(&env, store.addr, departure, mode, plan.trials, CLUSTER)
                         .map(|trials| {
                             let _ = writeln!(body, "## {title}\n");
                             match departure {
                                 Departure::Crash => {
-                                    report_crash(&mut body, &mut verdicts, &trials, hints)
+                                    report_crash(&mut body, &mut verdicts, &trials, mode)
                                 }
                                 Departure::Graceful => {
-                                    report_graceful(&mut body, &mut verdicts, &trials, hints)
+                                    report_graceful(&mut body, &mut verdicts, &trials, mode)
                                 }
                                 Departure::ResignTo => {
-                                    report_resign(&mut body, &mut verdicts, &trials, hints)
+                                    report_resign(&mut body, &mut verdicts, &trials, mode)
                                 }
                             }
                         });
@@ -281,13 +297,13 @@ fn run(args: &Args) -> Result<bool, String> {
             }
         }
         if selected(Scenario::Cost) {
-            for &hints in &modes {
-                let title = format!("Store cost at rest ({})", hints_words(hints));
+            for &mode in &modes {
+                let title = format!("Store cost at rest ({})", mode_words(mode));
                 eprintln!("bench: {title} over {:?}", plan.rest_window);
-                let r = scenarios::cost_at_rest(&env, store.addr, plan.rest_window, CLUSTER, hints)
+                let r = scenarios::cost_at_rest(&env, store.addr, plan.rest_window, CLUSTER, mode)
                     .map(|costs| {
                         let _ = writeln!(body, "## {title}\n");
-                        report_cost(&mut body, &mut verdicts, &costs, plan.rest_window, hints)
+                        report_cost(&mut body, &mut verdicts, &costs, plan.rest_window, mode)
                     });
                 section(&title, r);
             }
@@ -330,12 +346,7 @@ fn run(args: &Args) -> Result<bool, String> {
         }
         if selected(Scenario::Balance) {
             let n = 1000;
-            let modes = if args.sessions.is_empty() {
-                vec![Switch::On]
-            } else {
-                args.sessions.clone()
-            };
-            for sessions in modes {
+            for &sessions in &session_modes {
                 let sessions = sessions == Switch::On;
                 eprintln!("bench: balance, {n} elections over 3 instances, sessions {sessions}");
                 let window = plan.cpu_window;
@@ -514,6 +525,34 @@ fn hints_words(hints: Hints) -> &'static str {
     }
 }
 
+fn mode_words(mode: Mode) -> String {
+    format!(
+        "{}, {}",
+        hints_words(mode.hints),
+        if mode.sessions {
+            "sessions"
+        } else {
+            "self-leased"
+        }
+    )
+}
+
+/// What "hints off" and the way elections are held mean, under a heading.
+fn mode_note(out: &mut String, mode: Mode) {
+    hints_off_note(out, mode.hints);
+    let _ = if mode.sessions {
+        writeln!(
+            out,
+            "Sessions (leaderd's default): each leaderd holds its elections through its session record, renewed every R; an election's record is written only on a new tenure, a release or a handover. Followers time the session's rvn by the same rule as a lease's. A takeover after a crash writes three times (the dead session ended, the new leader's session opened, the election taken); a follower that takes over after a release writes twice (its session opened, the election taken). \"Takeover write\" is the last of them, the one right before the child starts.\n"
+        )
+    } else {
+        writeln!(
+            out,
+            "Self-leased (`sessions = false`): each election's record is its own lease, renewed every R.\n"
+        )
+    };
+}
+
 /// What "hints off" means, under a heading.
 fn hints_off_note(out: &mut String, hints: Hints) {
     if hints == Hints::Off {
@@ -529,14 +568,14 @@ fn report_crash(
     out: &mut String,
     verdicts: &mut Vec<Verdict>,
     trials: &[FailoverTrial],
-    hints: Hints,
+    mode: Mode,
 ) {
     let l_ms = L.as_secs_f64() * 1e3;
     let _ = writeln!(
         out,
         "`kill -9` of the leader's leaderd at a random point of its renewal cycle → the new leader's child writes its `start` line. {CLUSTER} instances; the killed one comes back as a follower before the next trial.\n"
     );
-    hints_off_note(out, hints);
+    mode_note(out, mode);
     let _ = writeln!(out, "{HEADER_S}");
     summary_row(
         out,
@@ -568,7 +607,7 @@ fn report_crash(
         "above the floor: total − floor",
         trials.iter().filter_map(|t| t.floor.map(|f| t.total - f)),
     );
-    let learned = match hints {
+    let learned = match mode.hints {
         Hints::On => {
             "The follower starts that wait when it learns the renewed rvn, from the leader's `renewed` event milliseconds after the write; then come a confirming read, the takeover write and the child's exec. So the excess over the floor is a few store round trips"
         }
@@ -587,7 +626,7 @@ fn report_crash(
     );
     if let Some(s) = Summary::of(&trials.iter().map(|t| t.total).collect::<Vec<_>>()) {
         verdicts.push(verdict(
-            &format!("crash failover ({}), max", hints_words(hints)),
+            &format!("crash failover ({}), max", mode_words(mode)),
             CRASH_MAX_TARGET_S,
             s.max / 1e3,
             "s",
@@ -646,15 +685,15 @@ fn report_graceful(
     out: &mut String,
     verdicts: &mut Vec<Verdict>,
     trials: &[FailoverTrial],
-    hints: Hints,
+    mode: Mode,
 ) {
     let _ = writeln!(
         out,
         "SIGTERM to the leader's leaderd (it stops its child, releases the lease, exits) at a random moment → the new leader's child writes its `start` line. {CLUSTER} instances.\n"
     );
-    hints_off_note(out, hints);
+    mode_note(out, mode);
     handover_rows(out, trials, "SIGTERM");
-    match hints {
+    match mode.hints {
         Hints::On => {
             let _ = writeln!(
                 out,
@@ -668,14 +707,20 @@ fn report_graceful(
                 .collect();
             if let Some(s) = Summary::of(&handover) {
                 verdicts.push(verdict(
-                    "graceful handover with hints, old job's end → new job's start, median",
+                    &format!(
+                        "graceful handover ({}), old job's end → new job's start, median",
+                        mode_words(mode)
+                    ),
                     HANDOVER_MEDIAN_TARGET_MS,
                     s.median,
                     "ms",
                     s.n,
                 ));
                 verdicts.push(verdict(
-                    "graceful handover with hints, old job's end → new job's start, p95",
+                    &format!(
+                        "graceful handover ({}), old job's end → new job's start, p95",
+                        mode_words(mode)
+                    ),
                     HANDOVER_P95_TARGET_MS,
                     s.p95,
                     "ms",
@@ -701,7 +746,7 @@ fn report_graceful(
         verdicts.push(verdict(
             &format!(
                 "graceful handover ({}), SIGTERM → new job, median",
-                hints_words(hints)
+                mode_words(mode)
             ),
             GRACEFUL_MEDIAN_TARGET_S,
             s.median / 1e3,
@@ -716,13 +761,13 @@ fn report_resign(
     out: &mut String,
     verdicts: &mut Vec<Verdict>,
     trials: &[FailoverTrial],
-    hints: Hints,
+    mode: Mode,
 ) {
     let _ = writeln!(
         out,
         "`leaderd resign ELECTION --to FOLLOWER` (a follower picked at random) at a random moment: the leader stops its child, writes the record released with that follower as `successor`, and follows → the named follower's child writes its `start` line. {CLUSTER} instances; times from the moment `leaderd resign` was started.\n"
     );
-    hints_off_note(out, hints);
+    mode_note(out, mode);
     handover_rows(out, trials, "resign");
     let named = trials
         .iter()
@@ -736,7 +781,7 @@ fn report_resign(
     verdicts.push(Verdict {
         figure: format!(
             "resign --to ({}): the named follower takes over",
-            hints_words(hints)
+            mode_words(mode)
         ),
         target: "every trial".into(),
         measured: format!("{named} of {}", trials.len()),
@@ -748,7 +793,7 @@ fn report_resign(
         .into(),
         pass: named == trials.len(),
     });
-    match hints {
+    match mode.hints {
         Hints::On => {
             let _ = writeln!(
                 out,
@@ -760,7 +805,10 @@ fn report_resign(
                 .collect();
             if let Some(s) = Summary::of(&handover) {
                 verdicts.push(verdict(
-                    "resign --to with hints, old job's end → named job's start, max",
+                    &format!(
+                        "resign --to ({}), old job's end → named job's start, max",
+                        mode_words(mode)
+                    ),
                     RESIGN_TO_TARGET_MS,
                     s.max,
                     "ms",
@@ -779,20 +827,73 @@ fn report_resign(
     out.push('\n');
 }
 
+/// The requests an instance at rest cannot do without, per minute, by
+/// operation: (leader, follower, the floors in words, why).
+struct CostFloors {
+    leader: Vec<(&'static str, f64)>,
+    follower: Vec<(&'static str, f64)>,
+    words: &'static str,
+    why: String,
+}
+
+fn cost_floors(mode: Mode) -> CostFloors {
+    let per_min = |d: Duration| 60.0 / d.as_secs_f64();
+    let charged = "Reads and writes are both charged per request in DynamoDB on-demand mode (a strongly consistent read of an item under 4 KB is one read request unit, a write under 1 KB one write request unit; a batch read is charged per item).";
+    match (mode.sessions, mode.hints) {
+        (false, hints) => CostFloors {
+            leader: vec![("PutItem", per_min(R))],
+            follower: vec![(
+                "GetItem",
+                if hints == Hints::On {
+                    per_min(L)
+                } else {
+                    per_min(P)
+                },
+            )],
+            words: if hints == Hints::On {
+                "60/R writes (leader), 60/L reads (follower)"
+            } else {
+                "60/R writes (leader), 60/P reads (follower)"
+            },
+            why: format!(
+                "Floor: a leader must write once per R ({:.0}/min) to keep its lease. A follower that hears the leader's hints reads the store once per lease, when the lease it read last would run out ({:.0}/min: hints never spare that read, so that no stream can keep a dead leader's lease from moving); without hints it reads once per P ({:.0}/min). {charged}",
+                per_min(R),
+                per_min(L),
+                per_min(P)
+            ),
+        },
+        (true, Hints::On) => CostFloors {
+            leader: vec![("PutItem", per_min(R)), ("BatchGetItem", per_min(R * 2))],
+            follower: vec![("GetItem", per_min(L * 2))],
+            words: "60/R writes + 60/(2R) read-backs (leader), 60/(2L) reads (follower)",
+            why: format!(
+                "Floor: a leader renews its session once per R ({:.0}/min) and reads back the records it holds once per 2R ({:.0}/min, one batch request for up to 100 of them), so that a record deleted or rewritten under it ends its tenure. A follower writes nothing; it reads the leader's session record about once every two leases ({:.0}/min): the stream dates each renewal, and a read is due a lease after the last one it timed. {charged}",
+                per_min(R),
+                per_min(R * 2),
+                per_min(L * 2)
+            ),
+        },
+        (true, Hints::Off) => CostFloors {
+            leader: vec![("PutItem", per_min(R)), ("BatchGetItem", per_min(R * 2))],
+            follower: vec![("GetItem", per_min(P) + per_min(L))],
+            words: "60/R writes + 60/(2R) read-backs (leader), 60/P + 60/L reads (follower)",
+            why: format!(
+                "Floor: the leader as with hints. Without a stream a follower reads the election's record every P ({:.0}/min) and the session record once per lease ({:.0}/min), since nothing dates the session's renewals in between. {charged}",
+                per_min(P),
+                per_min(L)
+            ),
+        },
+    }
+}
+
 fn report_cost(
     out: &mut String,
     verdicts: &mut Vec<Verdict>,
     costs: &[RestCost],
     window: Duration,
-    hints: Hints,
+    mode: Mode,
 ) {
-    let leader_floor = 60.0 / R.as_secs_f64();
-    // With hints flowing, a follower reads the store once per lease (when
-    // the lease it read last would run out); without, once per P.
-    let (follower_floor, floor_words) = match hints {
-        Hints::On => (60.0 / L.as_secs_f64(), "60/L reads"),
-        Hints::Off => (60.0 / P.as_secs_f64(), "60/P reads"),
-    };
+    let floors = cost_floors(mode);
     let minutes = window.as_secs_f64() / 60.0;
     // A window of finite length counts whole requests: ±1 per window.
     let slack = 1.0 / minutes;
@@ -802,7 +903,7 @@ fn report_cost(
          Counting whole requests in a finite window is exact to ±{slack:.2}/min.\n",
         window.as_secs_f64()
     );
-    hints_off_note(out, hints);
+    mode_note(out, mode);
     let _ = writeln!(
         out,
         "| instance | role | GetItem/min | PutItem/min | other/min | floor/min | beyond the floor/min |"
@@ -810,46 +911,49 @@ fn report_cost(
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
     let mut worst_excess: f64 = 0.0;
     for (i, cost) in costs.iter().enumerate() {
-        let get = cost.per_minute.get("GetItem").copied().unwrap_or(0.0);
-        let put = cost.per_minute.get("PutItem").copied().unwrap_or(0.0);
+        let count = |op: &str| cost.per_minute.get(op).copied().unwrap_or(0.0);
         let other: f64 = cost
             .per_minute
             .iter()
             .filter(|(op, _)| op.as_str() != "GetItem" && op.as_str() != "PutItem")
             .fold(0.0, |sum, (_, n)| sum + n);
         let (role, floor) = if cost.leader {
-            ("leader", format!("{leader_floor:.0} writes"))
+            ("leader", &floors.leader)
         } else {
-            ("follower", format!("{follower_floor:.0} reads"))
+            ("follower", &floors.follower)
         };
-        // Anything but the needed kind of request is beyond the floor.
-        let excess = if cost.leader {
-            (put - leader_floor).max(0.0) + get + other
-        } else {
-            (get - follower_floor).max(0.0) + put + other
-        };
+        // Each operation beyond its floor, and any operation without one.
+        let excess: f64 = cost
+            .per_minute
+            .iter()
+            .map(|(op, n)| {
+                let allowed = floor.iter().find(|(o, _)| o == op).map_or(0.0, |f| f.1);
+                (n - allowed).max(0.0)
+            })
+            .sum();
         worst_excess = worst_excess.max(excess);
+        let floor_text: Vec<String> = floor.iter().map(|(op, n)| format!("{n:.0} {op}")).collect();
         let _ = writeln!(
             out,
-            "| {} | {role} | {get:.2} | {put:.2} | {other:.2} | {floor} | {excess:.2} |",
-            (b'a' + i as u8) as char
+            "| {} | {role} | {:.2} | {:.2} | {other:.2} | {} | {excess:.2} |",
+            (b'a' + i as u8) as char,
+            count("GetItem"),
+            count("PutItem"),
+            floor_text.join(" + ")
         );
     }
-    let _ = writeln!(
-        out,
-        "\nFloor: a leader must write once per R ({leader_floor:.0}/min) to keep its lease. A follower that hears the leader's hints reads the store once per lease, when the lease it read last would run out ({:.0}/min: hints never spare that read, so that no stream can keep a dead leader's lease from moving); without hints it reads once per P ({:.0}/min). \
-         Reads and writes are both charged per request in DynamoDB on-demand mode (a strongly consistent read of an item under 4 KB is one read request unit, a write under 1 KB one write request unit).\n",
-        60.0 / L.as_secs_f64(),
-        60.0 / P.as_secs_f64()
-    );
-    if hints == Hints::On {
+    let _ = writeln!(out, "\n{}\n", floors.why);
+    if mode.hints == Hints::On {
         let worst_follower = costs
             .iter()
             .filter(|c| !c.leader)
             .map(|c| c.per_minute.values().sum::<f64>())
             .fold(0.0, f64::max);
         verdicts.push(verdict(
-            "at rest with hints: store requests of a follower per minute (its proxy)",
+            &format!(
+                "at rest ({}): store requests of a follower per minute (its proxy)",
+                mode_words(mode)
+            ),
             FOLLOWER_READS_TARGET,
             worst_follower,
             "/min",
@@ -858,8 +962,9 @@ fn report_cost(
     }
     verdicts.push(Verdict {
         figure: format!(
-            "at rest ({}): requests beyond 60/R writes (leader), {floor_words} (follower)",
-            hints_words(hints)
+            "at rest ({}): requests beyond {}",
+            mode_words(mode),
+            floors.words
         ),
         target: format!("none (±{slack:.2}/min counting)"),
         measured: format!("{worst_excess:.2}/min"),

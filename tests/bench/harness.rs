@@ -436,11 +436,19 @@ impl JobLog {
     }
 }
 
-/// The first line of every instance's config: each election its own lease.
-/// The failover sections time a takeover by the first `PutItem` of another
-/// instance, which with sessions would be its session's opening; the
-/// balance section replaces this line with its own choice.
+/// The first line of every instance's config: each election its own lease
+/// (the footprint and start-up sections). The failover and cost sections
+/// choose with [`set_sessions`]; the balance section replaces this line
+/// with its own choice.
 pub const SELF_LEASED: &str = "sessions = false\n";
+
+/// Makes the config at `path` (from [`Env::write_config`]) hold its
+/// elections through a session when `sessions`, else each its own lease.
+pub fn set_sessions(path: &Path, sessions: bool) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = text.replacen(SELF_LEASED, &format!("sessions = {sessions}\n"), 1);
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
 
 /// A store request seen by one instance's proxy.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use rand::Rng as _;
 use crate::dynamo_local::free_port;
 use crate::harness::{
     ADMIN_TOKEN, Env, Instance, JobLog, Watcher, children_of, cpu_seconds, http_get, mono_ns,
-    ms_between, poll, sleep_until, smaps_kib, status_kib,
+    ms_between, poll, set_sessions, sleep_until, smaps_kib, status_kib,
 };
 use crate::proxy::FaultProxy;
 use crate::{D, L, M, P, R};
@@ -54,14 +54,14 @@ impl<'a> Cluster<'a> {
         store: SocketAddr,
         label: &str,
         size: usize,
-        hints: Hints,
+        mode: Mode,
     ) -> Result<Cluster<'a>, String> {
-        let label = format!("{label}-{}{}", hints.tag(), tag());
+        let label = format!("{label}-{}{}", mode.tag(), tag());
         let election = label.clone();
         let mut slots = Vec::new();
         for letter in ('a'..='z').take(size) {
             let proxy = Arc::new(FaultProxy::start(store));
-            let advertise = match hints {
+            let advertise = match mode.hints {
                 Hints::On => vec![],
                 Hints::Off => vec![("advertise", format!("\"127.0.0.1:{}\"", free_port()?))],
             };
@@ -71,6 +71,7 @@ impl<'a> Cluster<'a> {
                 std::slice::from_ref(&election),
                 &advertise,
             )?;
+            set_sessions(&config, mode.sessions)?;
             slots.push(Slot {
                 letter,
                 proxy,
@@ -104,6 +105,14 @@ impl<'a> Cluster<'a> {
         instance.wait_http(Duration::from_secs(30))?;
         s.instance = Some(instance);
         Ok(())
+    }
+
+    /// The slot whose running leaderd has `identity`.
+    fn slot_of(&self, identity: &str) -> Result<usize, String> {
+        self.slots
+            .iter()
+            .position(|s| s.instance.as_ref().is_some_and(|i| i.identity == identity))
+            .ok_or_else(|| format!("{}: no running leaderd is {identity}", self.label))
     }
 
     fn instance(&self, slot: usize) -> Result<&Instance, String> {
@@ -147,9 +156,12 @@ impl<'a> Cluster<'a> {
         let mut latest = since_ns;
         for slot in (0..self.slots.len()).filter(|&s| s != leader) {
             let after = since_ns.max(self.instance(slot)?.spawned_ns);
-            let read = poll(Duration::from_secs(30), Duration::from_millis(20), || {
-                self.watcher.first(after, "GetItem", |s| s == slot)
-            })
+            // With sessions a follower at rest reads once every two leases.
+            let read = poll(
+                L * 2 + Duration::from_secs(10),
+                Duration::from_millis(20),
+                || self.watcher.first(after, "GetItem", |s| s == slot),
+            )
             .ok_or_else(|| format!("{}: slot {slot} does not read the store", self.label))?;
             latest = latest.max(read.at_ns);
         }
@@ -198,6 +210,26 @@ impl Hints {
     }
 }
 
+/// How the instances of a failover or cost cluster run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode {
+    /// Whether followers can hear the leader's hints.
+    pub hints: Hints,
+    /// Each instance holds its elections through its session (leaderd's
+    /// default), or each election is its own lease (`sessions = false`).
+    pub sessions: bool,
+}
+
+impl Mode {
+    fn tag(self) -> String {
+        format!(
+            "{}{}",
+            self.hints.tag(),
+            if self.sessions { "" } else { "self-" }
+        )
+    }
+}
+
 /// Which way the leader goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Departure {
@@ -235,7 +267,7 @@ pub fn failover(
     env: &Env,
     store: SocketAddr,
     departure: Departure,
-    hints: Hints,
+    mode: Mode,
     trials: usize,
     size: usize,
 ) -> Result<Vec<FailoverTrial>, String> {
@@ -244,7 +276,7 @@ pub fn failover(
         Departure::Graceful => "graceful",
         Departure::ResignTo => "resign",
     };
-    let mut cluster = Cluster::start(env, store, label, size, hints)?;
+    let mut cluster = Cluster::start(env, store, label, size, mode)?;
     let mut results = Vec::new();
     // The current leader's takeover write (0: the first leader's).
     let mut tenure_ns = 0;
@@ -306,12 +338,26 @@ pub fn failover(
             cluster.job.start_after(signalled, Some(&old_identity))
         })
         .ok_or_else(|| format!("{label}: no new child started within 40 s of the signal"))?;
+        // The new leader's last write before its child started: its take
+        // of the election (with sessions, after ending the dead session
+        // and opening its own). The watcher stamps a request within ~1 ms.
+        let new_slot = cluster.slot_of(&started.identity)?;
         let takeover = cluster
             .watcher
-            .first(signalled, "PutItem", |s| s != leader)
+            .last_between(signalled, started.at_ns + 2_000_000, "PutItem", new_slot)
             .ok_or_else(|| format!("{label}: a child started but no takeover write was seen"))?;
+        // The old leader's release: its last write before the takeover
+        // when each election is its own lease (a renewal may come between
+        // the signal and the release); with sessions its first write after
+        // the signal (its session's end, or a renewal, may follow the
+        // release before the takeover).
         let release = match departure {
             Departure::Crash => None,
+            Departure::Graceful | Departure::ResignTo if mode.sessions => cluster
+                .watcher
+                .first(signalled, "PutItem", |s| s == leader)
+                .filter(|e| e.at_ns <= takeover.at_ns)
+                .map(|e| ms_between(signalled, e.at_ns)),
             Departure::Graceful | Departure::ResignTo => cluster
                 .watcher
                 .last_between(signalled, takeover.at_ns, "PutItem", leader)
@@ -398,9 +444,9 @@ pub fn cost_at_rest(
     store: SocketAddr,
     window: Duration,
     size: usize,
-    hints: Hints,
+    mode: Mode,
 ) -> Result<Vec<RestCost>, String> {
-    let mut cluster = Cluster::start(env, store, "rest", size, hints)?;
+    let mut cluster = Cluster::start(env, store, "rest", size, mode)?;
     let leader = cluster.wait_leader(Duration::from_secs(60))?;
     cluster.wait_followers(leader, 0)?;
     // Let the first poll cycles pass.
