@@ -170,15 +170,10 @@ pub fn measure(
         &elections,
         &[],
     )?;
+    crate::harness::set_sessions(&config, sessions)?;
     // A top-level key goes before the first table.
     let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
-    let top = if sessions {
-        "balance = true\nsessions = true\n"
-    } else {
-        "balance = true\nsessions = false\n"
-    };
-    let text = text.replacen(crate::harness::SELF_LEASED, "", 1);
-    std::fs::write(&config, format!("{top}{text}")).map_err(|e| e.to_string())?;
+    std::fs::write(&config, format!("balance = true\n{text}")).map_err(|e| e.to_string())?;
 
     let mut first = Instance::start(env, &format!("{label}-a"), &config, &[])?;
     first.wait_http(Duration::from_secs(30))?;

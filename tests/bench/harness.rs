@@ -437,9 +437,8 @@ impl JobLog {
 }
 
 /// The first line of every instance's config: each election its own lease
-/// (the footprint and start-up sections). The failover and cost sections
-/// choose with [`set_sessions`]; the balance section replaces this line
-/// with its own choice.
+/// (the footprint and start-up sections). The failover, cost and balance
+/// sections choose with [`set_sessions`].
 pub const SELF_LEASED: &str = "sessions = false\n";
 
 /// Makes the config at `path` (from [`Env::write_config`]) hold its

@@ -337,8 +337,9 @@ impl Core {
         // rather than at the next poll (a graceful handover waits on it),
         // with the write that round would have made (its condition keeps
         // a record that changed since), or else a new round.
+        // (Closing the app check drops the want and the deferred take:
+        // see `on_gate`.)
         if self.session_wanted
-            && self.may_campaign
             && self.pending.is_none()
             && matches!(self.phase, Phase::Following { .. })
             && self.can_hold()
