@@ -9,10 +9,11 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::app::App;
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
 use common::procfs;
 use nix::sys::signal::Signal;
@@ -44,57 +45,6 @@ fn failing_bound() -> Duration {
 
 fn passing_bound() -> Duration {
     INTERVAL * SUCCESSES + Duration::from_secs(2)
-}
-
-/// The stand-in app (tests/common/app.py), answering as its state file says.
-struct App {
-    process: Child,
-    port: u16,
-    state: PathBuf,
-}
-
-impl App {
-    fn start(dir: &Path, name: &str, state: &str) -> App {
-        let port_file = dir.join(format!("{name}.port"));
-        let app = App {
-            process: Command::new("python3")
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/app.py"))
-                .arg(&port_file)
-                .arg(dir.join(format!("{name}.state")))
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("start python3 tests/common/app.py"),
-            port: 0,
-            state: dir.join(format!("{name}.state")),
-        };
-        app.set(state);
-        let mut app = app;
-        wait_until(Duration::from_secs(10), || port_file.exists()).expect("the app listens");
-        app.port = std::fs::read_to_string(&port_file)
-            .expect("port file")
-            .trim()
-            .parse()
-            .expect("a port");
-        app
-    }
-
-    /// `ok`, `fail` or `hang`.
-    fn set(&self, state: &str) {
-        let tmp = self.state.with_extension("tmp");
-        std::fs::write(&tmp, state).expect("write the app's state");
-        std::fs::rename(&tmp, &self.state).expect("replace the app's state");
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/healthz", self.port)
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
 }
 
 fn job(history: &Path) -> Vec<String> {

@@ -13,7 +13,7 @@ use crate::common;
 #[path = "handover/forged.rs"]
 mod forged;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::daemon::{Leaderd, Spec, leaderd_bin, leaders, output_within, wait_until};
 use common::history;
+use common::stream::{self, fake_watch_server, send_chunk, stream_head};
 use nix::sys::signal::Signal;
 
 /// L = 4 s, R = 2 s, P = 8 s, G = 1 s (R + G + M + L·D < L).
@@ -332,64 +333,9 @@ fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_
     cluster.check_history();
 }
 
-/// A watch server of the test's own at `listener`, standing in for the
-/// leader's advertised address. `behave` gets each follower's connection
-/// (after its request head was read).
-fn fake_watch_server(
-    listener: TcpListener,
-    stop: Arc<AtomicBool>,
-    behave: impl Fn(TcpStream) + Send + Sync + Clone + 'static,
-) {
-    listener.set_nonblocking(true).expect("nonblocking");
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((mut conn, _)) => {
-                    let behave = behave.clone();
-                    std::thread::spawn(move || {
-                        conn.set_nonblocking(false).expect("blocking");
-                        let mut head = [0u8; 4096];
-                        let _ = conn.read(&mut head);
-                        behave(conn);
-                    });
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    });
-}
-
-fn send_chunk(conn: &mut TcpStream, line: &str) -> std::io::Result<()> {
-    let line = format!("{line}\n");
-    write!(conn, "{:x}\r\n{line}\r\n", line.len())
-}
-
-/// The head of the stream a fake watch server answers with.
-fn stream_head(conn: &mut TcpStream) -> std::io::Result<()> {
-    write!(
-        conn,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
-}
-
-/// The real leader's events at `upstream_port`, line by line (each with
-/// its JSON), until its stream ends; nothing if it cannot be reached.
+/// The real leader's events on its stream of the election `report`.
 fn upstream_events(upstream_port: u16) -> impl Iterator<Item = (String, serde_json::Value)> {
-    let up = TcpStream::connect(("127.0.0.1", upstream_port)).ok();
-    let lines = up.and_then(|mut up| {
-        write!(
-            up,
-            "GET /v1/elections/report/watch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        Some(BufReader::new(up).lines().map_while(Result::ok))
-    });
-    lines.into_iter().flatten().filter_map(|line| {
-        match serde_json::from_str::<serde_json::Value>(&line) {
-            Ok(event @ serde_json::Value::Object(_)) => Some((line, event)),
-            _ => None, // headers and chunk sizes
-        }
-    })
+    stream::upstream_events(upstream_port, "/v1/elections/report/watch")
 }
 
 /// A liar at the leader's advertised address: it relays the real leader's

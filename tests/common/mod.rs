@@ -13,11 +13,13 @@
 // Not every helper has a user (`FaultProxy::upstream`, for one).
 #![allow(dead_code)]
 
+pub mod app;
 pub mod daemon;
 pub mod emulators;
 pub mod history;
 pub mod procfs;
 pub mod proxy;
+pub mod stream;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
