@@ -2,8 +2,8 @@
 //! Local: three daemons campaign for five elections, every election held
 //! through its leader's one session record. The leader is killed, stopped,
 //! has its session deleted, loses answers to its renews, has its store
-//! stalled, is stopped gracefully; a CLI lock meets a daemon; daemons
-//! restart. Whatever happens, the jobs of the primary election never run
+//! stalled, is stopped gracefully, releases its elections behind a stream
+//! that hides it; a CLI lock meets a daemon; daemons restart. Whatever happens, the jobs of the primary election never run
 //! at once (the history checker), tokens only rise, every election the
 //! leader held is led again within the takeover rule's bound, and sessions
 //! that are over are ended in the store, never reused.
@@ -17,13 +17,19 @@ use crate::common;
 mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use common::app::App;
 use common::daemon::{Leaderd, wait_until};
 use common::history;
 use common::proxy::{Fault, FaultProxy};
+use common::stream::{fake_watch_server, send_chunk, stream_head, upstream_events};
 use harness::{
     Cluster, ELECTIONS, G, Kind, L, P, R, SLACK, Store, all_led_once, elections_of, monotonic_ns,
     sessions_opened, sqlite, takeover_wait, validity, who_leads,
@@ -821,4 +827,114 @@ fn followers_read_no_election_at_rest_on_sqlite() {
 #[test]
 fn followers_read_no_election_at_rest_on_dynamodb_local() {
     followers_at_rest(Kind::DynamoDbLocal);
+}
+
+/// A relay at `node-a`'s advertised address: its daemon stream, every
+/// `released` and `not_leader` left out (counted in `dropped`).
+fn relay_without_releases(
+    port: u16,
+    dropped: Arc<AtomicUsize>,
+) -> impl Fn(TcpStream) + Send + Sync + Clone + 'static {
+    move |mut conn: TcpStream| {
+        if stream_head(&mut conn).is_err() {
+            return;
+        }
+        for (line, event) in upstream_events(port, "/v1/watch") {
+            if event["event"] == "released" || event["event"] == "not_leader" {
+                dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if send_chunk(&mut conn, &line).is_err() {
+                return;
+            }
+        }
+        let _ = write!(conn, "0\r\n\r\n");
+    }
+}
+
+/// 9. A stream that leaves releases out: `node-a` advertises a relay of
+///    its stream that drops every `released` and `not_leader`, and runs
+///    balance, so that its session stays open while it leads nothing.
+///    Its app check fails: it releases every election and renews its
+///    session on. The others learn of the releases from the count of
+///    ended tenures that the session's next write carries, at their next
+///    read of the session (every two leases), and lead every election
+///    within R + 2·L·(1+D) + P (and the app check's 1 s); never while the
+///    stream alone decides.
+fn hidden_releases(kind: Kind) {
+    let mut c = Cluster::new(kind);
+    let app = App::start(c.dir.path(), "app", "ok");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let relay_at = listener.local_addr().expect("address").to_string();
+    let app_url = app.url();
+    let extra = [
+        "--advertise",
+        &relay_at,
+        "--balance",
+        "--app-check",
+        &app_url,
+    ];
+    let env = [
+        ("INTERVAL", "500ms"),
+        ("TIMEOUT", "300ms"),
+        ("FAILURE_THRESHOLD", "2"),
+    ]
+    .map(|(k, v)| (format!("LEADERD_APP_CHECK__{k}"), v.to_owned()));
+    c.start_with("node-a", &ELECTIONS, None, &extra, env.to_vec());
+    let stop = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let relay = relay_without_releases(c.node("node-a").port, dropped.clone());
+    fake_watch_server(listener, stop.clone(), relay);
+    let before = c.settle_started();
+    // Each follower reads every election once more after its stream began
+    // to flow, then leaves them to the stream and the session.
+    sleep(2 * L);
+    // At rest: node-b reads no election. Then, at a moment of the session
+    // reads' cycle left to chance, node-a's app fails.
+    let rest = reads_of(c.node("node-b"));
+    sleep(L + (2 * L).mul_f64(rand::random::<f64>()));
+    assert_eq!(reads_of(c.node("node-b")).0, rest.0, "node-b polls at rest");
+    let failed = Instant::now();
+    app.set("fail");
+    wait_until(Duration::from_secs(5), || {
+        c.tokens_of("node-a").is_empty() && c.node("node-a").log().contains("released the lease")
+    })
+    .expect("node-a releases its elections once its app fails");
+    let bound = 2 * takeover_wait() + R + P + Duration::from_secs(1) + SLACK;
+    wait_until(bound + Duration::from_secs(10), || {
+        all_led_once(&c.others("node-a"), &ELECTIONS)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the others do not lead every election after node-a released them: {:?}",
+            who_leads(&c.all())
+        )
+    });
+    let took = failed.elapsed();
+    eprintln!("every election led by another {took:?} after node-a's app failed");
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    assert!(
+        dropped.load(Ordering::Relaxed) >= ELECTIONS.len(),
+        "the relay dropped only {} events",
+        dropped.load(Ordering::Relaxed)
+    );
+    let log = c.node("node-a").log();
+    assert!(
+        !log.contains("session ended"),
+        "node-a ended its session: {log}"
+    );
+    assert_tokens_rose(&before, &c.others("node-a"));
+    stop.store(true, Ordering::Relaxed);
+    let summary = finish(&mut c);
+    assert_primary_moved_on(&summary, before[ELECTIONS[0]]);
+}
+
+#[test]
+fn a_stream_that_hides_releases_delays_them_by_a_read_of_the_session_on_sqlite() {
+    hidden_releases(Kind::Sqlite);
+}
+
+#[test]
+fn a_stream_that_hides_releases_delays_them_by_a_read_of_the_session_on_dynamodb_local() {
+    hidden_releases(Kind::DynamoDbLocal);
 }

@@ -246,6 +246,13 @@ impl Driver {
                 deadline,
             } => Some(self.write(op, &lease, &condition, budget, deadline).await),
             Action::Tell(event) => {
+                // A tenure ended: the session's next write says so, for
+                // followers whose stream of this daemon left it out.
+                if let (Some(demand), LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }) =
+                    (&self.demand, &event)
+                {
+                    demand.tenure_ended();
+                }
                 if let Some(told) = &self.told {
                     // No follower daemon listening: nobody to tell.
                     let _ = told.send(event.clone());

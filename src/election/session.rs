@@ -20,6 +20,13 @@
 //!   tenures of elections taken from under it;
 //! - a renew that finds the session ended, deleted or rewritten loses it
 //!   (and with it every tenure); the daemon opens a new one at once;
+//! - the record's `fencing_token` is the daemon's count of ended tenures
+//!   (released, handed over, or stopped), carried by the session's next
+//!   write: it moves after every tenure held through the session ends
+//!   (never before that tenure's last write). A follower that finds it
+//!   moved reads the elections it follows through the session once more,
+//!   so that a release its owner's stream left out (a forged stream at
+//!   the owner's address) is found within a read of the session;
 //! - a session is open only while it is wanted: while an election holds a
 //!   tenure through it or is about to take one, or always for balance (the
 //!   session is then the member record). Once nothing wanted it for a
@@ -183,6 +190,9 @@ pub enum SessionInput {
     /// Whether the session is wanted now: an election holds a tenure
     /// through it or is about to take one (or balance counts on it).
     Wanted(bool),
+    /// How many tenures of the daemon's elections ended so far (a count
+    /// that only rises): its next write carries it.
+    TenuresEnded(u64),
 }
 
 /// What the session core is doing.
@@ -242,6 +252,9 @@ pub struct SessionCore {
     unwanted_since: Option<Instant>,
     /// The last session was ended for nothing wanting it (no other since).
     retired: bool,
+    /// The count of ended tenures its writes carry (see
+    /// [`SessionInput::TenuresEnded`]).
+    tenures_ended: u64,
     now: Instant,
     out: std::collections::VecDeque<Action>,
 }
@@ -273,7 +286,7 @@ impl SessionCore {
             &Backoff,
             bool,
             &std::collections::BTreeMap<String, String>,
-            (bool, Option<Instant>),
+            (bool, Option<Instant>, u64),
         ),
         Instant,
         &std::collections::VecDeque<Action>,
@@ -286,7 +299,7 @@ impl SessionCore {
                 &self.backoff,
                 self.closing,
                 &self.labels,
-                (self.wanted, self.unwanted_since),
+                (self.wanted, self.unwanted_since, self.tenures_ended),
             ),
             self.now,
             &self.out,
@@ -307,6 +320,7 @@ impl SessionCore {
             wanted,
             unwanted_since: (!wanted).then_some(start),
             retired: false,
+            tenures_ended: 0,
             now: start,
             out: Default::default(),
         }
@@ -392,6 +406,11 @@ impl SessionCore {
             .map(|since| since + self.cfg.lease_duration)
     }
 
+    /// The count of ended tenures its writes carry.
+    pub fn tenures_ended(&self) -> u64 {
+        self.tenures_ended
+    }
+
     /// Whether the session is wanted now.
     pub fn is_wanted(&self) -> bool {
         self.wanted
@@ -413,6 +432,7 @@ impl SessionCore {
             SessionInput::Close => self.closing = true,
             SessionInput::Labels(labels) => self.labels = labels,
             SessionInput::Wanted(wanted) => self.on_wanted(tick, wanted),
+            SessionInput::TenuresEnded(n) => self.tenures_ended = self.tenures_ended.max(n),
             SessionInput::StoreReplaced => {
                 if let Phase::Open { next_renew, .. } = &mut self.phase {
                     *next_renew = self.now;
@@ -496,7 +516,7 @@ impl SessionCore {
         let lease = Lease::stamped_with(
             &key,
             &self.cfg.identity,
-            0,
+            self.tenures_ended,
             lease_ms,
             tick.stamp.unix_ms,
             self.meta(),
@@ -530,6 +550,7 @@ impl SessionCore {
     fn renew(&mut self, tick: &Tick, lease: &Lease) {
         let mut renewed = lease.renewed_with(&tick.stamp);
         renewed.holder_meta = self.meta();
+        renewed.fencing_token = self.tenures_ended;
         self.own_rvns.push(renewed.rvn.clone());
         if self.own_rvns.len() > 4 {
             self.own_rvns.remove(0);

@@ -33,9 +33,14 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// How many of the daemon's elections want its session now: those that
 /// hold a tenure through it or are about to take one. The session is open
-/// only while some do (or always, for balance).
+/// only while some do (or always, for balance). Also how many of their
+/// tenures ended, a count the session's record carries (see
+/// [`SessionInput::TenuresEnded`]).
 #[derive(Clone)]
-pub struct Demand(Arc<watch::Sender<usize>>);
+pub struct Demand {
+    wanting: Arc<watch::Sender<usize>>,
+    ended: Arc<watch::Sender<u64>>,
+}
 
 impl Demand {
     /// One election's share: counted while it wants the session.
@@ -44,6 +49,12 @@ impl Demand {
             demand: self.clone(),
             counted: false,
         }
+    }
+
+    /// A tenure of one of the daemon's elections ended (its last write,
+    /// if any, answered).
+    pub fn tenure_ended(&self) {
+        self.ended.send_modify(|n| *n = n.saturating_add(1));
     }
 }
 
@@ -60,13 +71,20 @@ impl DemandShare {
             return;
         }
         self.counted = wants;
-        self.demand.0.send_modify(|n| {
+        self.demand.wanting.send_modify(|n| {
             *n = if wants {
                 n.saturating_add(1)
             } else {
                 n.saturating_sub(1)
             }
         });
+    }
+}
+
+impl DemandShare {
+    /// See [`Demand::tenure_ended`].
+    pub fn tenure_ended(&self) {
+        self.demand.tenure_ended();
     }
 }
 
@@ -127,6 +145,7 @@ pub fn spawn_session(
     let validity = cfg.validity();
     let core = SessionCore::new(cfg.clone(), clock.now(), always);
     let (demand, demand_rx) = watch::channel(0);
+    let (ended, ended_rx) = watch::channel(0);
     let (view_tx, view) = watch::channel(None);
     let (close, close_rx) = oneshot::channel();
     let (labels, labels_rx) = watch::channel(BTreeMap::new());
@@ -145,6 +164,7 @@ pub fn spawn_session(
         labels: labels_rx,
         always,
         demand: demand_rx,
+        ended: ended_rx,
     };
     let mut task = task;
     task.changes = task.store.changes();
@@ -152,7 +172,10 @@ pub fn spawn_session(
         view,
         validity,
         labels,
-        demand: Demand(Arc::new(demand)),
+        demand: Demand {
+            wanting: Arc::new(demand),
+            ended: Arc::new(ended),
+        },
         close: Some(close),
         task: tokio::spawn(task.run()),
     }
@@ -179,6 +202,8 @@ struct SessionTask {
     always: bool,
     /// How many elections want the session.
     demand: watch::Receiver<usize>,
+    /// How many tenures of the daemon's elections ended.
+    ended: watch::Receiver<u64>,
 }
 
 /// Resolves when the store's change counter moves; never without one.
@@ -244,6 +269,9 @@ impl SessionTask {
                 () = store_changed(&mut self.changes) => SessionInput::StoreReplaced,
                 Ok(()) = self.labels.changed() => {
                     SessionInput::Labels(self.labels.borrow_and_update().clone())
+                }
+                Ok(()) = self.ended.changed() => {
+                    SessionInput::TenuresEnded(*self.ended.borrow_and_update())
                 }
                 () = self.clock.sleep_until(next_sweep), if sweep_due => {
                     // Beside the session, never in its way: a slow sweep

@@ -408,16 +408,29 @@ impl Cluster {
     /// (the first is the primary), talking to the store through `proxy`
     /// when given.
     pub fn start(&mut self, identity: &str, elections: &[&str], proxy: Option<&FaultProxy>) {
+        self.start_with(identity, elections, proxy, &[], vec![]);
+    }
+
+    /// [`Cluster::start`] with more arguments and environment.
+    pub fn start_with(
+        &mut self,
+        identity: &str,
+        elections: &[&str],
+        proxy: Option<&FaultProxy>,
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) {
         let mut args = self.store.args(proxy);
         args.extend(TIMING.iter().map(|s| s.to_string()));
         args.push("--sessions".into());
         for e in elections {
             args.extend(["--election".to_string(), e.to_string()]);
         }
+        args.extend(extra.iter().map(|s| s.to_string()));
         let node = Leaderd::start(Spec {
             identity,
             args,
-            env: vec![],
+            env,
             command: common::job_command(&self.history),
             dir: self.dir.path(),
         });
@@ -446,6 +459,11 @@ impl Cluster {
     /// `proxy` when given. Returns `node-a`'s token of each election.
     pub fn settle(&mut self, proxy: Option<&FaultProxy>) -> BTreeMap<String, u64> {
         self.start("node-a", &ELECTIONS, proxy);
+        self.settle_started()
+    }
+
+    /// [`Cluster::settle`] once `node-a` was started.
+    pub fn settle_started(&mut self) -> BTreeMap<String, u64> {
         wait_until(Duration::from_secs(30), || {
             all_led_once(&[self.node("node-a")], &ELECTIONS) && self.job_running("node-a")
         })

@@ -90,7 +90,12 @@ fn election() -> Lease {
 }
 
 fn session(rvn: &str) -> Record {
-    let mut s = Lease::stamped(KEY, "b", 0, 10_000, 1, None);
+    session_after(rvn, 0)
+}
+
+/// The session record after `ended` of its owner's tenures ended.
+fn session_after(rvn: &str, ended: u64) -> Record {
+    let mut s = Lease::stamped(KEY, "b", ended, 10_000, 1, None);
     s.rvn = rvn.into();
     Record::Valid(s)
 }
@@ -127,13 +132,27 @@ fn flowing(since: u64, until: u64) -> Option<Flow> {
 }
 
 fn answer(core: &mut Core, ms: u64, rvn: &str, learned: u64, flow: Option<Flow>) {
+    answer_with(core, ms, session(rvn), learned, flow);
+}
+
+/// The answer at `ms` to the session read: `record`, its `rvn` learned
+/// at `learned`.
+fn answer_with(core: &mut Core, ms: u64, record: Record, learned: u64, flow: Option<Flow>) {
     let answer = SessionAnswer {
-        record: Ok(session(rvn)),
+        record: Ok(record),
         learned: Some(t(learned)),
         flow,
         told: None,
     };
     core.handle(&at(ms), Input::SessionRecord(answer));
+}
+
+/// The next action is the takeover of the election read with `rvn`.
+fn assert_takes_over(core: &mut Core, rvn: String) {
+    let Some(Action::Write { op, condition, .. }) = core.poll_action() else {
+        panic!("the election is taken");
+    };
+    assert_eq!((op, condition), (WriteOp::TakeOver, Condition::RvnIs(rvn)));
 }
 
 #[test]
@@ -165,6 +184,65 @@ fn with_the_stream_flowing_only_the_session_is_read_once_due_and_its_rvn_dated_f
     };
     core.handle(&at(12_000), Input::Hint(hint));
     assert_eq!(read_kind(&mut core), Kind::Election);
+}
+
+#[test]
+fn a_release_the_stream_left_out_is_found_once_the_sessions_count_of_ended_tenures_moves() {
+    let mut core = follower();
+    let held = election();
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(held.clone()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer(&mut core, 20, "s1", 5, flowing(0, 40_000));
+    let due = t(5) + Duration::from_millis(10_100);
+    assert_eq!(core.next_wake(), Some(due), "the session alone, once due");
+    // The owner released the election; its stream (forged) says nothing
+    // of it and keeps flowing. The session's next write counts one more
+    // ended tenure.
+    core.handle(&at(10_105), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Session(Some(due)));
+    answer_with(
+        &mut core,
+        10_110,
+        session_after("s2", 1),
+        10_000,
+        flowing(0, 40_000),
+    );
+    // The election is read again within P, and taken once found free.
+    assert_eq!(core.next_wake(), Some(t(11_110)));
+    core.handle(&at(11_000), Input::Session(Some(own_session(11_000))));
+    core.handle(&at(11_110), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    let mut released = held.released();
+    released.session = None;
+    core.handle(
+        &at(11_120),
+        Input::Read(Ok(Record::Valid(released.clone()))),
+    );
+    assert_takes_over(&mut core, released.rvn);
+}
+
+#[test]
+fn a_count_read_only_after_the_election_leaves_it_to_the_stream_only_from_the_next_read() {
+    let mut core = follower();
+    // The first session answer after this read shows count 3: it may
+    // count a release after the read, so the election is read once more.
+    core.handle(&at(10), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer_with(&mut core, 20, session_after("s1", 3), 5, flowing(0, 40_000));
+    assert_eq!(core.next_wake(), Some(t(1_020)));
+    core.handle(&at(1_020), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    // Read after a count of 3 was seen, and 3 still: left to the stream.
+    core.handle(&at(1_030), Input::Read(Ok(Record::Valid(election()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    answer_with(
+        &mut core,
+        1_040,
+        session_after("s1", 3),
+        5,
+        flowing(0, 40_000),
+    );
+    assert_eq!(core.next_wake(), Some(t(5) + Duration::from_millis(10_100)));
 }
 
 #[test]
@@ -215,13 +293,7 @@ fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
     );
     assert_eq!((lease.election.as_str(), lease.holder), (KEY, None));
     core.handle(&at(12_210), Input::Written(Ok(WriteOutcome::Applied)));
-    let Some(Action::Write { op, condition, .. }) = core.poll_action() else {
-        panic!("then the election is taken");
-    };
-    assert_eq!(
-        (op, condition),
-        (WriteOp::TakeOver, Condition::RvnIs(held.rvn))
-    );
+    assert_takes_over(&mut core, held.rvn);
 }
 
 #[test]

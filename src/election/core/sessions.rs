@@ -206,6 +206,15 @@ impl Core {
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
+        // Whether no tenure held through the session ended since before
+        // the election was read (its count did not move): else the
+        // election is read again, whatever the stream told.
+        let seen = match &record {
+            Record::Valid(s) => Some((key.clone(), s.fencing_token)),
+            _ => None,
+        };
+        let unmoved = seen.is_some() && seen == self.read_basis;
+        self.session_seen = seen;
         let own_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
         let verdict = judge_session(
             &mut self.takeover,
@@ -221,14 +230,14 @@ impl Core {
             // holds is never taken; looked at again every R.
             SessionVerdict::Unknown => return Some(Round::Wait(at + self.cfg.renew_interval)),
             SessionVerdict::WaitUntil(due) => {
-                return Some(self.wait_on_session(election, due, flow));
+                return Some(self.wait_on_session(election, due, flow, unmoved));
             }
             // The stream told of a later write than this (cached) record
             // shows: not ended on this answer while that write is not due.
             SessionVerdict::End { .. }
                 if let Some(due) = told.and_then(|t| self.told_due(&record, t.1)) =>
             {
-                return Some(self.wait_on_session(election, due, flow));
+                return Some(self.wait_on_session(election, due, flow, unmoved));
             }
             _ if !self.may_take() => return Some(Round::Wait(poll)),
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
@@ -251,14 +260,24 @@ impl Core {
     /// A live session of `election`'s holder is due at `due`. While the
     /// owner's stream flows, and flowed (and this election's events were
     /// handed to it) since before the election was read last, so that it
-    /// told of every release since, the election is not read again: the
-    /// next round reads the session alone, once it is due. Otherwise the
-    /// election is polled every P as usual.
-    fn wait_on_session(&mut self, election: Lease, due: Instant, flow: Option<Flow>) -> Round {
+    /// told of every release since, and no tenure held through the
+    /// session ended since (`unmoved`: the session's count of them, as
+    /// read before that read was sent, is the same now), the election is
+    /// not read again: the next round reads the session alone, once it is
+    /// due. Otherwise the election is polled every P as usual. (The count
+    /// comes from the store: a stream that leaves a release out delays
+    /// its election's next read by a read of the session at most.)
+    fn wait_on_session(
+        &mut self,
+        election: Lease,
+        due: Instant,
+        flow: Option<Flow>,
+        unmoved: bool,
+    ) -> Round {
         let at = self.now;
         let sent = self.last_read_sent;
         let aimed = self.hints.aimed_before(sent);
-        match flow.filter(|f| aimed && f.since <= sent && at < f.until) {
+        match flow.filter(|f| unmoved && aimed && f.since <= sent && at < f.until) {
             Some(f) => {
                 self.session_watch = Some(SessionWatch {
                     election: Box::new(election),

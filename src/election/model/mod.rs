@@ -313,6 +313,7 @@ impl ElectionModel {
         let was_leader = w.nodes[n].core.state().role == Role::Leader;
         let node = &mut w.nodes[n];
         node.core.handle(&tick, input);
+        let mut ended = false;
         while let Some(action) = node.core.poll_action() {
             match action {
                 CoreAction::Read { .. } => {
@@ -341,7 +342,15 @@ impl ElectionModel {
                         answer: None,
                     });
                 }
-                CoreAction::Tell(event) => node.told = Some(event),
+                CoreAction::Tell(event) => {
+                    // As the daemon does: a tenure's end moves the count
+                    // its session's next write carries.
+                    ended |= matches!(
+                        event,
+                        LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }
+                    );
+                    node.told = Some(event);
+                }
                 _ => {}
             }
         }
@@ -350,12 +359,13 @@ impl ElectionModel {
         }
         // The daemon keeps its session open while its election wants it.
         let wants = node.core.wants_session();
-        if node
-            .session
-            .as_ref()
-            .is_some_and(|s| s.is_wanted() != wants)
-        {
+        let session = node.session.as_ref();
+        let count = session.map(SessionCore::tenures_ended).filter(|_| ended);
+        if session.is_some_and(|s| s.is_wanted() != wants) {
             self.feed_session(w, n, SessionInput::Wanted(wants));
+        }
+        if let Some(count) = count {
+            self.feed_session(w, n, SessionInput::TenuresEnded(count + 1));
         }
     }
 

@@ -56,6 +56,25 @@ fn a_session_opens_under_a_fresh_key_and_is_renewed_every_r_from_its_send() {
 }
 
 #[test]
+fn the_next_write_after_a_tenure_ended_carries_the_count_of_ended_tenures() {
+    let mut s = session();
+    s.handle(&at(0), SessionInput::Timeout);
+    let (opened, _) = write(&mut s);
+    assert_eq!(opened.fencing_token, 0);
+    applied(&mut s, 10);
+    // Two tenures ended; a count told late never lowers it.
+    s.handle(&at(1_000), SessionInput::TenuresEnded(2));
+    s.handle(&at(1_001), SessionInput::TenuresEnded(1));
+    assert_eq!(s.poll_action(), None, "no write of its own");
+    s.handle(&at(5_000), SessionInput::Timeout);
+    let (renewed, _) = write(&mut s);
+    assert_eq!(renewed.fencing_token, 2);
+    applied(&mut s, 5_010);
+    s.handle(&at(10_000), SessionInput::Timeout);
+    assert_eq!(write(&mut s).0.fencing_token, 2, "every write carries it");
+}
+
+#[test]
 fn a_session_found_ended_is_lost_and_a_new_key_is_opened_at_once() {
     let mut s = session();
     s.handle(&at(0), SessionInput::Timeout);
