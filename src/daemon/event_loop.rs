@@ -46,6 +46,9 @@ impl Daemon {
             if let Some(code) = self.dispatch(event).await {
                 return code;
             }
+            // While the app fails, nothing stays led here: an election
+            // that won a lease as the verdict changed is released too.
+            self.on_app_check().await;
         }
     }
 
@@ -100,7 +103,8 @@ impl Daemon {
     async fn dispatch(&mut self, event: Event) -> Option<i32> {
         match event {
             Event::State => tracing::debug!("event: state"),
-            Event::AppCheck => self.on_app_check().await,
+            // Acted on after every event (see `run`).
+            Event::AppCheck => tracing::debug!("event: app check"),
             Event::Timer => tracing::debug!("event: timer"),
             Event::StateGone => {
                 tracing::error!(election = %self.cfg.primary, "election task ended unexpectedly");

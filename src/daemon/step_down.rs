@@ -124,9 +124,11 @@ impl Daemon {
             .is_none_or(|rx| *rx.borrow() == Verdict::Pass)
     }
 
-    /// The app check's verdict changed. A failing app gives up every lease
-    /// this instance holds, the primary's child stopped first; the gate keeps
-    /// the elections from campaigning until it passes again.
+    /// After every event of the daemon's loop: while the app fails, give
+    /// up every lease this instance holds, the primary's child stopped
+    /// first; the gate keeps the elections from campaigning until it
+    /// passes again (a lease won as the verdict changed is given up at the
+    /// next event, within a second).
     pub(super) async fn on_app_check(&mut self) {
         if self.app_ok() {
             return;

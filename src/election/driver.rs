@@ -158,8 +158,25 @@ impl Driver {
                 if !matches!(input, Input::Session(_)) {
                     self.catch_up_on_session().await;
                 }
+                if !matches!(input, Input::Gate(_)) {
+                    self.catch_up_on_gate().await;
+                }
                 self.step(input).await;
             }
+        }
+    }
+
+    /// Tell the core of a change of the app check's verdict that came
+    /// with another input: a release because the app fails arrives right
+    /// after the verdict changed, and the round after it must not take
+    /// the election back before the core was told.
+    async fn catch_up_on_gate(&mut self) {
+        let Some(gate) = &mut self.gate else {
+            return;
+        };
+        if gate.has_changed().unwrap_or(false) {
+            let pass = *gate.borrow_and_update() == Verdict::Pass;
+            self.step(Input::Gate(pass)).await;
         }
     }
 
