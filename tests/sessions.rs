@@ -858,9 +858,9 @@ fn relay_without_releases(
 ///    Its app check fails: it releases every election and renews its
 ///    session on. The others learn of the releases from the count of
 ///    ended tenures that the session's next write carries, at their next
-///    read of the session (every two leases), and lead every election
-///    within R + 2·L·(1+D) + P (and the app check's 1 s); never while the
-///    stream alone decides.
+///    read of the session (about every two leases, each up to R past its
+///    due), and lead every election within 2·L·(1+D) + 2·R + P (and the
+///    app check's 1 s); never while the stream alone decides.
 fn hidden_releases(kind: Kind) {
     let mut c = Cluster::new(kind);
     let app = App::start(c.dir.path(), "app", "ok");
@@ -900,7 +900,7 @@ fn hidden_releases(kind: Kind) {
         c.tokens_of("node-a").is_empty() && c.node("node-a").log().contains("released the lease")
     })
     .expect("node-a releases its elections once its app fails");
-    let bound = 2 * takeover_wait() + R + P + Duration::from_secs(1) + SLACK;
+    let bound = 2 * takeover_wait() + 2 * R + P + Duration::from_secs(1) + SLACK;
     wait_until(bound + Duration::from_secs(10), || {
         all_led_once(&c.others("node-a"), &ELECTIONS)
     })
