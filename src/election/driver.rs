@@ -171,11 +171,12 @@ impl Driver {
     /// after the verdict changed, and the round after it must not take
     /// the election back before the core was told.
     async fn catch_up_on_gate(&mut self) {
-        let Some(gate) = &mut self.gate else {
-            return;
-        };
-        if gate.has_changed().unwrap_or(false) {
-            let pass = *gate.borrow_and_update() == Verdict::Pass;
+        let changed = self
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.has_changed().unwrap_or(false));
+        if changed {
+            let pass = Self::gate_passes(&mut self.gate);
             self.step(Input::Gate(pass)).await;
         }
     }
@@ -265,9 +266,7 @@ impl Driver {
             Action::Tell(event) => {
                 // A tenure ended: the session's next write says so, for
                 // followers whose stream of this daemon left it out.
-                if let (Some(demand), LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }) =
-                    (&self.demand, &event)
-                {
+                if let Some(demand) = self.demand.as_ref().filter(|_| event.ends_tenure()) {
                     demand.tenure_ended();
                 }
                 if let Some(told) = &self.told {

@@ -102,6 +102,16 @@ impl LeaseEvent {
             LeaseEvent::Session { .. } => None,
         }
     }
+
+    /// Whether it tells that a tenure ended (released, handed over, or
+    /// stopped): what moves the count of ended tenures a session's writes
+    /// carry.
+    pub fn ends_tenure(&self) -> bool {
+        matches!(
+            self,
+            LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }
+        )
+    }
 }
 
 /// What reached a follower from the leader it watches.

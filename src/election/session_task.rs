@@ -79,9 +79,7 @@ impl DemandShare {
             }
         });
     }
-}
 
-impl DemandShare {
     /// See [`Demand::tenure_ended`].
     pub fn tenure_ended(&self) {
         self.demand.tenure_ended();

@@ -345,10 +345,7 @@ impl ElectionModel {
                 CoreAction::Tell(event) => {
                     // As the daemon does: a tenure's end moves the count
                     // its session's next write carries.
-                    ended |= matches!(
-                        event,
-                        LeaseEvent::Released { .. } | LeaseEvent::NotLeader { .. }
-                    );
+                    ended |= event.ends_tenure();
                     node.told = Some(event);
                 }
                 _ => {}
