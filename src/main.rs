@@ -63,11 +63,12 @@ fn main() {
     std::process::exit(code);
 }
 
-/// One worker thread: leaderd's work is waiting on the store, timers and
-/// HTTP, a few milliseconds of CPU per second even at a thousand elections;
-/// blocking work (SQLite) runs on the blocking pool, and the kill deadline
-/// is kept by the guard process, not by this runtime. A second worker only
-/// added cross-thread wake-ups (14 % more CPU at 1,000 elections).
+/// One worker thread: leaderd's work is waiting on the store and timers, a
+/// few milliseconds of CPU per second even at a thousand elections;
+/// blocking work (SQLite) runs on the blocking pool, the HTTP server on a
+/// runtime of its own (`http::Server`), and the kill deadline is kept by
+/// the guard process, not by this runtime. A second worker only added
+/// cross-thread wake-ups (14 % more CPU at 1,000 elections).
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -402,3 +402,106 @@ fn the_overlap_checker_tells_proven_overlap_from_sampling_skew() {
     ]);
     assert!(backwards.check().is_err());
 }
+
+/// A flood of `GET /v1/watch` requests naming made-up sessions: the leader
+/// remembers none of them, counts none as a member, and a real newcomer
+/// still gets its share.
+#[test]
+fn made_up_session_names_keep_no_newcomer_out() {
+    use std::io::{Read, Write};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut toml = String::from("balance = true\n");
+    for i in 0..20 {
+        toml.push_str(&format!("\n[[elections]]\nname = \"shard-{i:02}\"\n"));
+    }
+    let config = dir.path().join("leaderd.toml");
+    std::fs::write(&config, toml).expect("write the config");
+    let args = [
+        "--config",
+        &config.display().to_string(),
+        "--store-path",
+        &dir.path().join("l.db").display().to_string(),
+        "--lease-duration",
+        "2s",
+        "--renew-interval",
+        "1s",
+        "--retry-interval",
+        "250ms",
+        "--kill-grace",
+        "500ms",
+    ]
+    .map(String::from)
+    .to_vec();
+    let start = |identity| {
+        let node = Leaderd::start(Spec {
+            identity,
+            args: args.clone(),
+            env: vec![],
+            command: vec![],
+            dir: dir.path(),
+        });
+        node.wait_http(Duration::from_secs(30));
+        node
+    };
+    let led = |node: &Leaderd| {
+        node.get("/status")
+            .and_then(|(_, body)| led_in(&body))
+            .map_or(0, |led| led.len())
+    };
+    let members = |node: &Leaderd| {
+        node.get("/status")
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|s| s["balance"]["members"].as_u64())
+    };
+    let a = start("a");
+    wait_until(Duration::from_secs(20), || led(&a) == 20).expect("a leads all 20");
+
+    // 1,100 streams, each naming a session nobody holds, opened and closed;
+    // and 100 more held open while the newcomer starts.
+    let open = |n: usize| {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", a.port)).expect("connect");
+        write!(
+            conn,
+            "GET /v1/watch HTTP/1.1\r\nHost: x\r\nx-leaderd-session: #session/ghost-{n}/g{n}\r\n\r\n"
+        )
+        .expect("send");
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut first = [0u8; 12];
+        conn.read_exact(&mut first).expect("an answer");
+        assert_eq!(&first, b"HTTP/1.1 200", "the stream opens");
+        conn
+    };
+    for n in 0..1_100 {
+        drop(open(n));
+    }
+    let held: Vec<_> = (1_100..1_200).map(open).collect();
+    // A few balance rounds: the made-up names are looked up, and dropped.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(members(&a), Some(1), "made-up sessions are no members");
+
+    let b = start("b");
+    wait_until(Duration::from_secs(30), || {
+        led(&b) >= 8 && members(&a) == Some(2)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the newcomer leads {} of 20 and a counts {:?} members:\n{}\n{}",
+            led(&b),
+            members(&a),
+            a.log(),
+            b.log()
+        )
+    });
+    drop(held);
+    let (_, metrics) = a.get("/metrics").expect("metrics");
+    eprintln!(
+        "newcomer leads {}; a's session look-ups: {:?}",
+        led(&b),
+        metrics
+            .lines()
+            .filter(|l| l.contains("look_up_sessions") && l.contains("_count"))
+            .collect::<Vec<_>>()
+    );
+}

@@ -14,8 +14,9 @@ use leaderd::election::{
     ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionReads, SessionView,
 };
 use leaderd::http::{AppState, router};
-use leaderd::lease::{self, StoreSpec};
+use leaderd::lease::{self, Condition, Lease, LeaseStore, StoreSpec};
 use leaderd::metrics::Metrics;
+use leaderd::watch::watchers::Watchers;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 use tower::ServiceExt;
@@ -24,6 +25,8 @@ struct Fixture {
     app: Router,
     clock: Clock,
     peers: Arc<SessionReads>,
+    watchers: Watchers,
+    store: Arc<dyn LeaseStore>,
     _dir: tempfile::TempDir,
     session: watch::Sender<Option<SessionView>>,
     told: broadcast::Sender<LeaseEvent>,
@@ -39,7 +42,7 @@ async fn fixture(sessions: bool, buffer: usize) -> Fixture {
         .await
         .expect("a SQLite store");
     let peers = Arc::new(SessionReads::new(
-        store,
+        store.clone(),
         (clock.clone(), Arc::new(NoObserver)),
         &ElectionConfig::with_defaults("report", "web-1"),
     ));
@@ -48,17 +51,20 @@ async fn fixture(sessions: bool, buffer: usize) -> Fixture {
     let (resign, _) = mpsc::channel(1);
     let (session, session_rx) = watch::channel(Some(view("#session/web-1/a", "s1", &clock)));
     let (told, _) = broadcast::channel(buffer);
+    let watchers = Watchers::default();
     let mut app = AppState::new("report", clock.clone(), Arc::new(Metrics::new()), resign)
         .with_election(state, Duration::from_secs(25));
     if sessions {
         app = app
             .with_session(session_rx, Duration::from_millis(9_700))
-            .with_daemon_stream(told.clone(), peers.clone());
+            .with_daemon_stream(told.clone(), Some(watchers.clone()));
     }
     Fixture {
         app: router(app),
         clock,
         peers,
+        watchers,
+        store,
         _dir: dir,
         session,
         told,
@@ -168,11 +174,46 @@ async fn a_client_that_falls_behind_is_cut_off_and_never_told_a_gap() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_watching_daemon_that_names_its_session_is_known_and_junk_is_not() {
+async fn a_named_session_counts_once_the_store_shows_it_and_a_made_up_one_occupies_nothing() {
     let f = fixture(true, 16).await;
-    let _a = open_as(&f.app, Some("#session/web-2/x")).await;
+    // A real watcher: its session is in the store.
+    let real = Lease::stamped("#session/web-2/x", "web-2", 0, 10_000, 1, None);
+    f.store
+        .write(&real, &Condition::NotExists, Duration::from_secs(1))
+        .await
+        .expect("the session is written");
+    let a = open_as(&f.app, Some("#session/web-2/x")).await;
+    // A flood of made-up names, and junk that is not a session key at all.
+    let mut flood = Vec::new();
+    for n in 0..1_100 {
+        flood.push(open_as(&f.app, Some(&format!("#session/ghost-{n}/g"))).await);
+    }
     let _b = open_as(&f.app, Some("web-3")).await;
     let _c = open_as(&f.app, Some(&format!("#session/{}", "x".repeat(600)))).await;
+    // Names are only names: nothing is known before the store is asked.
+    assert!(f.peers.sessions().is_empty());
+    // Streams beyond the watch slots were refused, and their names dropped.
+    assert!(f.watchers.len() <= 512, "{} names kept", f.watchers.len());
+    let mut looked_up = 0;
+    loop {
+        let keys = f.watchers.unchecked(100);
+        if keys.is_empty() {
+            break;
+        }
+        f.peers
+            .look_up(&keys, Duration::from_secs(1))
+            .await
+            .expect("the store answers");
+        f.watchers.checked(&keys);
+        looked_up += keys.len();
+    }
+    assert_eq!(looked_up, f.watchers.len(), "each name looked up once");
     let known: Vec<String> = f.peers.sessions().into_iter().map(|k| k.key).collect();
-    assert_eq!(known, ["#session/web-2/x"]);
+    assert_eq!(
+        known,
+        ["#session/web-2/x"],
+        "only the session the store shows"
+    );
+    drop((a, flood));
+    assert_eq!(f.watchers.len(), 0, "a name goes with its stream");
 }

@@ -31,6 +31,7 @@ mod guard;
 mod handover;
 mod http_api;
 mod http_live;
+mod http_load;
 mod load;
 mod lock;
 mod monitoring;

@@ -6,7 +6,8 @@
 //! Members are found without reading every record: a daemon knows the
 //! sessions of the daemons whose elections it follows (it times them
 //! anyway), and those of the daemons that watch its stream (each names its
-//! session when it opens the stream). A member is live while an `rvn` of
+//! session when it opens the stream; anyone can name anything there, so a
+//! name counts once a read of the store shows that session held). A member is live while an `rvn` of
 //! its session was learned (a read, or its stream) within a lease
 //! stretched by the clock drift, the takeover rule's wait; its stream is
 //! watched, so that a member leading nothing costs no reads either. Only a
@@ -21,8 +22,9 @@ use tokio::sync::watch;
 
 use super::{LED_LABEL, Peer, SET_LABEL, Worker};
 use crate::election::{HintFeed, KnownSession, SessionReads, takeover_wait};
-use crate::lease::{Record, session_owner};
+use crate::lease::{READ_MANY_LIMIT, Record, session_owner};
 use crate::watch::mux::Mux;
+use crate::watch::watchers::Watchers;
 
 /// What the balancer needs of the daemon's sessions.
 pub struct SessionMembers {
@@ -33,7 +35,14 @@ pub struct SessionMembers {
     pub labels: watch::Sender<BTreeMap<String, String>>,
     /// The daemon's streams of other daemons: members are watched there.
     pub mux: Mux,
+    /// The sessions named by the daemons watching this one: looked up in
+    /// the store before they count.
+    pub watchers: Watchers,
 }
+
+/// Names of watchers looked up per round, at most: the streams that can be
+/// open at once (half the HTTP connection limit) in a few requests.
+const LOOK_UPS_PER_ROUND: usize = 3 * READ_MANY_LIMIT;
 
 /// The members' streams the balancer keeps open: one feed per session,
 /// aimed at its daemon's address.
@@ -66,6 +75,7 @@ impl Worker {
         members: &SessionMembers,
         watched: &mut Watched,
     ) -> Vec<Peer> {
+        self.look_up_watchers(members).await;
         let mut peers = Vec::new();
         let mut addresses = HashMap::new();
         for known in members.reads.sessions() {
@@ -103,6 +113,28 @@ impl Worker {
             feed.aim(Some(address.clone()));
         }
         peers
+    }
+
+    /// Look up in the store the sessions that the daemons watching ours
+    /// named and that we do not know yet: a member leading nothing is found
+    /// so, without a Scan. A name counts only once the store shows its
+    /// session held; each stream's name is looked up once.
+    async fn look_up_watchers(&self, members: &SessionMembers) {
+        let (known, names): (Vec<String>, Vec<String>) = members
+            .watchers
+            .unchecked(LOOK_UPS_PER_ROUND)
+            .into_iter()
+            .partition(|k| members.reads.session(k).is_some());
+        members.watchers.checked(&known);
+        for keys in names.chunks(READ_MANY_LIMIT) {
+            match members.reads.look_up(keys, self.budget()).await {
+                Ok(_) => members.watchers.checked(keys),
+                Err(e) => {
+                    tracing::debug!(error = %e, "balance: cannot look up the sessions of the daemons watching this one");
+                    return;
+                }
+            }
+        }
     }
 
     /// The takeover rule's wait for our lease timing.

@@ -26,8 +26,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::app_check::{self, Verdict};
 use crate::balance::{self, BalanceConfig, Balancer, Elected, Membership, SessionMembers};
@@ -45,6 +43,7 @@ use crate::shutdown::Signals;
 use crate::supervisor::Child;
 use crate::watch::client as hints;
 use crate::watch::mux::Mux;
+use crate::watch::watchers::Watchers;
 
 mod advertise;
 mod child;
@@ -133,12 +132,15 @@ pub async fn run(
         session.as_ref(),
         (told.as_ref(), &following),
     );
+    // Balance looks up the sessions its watchers name.
+    let watchers = (cfg.balance && session.is_some()).then(Watchers::default);
     let balancer = cfg.balance.then(|| {
-        let membership = match (&session, &following.mux) {
-            (Some(s), Some(mux)) => Membership::Sessions(SessionMembers {
+        let membership = match (&session, &following.mux, &watchers) {
+            (Some(s), Some(mux), Some(watchers)) => Membership::Sessions(SessionMembers {
                 reads: following.reads.clone(),
                 labels: s.labels.clone(),
                 mux: mux.clone(),
+                watchers: watchers.clone(),
             }),
             _ => Membership::Records,
         };
@@ -169,9 +171,15 @@ pub async fn run(
         app = app.with_session(s.view.clone(), s.validity);
     }
     if let Some(told) = told {
-        app = app.with_daemon_stream(told, following.reads.clone());
+        app = app.with_daemon_stream(told, watchers);
     }
-    let http = HttpServer::start(listener, app);
+    let http = match http::Server::start(listener, http::router(app)) {
+        Ok(server) => server,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the HTTP server");
+            return exit::SOFTWARE;
+        }
+    };
     // The bound address (port 0 in the configuration picks a free one).
     let listen = http_addr.map_or_else(|| cfg.http.listen.to_string(), |a| a.to_string());
     tracing::info!(listen = %listen, identity = %cfg.identity, store = store.kind(), elections = cfg.elections.len(), "leaderd running");
@@ -450,31 +458,6 @@ fn http_state(
         }
     }
     app
-}
-
-/// The HTTP server's task and the token that stops it.
-struct HttpServer {
-    stop: CancellationToken,
-    task: JoinHandle<std::io::Result<()>>,
-}
-
-impl HttpServer {
-    /// Serve `app` on `listener`.
-    fn start(listener: TcpListener, app: AppState) -> HttpServer {
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(http::serve(
-            listener,
-            http::router(app),
-            stop.clone().cancelled_owned(),
-        ));
-        HttpServer { stop, task }
-    }
-
-    /// Stop accepting, and give the connections still open five seconds.
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
-    }
 }
 
 /// Check the store until it answers. A wrong schema is final and goes to

@@ -33,7 +33,7 @@ use super::session::{Flow, SessionAnswer};
 use super::takeover::takeover_wait;
 use super::{ElectionConfig, Observer, Outcome, SESSION_LABEL};
 use crate::clock::{Clock, Instant};
-use crate::lease::{LeaseStore, Record, StoreError};
+use crate::lease::{LeaseStore, READ_MANY_LIMIT, Record, StoreError, is_session_key};
 
 /// One read on its way, and its answer once it came.
 type Shared = Arc<OnceCell<Result<Record, StoreError>>>;
@@ -45,10 +45,6 @@ const REMEMBERED: usize = 8;
 /// A session nobody asked about or told of for this long is forgotten
 /// (its owner restarted under a new key, or it was ended).
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
-
-/// Sessions introduced by the daemons that watch this one are known up to
-/// this many: a stream's header cannot fill the map.
-const MAX_KNOWN: usize = 1024;
 
 /// What is known of one session.
 struct Known {
@@ -238,15 +234,47 @@ impl SessionReads {
         known.told.send_replace(Some((rvn.to_owned(), at)));
     }
 
-    /// A daemon watching this one says it holds the session `key` (balance
-    /// counts it as a member once its record says so): remember it, so
-    /// that [`Self::sessions`] lists it. Up to [`MAX_KNOWN`] sessions.
-    pub fn introduce(&self, key: &str) {
-        let now = self.clock.now();
-        let mut map = self.lock();
-        if map.contains_key(key) || map.len() < MAX_KNOWN {
-            Self::entry(&mut map, key, now);
+    /// Look up, in one request, sessions named by the daemons that watch
+    /// this one (at most [`READ_MANY_LIMIT`]): those the store shows held
+    /// are known from now on (balance counts them as members), the others
+    /// are not remembered at all, so a made-up name occupies nothing. With
+    /// how many were held.
+    pub async fn look_up(&self, keys: &[String], budget: Duration) -> Result<usize, StoreError> {
+        let keys: Vec<String> = keys
+            .iter()
+            .filter(|k| is_session_key(k))
+            .take(READ_MANY_LIMIT)
+            .cloned()
+            .collect();
+        if keys.is_empty() {
+            return Ok(0);
         }
+        let sent = self.clock.now();
+        let res = self.store.read_many(&keys, budget).await;
+        let now = self.clock.now();
+        let outcome = match &res {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::Failed(e),
+        };
+        self.observer
+            .store_request(SESSION_LABEL, "look_up_sessions", now - sent, outcome);
+        let mut held = 0;
+        let mut map = self.lock();
+        for (key, record) in keys.iter().zip(res?) {
+            let Record::Valid(session) = &record else {
+                continue;
+            };
+            if session.holder.is_none() || session.election != *key {
+                continue;
+            }
+            held += 1;
+            let known = Self::entry(&mut map, key, now);
+            known.learn(&session.rvn, now);
+            if known.last.as_ref().is_none_or(|(s, _)| *s <= sent) {
+                known.last = Some((sent, record.clone()));
+            }
+        }
+        Ok(held)
     }
 
     /// Every session known: its key, its record as last read (if it was),

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use serde::Serialize;
 
-use super::MAX_BODY_BYTES;
+use super::{MAX_BODY_BYTES, MAX_HEAD_BYTES};
 use crate::text;
 
 /// An error answer: status plus `{"error": code, "message": ...}`.
@@ -64,6 +64,15 @@ pub(super) fn payload_too_large() -> ApiError {
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
         format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+    )
+}
+
+/// 431 `headers_too_large`: a request head past [`MAX_HEAD_BYTES`].
+pub(super) fn head_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers_too_large",
+        format!("request heads (request line and headers) are limited to {MAX_HEAD_BYTES} bytes"),
     )
 }
 

@@ -20,13 +20,14 @@
 //! Every request body is cut off at [`MAX_BODY_BYTES`], whatever its
 //! encoding (`Content-Length` or chunked): 413 `payload_too_large`.
 
+mod connections;
 mod error;
 mod read;
+mod render;
 mod resign;
 mod router;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -40,7 +41,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_io_timeout::TimeoutStream;
 
 pub use error::ApiError;
@@ -51,7 +51,8 @@ pub use router::{AppState, DEFAULT_REQUEST_TIMEOUT, ElectionEntry, router, wedge
 pub use crate::watch::wire::CONTENT_TYPE as WATCH_CONTENT_TYPE;
 
 use crate::text;
-use error::payload_too_large;
+use connections::Connections;
+use error::{head_too_large, payload_too_large};
 use router::Shared;
 
 /// How long [`serve`] waits for open requests after the shutdown signal.
@@ -79,6 +80,27 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
         };
         format!("cannot listen for HTTP on {addr}: {why}")
     })
+}
+
+/// Largest request head (request line and headers) answered: a bigger one
+/// gets 431 `headers_too_large`. hyper itself reads a head only as far as
+/// its buffer goes ([`CONNECTION_BUFFER_BYTES`], which it may overrun by a
+/// read) and answers a bare 431 beyond; between the two, this limit holds
+/// exactly.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// The size of `req`'s head as it was sent: the request line and every
+/// header line with their line ends (as counted after parsing, so spacing
+/// around a header's colon does not count).
+fn head_bytes(req: &Request) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len());
+    let request_line = req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + 2 + value.len() + 2)
+        .sum();
+    request_line + headers + 2
 }
 
 /// How long a connection has to send a complete request head, counted from
@@ -116,6 +138,72 @@ pub fn connection_limit() -> usize {
     room.clamp(4, MAX_CONNECTIONS)
 }
 
+/// The HTTP server on a runtime of its own: a thread that serves, and
+/// blocking threads for the big renders (see `render`). Nothing a client
+/// asks, however much, takes CPU time from the runtime that renews the
+/// leases, nor delays one of its timers: the two share no thread.
+#[derive(Debug)]
+pub struct Server {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// Blocking threads of the HTTP runtime: one render of `/status` and one of
+/// `/metrics` at most run at once (see `render`).
+const RENDER_THREADS: usize = 2;
+
+impl Server {
+    /// Serve `router` on `listener` (bound on any runtime) from a runtime
+    /// of its own, until [`Server::stop`].
+    pub fn start(listener: TcpListener, router: Router) -> std::io::Result<Server> {
+        let listener = listener.into_std()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(RENDER_THREADS)
+            .thread_name("leaderd-http")
+            .enable_all()
+            .build()?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let shutdown = stop.clone().cancelled_owned();
+        let task = runtime.spawn(async move {
+            // Registered with this runtime's reactor, not the caller's.
+            let listener = TcpListener::from_std(listener)?;
+            serve(listener, router, shutdown).await
+        });
+        Ok(Server {
+            stop,
+            task,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Stop accepting, give the connections still open [`SHUTDOWN_DRAIN`],
+    /// and end the runtime.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        let drained = SHUTDOWN_DRAIN + Duration::from_secs(1);
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(drained, &mut self.task).await {
+            tracing::warn!(error = %e, "the HTTP server failed");
+        }
+        self.end_runtime();
+    }
+
+    fn end_runtime(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            // Never waits: a render still running is left to finish alone.
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.end_runtime();
+    }
+}
+
 /// Serve `router` on `listener` until `shutdown` completes, then stop
 /// accepting and give open requests [`SHUTDOWN_DRAIN`] to finish.
 pub async fn serve(
@@ -131,14 +219,15 @@ pub async fn serve(
 /// so a slow client can never hold the daemon's exit.
 ///
 /// Every connection gets [`HEADER_READ_TIMEOUT`] and [`WRITE_TIMEOUT`], and
-/// at most [`connection_limit`] are open at once.
+/// at most [`connection_limit`] are open at once: when that many are, the
+/// one idle the longest makes room for a new one (see `connections`).
 pub async fn serve_with_drain(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(connection_limit()));
+    let table = Connections::new(connection_limit());
     let connections = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -163,8 +252,9 @@ pub async fn serve_with_drain(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Full: closed at once rather than queued behind idle clients.
+        let Ok(conn) = table.admit() else {
+            // Every connection is busy with a request: closed at once
+            // rather than queued.
             tracing::debug!("HTTP connection limit reached; closing a new connection");
             continue;
         };
@@ -173,15 +263,23 @@ pub async fn serve_with_drain(
         let _ = tcp.set_nodelay(true);
         let mut io = TimeoutStream::new(tcp);
         io.set_write_timeout(Some(WRITE_TIMEOUT));
-        let conn = http.serve_connection(
+        let service = connections::Tracked {
+            router: router.clone(),
+            conn: conn.clone(),
+            table: table.clone(),
+        };
+        let served = connections.watch(http.serve_connection(
             TokioIo::new(Box::pin(io)),
-            TowerToHyperService::new(router.clone()),
-        );
-        let conn = connections.watch(conn);
+            TowerToHyperService::new(service),
+        ));
+        let table = table.clone();
         tokio::spawn(async move {
             // Timeouts and resets end connections all the time; nothing to log.
-            let _ = conn.await;
-            drop(slot);
+            tokio::select! {
+                _ = served => {}
+                () = conn.closed() => {}
+            }
+            table.ended(&conn);
         });
     }
     drop(listener);
@@ -226,6 +324,9 @@ impl AcceptTrouble {
 /// other is wrapped so that reading past the limit fails (a chunked body
 /// announces no length), whoever reads it.
 async fn guard(State(app): State<Shared>, req: Request, next: Next) -> Response {
+    if head_bytes(&req) > MAX_HEAD_BYTES {
+        return head_too_large().into_response();
+    }
     let too_big = req
         .headers()
         .get(header::CONTENT_LENGTH)

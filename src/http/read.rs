@@ -19,17 +19,18 @@
 //!   nothing without access to the store. At most half the connection limit
 //!   are watches, so probes always find a connection.
 
-use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use serde::Serialize;
 
 use super::error::{ApiError, bad_path};
+use super::render::{Rendered, SharedRender};
 use super::router::{AppState, Shared};
 use crate::balance::Share;
 use crate::clock::Instant;
@@ -248,14 +249,53 @@ impl SessionBody {
     }
 }
 
-/// `GET /status`: health, and every election as `/leader` shows it, sent
-/// in pieces as it is written (a thousand elections make hundreds of KB,
-/// which the daemon never holds at once).
-pub(super) async fn status(State(app): State<Shared>) -> Response {
+/// The shared renders of `/status` and `/metrics` (see `super::render`).
+#[derive(Debug, Clone)]
+pub(super) struct Renders {
+    status: Arc<SharedRender>,
+    metrics: Arc<SharedRender>,
+}
+
+impl Renders {
+    /// Renders of `app`'s answers.
+    pub(super) fn new(app: &Shared) -> Renders {
+        let (for_status, for_metrics) = (app.clone(), app.clone());
+        Renders {
+            status: SharedRender::new(move || render_status(&for_status)),
+            metrics: SharedRender::new(move || render_metrics(&for_metrics)),
+        }
+    }
+}
+
+/// An answer of `content_type` from a shared render, or 500 `code`.
+fn rendered(
+    body: Rendered,
+    what: &str,
+    code: &'static str,
+    content_type: &'static str,
+) -> Response {
+    match body {
+        Ok(bytes) => (
+            [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => render_failed(what, code, &e),
+    }
+}
+
+/// `GET /status`: health, and every election as `/leader` shows it.
+pub(super) async fn status(Extension(renders): Extension<Renders>) -> Response {
+    let body = renders.status.get().await;
+    rendered(body, "/status", "status_failed", "application/json")
+}
+
+/// `/status` as it is now.
+fn render_status(app: &AppState) -> Rendered {
     let now = app.clock.now();
     let head = StatusHead {
         primary: &app.primary,
-        health: Health::of(health_problems(&app, now)),
+        health: Health::of(health_problems(app, now)),
         app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
         balance: app.balance.as_ref().map(|rx| rx.borrow().clone()),
         session: app
@@ -264,29 +304,26 @@ pub(super) async fn status(State(app): State<Shared>) -> Response {
             .map(|(rx, validity)| SessionBody::of(rx.borrow().as_ref(), *validity, now)),
     };
     // The head's object, left open for the elections.
-    let mut first = match serde_json::to_vec(&head) {
-        Ok(json) => json,
-        Err(e) => return render_failed("/status", "status_failed", &e),
-    };
-    first.pop();
-    first.extend_from_slice(br#","elections":{"#);
-    let pieces = StatusPieces {
-        app: app.clone(),
-        after: None,
-        first: Some(first),
-        finished: false,
-    };
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        Body::from_stream(futures_util::stream::iter(pieces)),
-    )
-        .into_response()
+    let mut out = serde_json::to_vec(&head).map_err(|e| e.to_string())?;
+    out.pop();
+    out.extend_from_slice(br#","elections":{"#);
+    let mut comma = false;
+    for (name, entry) in &app.elections {
+        if comma {
+            out.push(b',');
+        }
+        comma = true;
+        // Read out at once: a held borrow would block the engine.
+        let view = view(app, &entry.state.borrow(), app.clock.now());
+        serde_json::to_writer(&mut out, name).map_err(|e| e.to_string())?;
+        out.push(b':');
+        serde_json::to_writer(&mut out, &view).map_err(|e| e.to_string())?;
+    }
+    out.extend_from_slice(b"}}");
+    Ok(Bytes::from(out))
 }
 
-/// 500 `code`: writing `what` failed before its answer started.
+/// 500 `code`: rendering `what` failed.
 fn render_failed(what: &str, code: &'static str, e: &dyn std::fmt::Display) -> Response {
     tracing::error!(error = %e, "rendering {what} failed");
     ApiError::new(
@@ -297,100 +334,31 @@ fn render_failed(what: &str, code: &'static str, e: &dyn std::fmt::Display) -> R
     .into_response()
 }
 
-/// Bytes of `/status` written before a piece is handed on.
-const STATUS_PIECE: usize = 32 * 1024;
-
-/// `/status` being written: the elections after `after`, each as
-/// `/leader/{election}` shows it at the moment it is written.
-struct StatusPieces {
-    app: Shared,
-    after: Option<String>,
-    /// The head, not yet sent.
-    first: Option<Vec<u8>>,
-    finished: bool,
+/// `GET /metrics`: the Prometheus text format.
+pub(super) async fn metrics_text(Extension(renders): Extension<Renders>) -> Response {
+    let body = renders.metrics.get().await;
+    rendered(body, "metrics", "metrics_failed", metrics::CONTENT_TYPE)
 }
 
-impl Iterator for StatusPieces {
-    type Item = Result<Vec<u8>, serde_json::Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.finished {
-            return None;
-        }
-        let mut out = self
-            .first
-            .take()
-            .unwrap_or_else(|| Vec::with_capacity(STATUS_PIECE + STATUS_PIECE / 4));
-        let app = &self.app;
-        let rest = match &self.after {
-            Some(after) => app
-                .elections
-                .range::<str, _>((Bound::Excluded(after.as_str()), Bound::Unbounded)),
-            None => app.elections.range::<str, _>(..),
-        };
-        let mut comma = self.after.is_some();
-        for (name, entry) in rest {
-            if comma {
-                out.push(b',');
-            }
-            comma = true;
-            // Read out at once: a held borrow would block the engine.
-            let view = view(app, &entry.state.borrow(), app.clock.now());
-            let written = serde_json::to_writer(&mut out, name).and_then(|()| {
-                out.push(b':');
-                serde_json::to_writer(&mut out, &view)
-            });
-            if let Err(e) = written {
-                tracing::error!(error = %e, "rendering /status failed midway; the answer is cut short");
-                self.finished = true;
-                return Some(Err(e));
-            }
-            if out.len() >= STATUS_PIECE {
-                self.after = Some(name.clone());
-                return Some(Ok(out));
-            }
-        }
-        out.extend_from_slice(b"}}");
-        self.finished = true;
-        Some(Ok(out))
-    }
-}
-
-/// `GET /metrics`: the Prometheus text format, sent in pieces as it is
-/// written (at a thousand elections it is megabytes).
-pub(super) async fn metrics_text(State(app): State<Shared>) -> Response {
+/// The metrics as they are now.
+fn render_metrics(app: &AppState) -> Rendered {
     if let Some((rx, validity)) = &app.session {
         let body = SessionBody::of(rx.borrow().as_ref(), *validity, app.clock.now());
         app.metrics
             .set_session_valid(Duration::from_millis(body.valid_for_ms));
     }
     let share = app.balance.as_ref().map(|rx| rx.borrow().clone());
-    let mut scrape = Metrics::scrape(
+    let scrape = Metrics::scrape(
         app.metrics.clone(),
         app.elections.values().map(|e| &e.state),
         share.as_ref(),
         &app.clock,
     );
-    // An error shows before the answer starts: only the first piece can
-    // still turn into a 500 (later ones would cut the answer short).
-    let first = match scrape.next().transpose() {
-        Ok(first) => first,
-        Err(e) => return render_failed("metrics", "metrics_failed", &e),
-    };
-    let rest = scrape.inspect(|piece| {
-        if let Err(e) = piece {
-            tracing::error!(error = %e, "rendering metrics failed midway; the answer is cut short");
-        }
-    });
-    let pieces = futures_util::stream::iter(first.map(Ok).into_iter().chain(rest));
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(metrics::CONTENT_TYPE),
-        )],
-        Body::from_stream(pieces),
-    )
-        .into_response()
+    let mut out = Vec::new();
+    for piece in scrape {
+        out.extend_from_slice(piece.map_err(|e| e.to_string())?.as_bytes());
+    }
+    Ok(Bytes::from(out))
 }
 
 /// `GET /v1/watch`: the daemon's stream, with sessions (its session's
@@ -407,18 +375,19 @@ pub(super) async fn watch_daemon(State(app): State<Shared>, headers: HeaderMap) 
     let Ok(slot) = app.watch_slots.clone().try_acquire_owned() else {
         return too_many_watches();
     };
-    // The watcher's session, for balance: advice, read before it counts.
+    // The watcher's session, for balance: a name to look up in the store,
+    // kept only while this stream is open.
     let named = headers
         .get(crate::watch::wire::SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|k| k.len() <= MAX_SESSION_KEY && crate::lease::is_session_key(k));
-    if let (Some(key), Some(peers)) = (named, &app.peers) {
-        peers.introduce(key);
-    }
+    let watcher = named
+        .zip(app.watchers.as_ref())
+        .map(|(key, w)| w.opened(key));
     let open = app
         .metrics
         .watch_stream_opened(crate::election::SESSION_LABEL);
-    watch_server::respond_daemon(session.clone(), told.subscribe(), (slot, open))
+    watch_server::respond_daemon(session.clone(), told.subscribe(), (slot, open, watcher))
 }
 
 /// The longest session key a watcher may name.

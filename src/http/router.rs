@@ -11,23 +11,25 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::http::{Method, StatusCode};
 use axum::middleware;
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
 use super::error::ApiError;
 use super::read::{
-    healthz, leader_named, leader_primary, metrics_text, status, watch_daemon, watch_events,
+    Renders, healthz, leader_named, leader_primary, metrics_text, status, watch_daemon,
+    watch_events,
 };
 use super::resign::{RESIGN_READERS, ResignRequest, resign};
 use super::{connection_limit, guard};
 use crate::app_check::Verdict;
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
-use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionReads, SessionView};
+use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionView};
 use crate::metrics::Metrics;
+use crate::watch::watchers::Watchers;
 
 /// Default for [`AppState::request_timeout`].
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -97,9 +99,9 @@ pub struct AppState {
     /// daemon's stream `GET /v1/watch` (with the session's writes). `None`:
     /// sessions are off, and there is no such stream.
     pub told: Option<broadcast::Sender<LeaseEvent>>,
-    /// What this daemon knows of other daemons' sessions: a daemon opening
-    /// `GET /v1/watch` names its session there (balance counts it).
-    pub peers: Option<Arc<SessionReads>>,
+    /// The sessions named by the daemons that hold `GET /v1/watch` open,
+    /// for balance to look up. `None`: nobody looks them up.
+    pub watchers: Option<Watchers>,
 }
 
 impl AppState {
@@ -128,7 +130,7 @@ impl AppState {
             balance: None,
             session: None,
             told: None,
-            peers: None,
+            watchers: None,
         }
     }
 
@@ -145,14 +147,14 @@ impl AppState {
 
     /// Serve the daemon's stream `GET /v1/watch`: the session's writes
     /// (see [`Self::with_session`]) and every event on `told`; the
-    /// sessions its watchers name go to `peers`.
+    /// sessions its watchers name go to `watchers` (balance's), if any.
     pub fn with_daemon_stream(
         mut self,
         told: broadcast::Sender<LeaseEvent>,
-        peers: Arc<SessionReads>,
+        watchers: Option<Watchers>,
     ) -> Self {
         self.told = Some(told);
-        self.peers = Some(peers);
+        self.watchers = watchers;
         self
     }
 
@@ -227,6 +229,7 @@ pub(super) type Shared = Arc<AppState>;
 /// timeout and `Cache-Control: no-store` on every answer.
 pub fn router(state: AppState) -> Router {
     let state: Shared = Arc::new(state);
+    let renders = Renders::new(&state);
     Router::new()
         .route("/leader", get(leader_primary))
         .route("/leader/{election}", get(leader_named))
@@ -238,6 +241,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/watch", get(watch_daemon))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(Extension(renders))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }

@@ -14,9 +14,12 @@
 //! - [`mux`]: with sessions, the follower daemon's end of the leader
 //!   daemons' streams (`GET /v1/watch`, one per leader daemon, carrying
 //!   its session's writes and every election's events), feeding each
-//!   election's engine and the daemon's knowledge of the sessions.
+//!   election's engine and the daemon's knowledge of the sessions;
+//! - [`watchers`]: the sessions the daemons watching this one name, for
+//!   balance to look up.
 
 pub mod client;
 pub mod mux;
 pub mod server;
+pub mod watchers;
 pub mod wire;

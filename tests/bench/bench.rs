@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance] [--hints on,off] [--sessions off,on] [--elections 1,100,1000]
+//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
@@ -17,6 +17,7 @@
 mod balance;
 mod dynamo_local;
 mod harness;
+mod http_load;
 #[path = "../common/procfs.rs"]
 mod procfs;
 #[allow(dead_code)] // the benchmark uses the proxy's request counts only
@@ -105,6 +106,9 @@ struct Args {
     /// [default: on, the default of leaderd].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     sessions: Vec<Switch>,
+    /// Elections of the instance the HTTP load scenario loads.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    http_load_elections: usize,
 }
 
 /// A setting on or off.
@@ -125,6 +129,7 @@ enum Scenario {
     Startup,
     Size,
     Balance,
+    HttpLoad,
 }
 
 /// Windows and counts for one run.
@@ -220,6 +225,7 @@ fn run(args: &Args) -> Result<bool, String> {
         Scenario::Requests,
         Scenario::Startup,
         Scenario::Balance,
+        Scenario::HttpLoad,
     ]
     .into_iter()
     .any(selected);
@@ -367,6 +373,39 @@ fn run(args: &Args) -> Result<bool, String> {
                 );
                 section("Balance", r);
             }
+        }
+        if selected(Scenario::HttpLoad) {
+            let (n, clients) = (args.http_load_elections, 64);
+            let window = plan.cpu_window;
+            let mut runs = Vec::new();
+            let mut result = Ok(());
+            for store in [
+                http_load::Store::Sqlite,
+                http_load::Store::DynamoLocal(store.addr),
+            ] {
+                eprintln!("bench: HTTP load, {n} elections, {clients} clients, {store:?}");
+                match http_load::measure(&env, store, n, clients, window, clock_ticks) {
+                    Ok(run) => runs.push(run),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            let _ = writeln!(
+                body,
+                "## Read-only HTTP load on a leader of many elections\n"
+            );
+            for (figure, target, measured, pass) in http_load::report(&mut body, &runs) {
+                verdicts.push(Verdict {
+                    figure,
+                    target,
+                    measured,
+                    margin: if pass { "inside" } else { "OUTSIDE" }.into(),
+                    pass,
+                });
+            }
+            section("Read-only HTTP load", result);
         }
         out.push_str(&body);
     }
