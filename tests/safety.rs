@@ -279,14 +279,41 @@ fn throttling_storm_on_every_instance() {
         None,
         format!("throttling of every request for {}", ms(hold)),
     );
+    c.proxies.iter().for_each(|p| p.clear_counts());
     c.set_fault(None, Fault::Throttle);
     sleep(hold);
+    let throttled: u64 = c
+        .proxies
+        .iter()
+        .map(|p| p.counts().values().sum::<u64>())
+        .sum();
     c.set_fault(None, Fault::None);
     c.fault_ends(f);
+    if throttled == 0 {
+        c.fail("no request reached the store during the storm: nothing was throttled");
+    }
+    // leaderd saw the answers as throttling, not as some other error.
+    let counted: f64 = c
+        .nodes
+        .iter()
+        .filter_map(|n| common::daemon::http(n.port, "GET", "/metrics", &[]))
+        .map(|(_, text)| {
+            text.lines()
+                .filter(|l| l.starts_with("leaderd_store_errors_total{"))
+                .filter(|l| l.contains("class=\"throttled\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        })
+        .sum();
+    if counted < 1.0 {
+        c.fail(&format!(
+            "{throttled} requests were throttled, but no instance counted a throttled store error"
+        ));
+    }
     recover(&c, &mut rng, &[]);
     let summary = end(&mut c);
     eprintln!(
-        "[{}] {} tenure(s) across a {} storm",
+        "[{}] {} tenure(s) across a {} storm; {throttled} requests throttled, {counted} counted as throttled",
         c.name,
         summary.tenures.len(),
         ms(hold)

@@ -811,8 +811,20 @@ fn followers_at_rest(kind: Kind) {
     eprintln!(
         "node-b read {elections} election records and {sessions} session records in {span:?}"
     );
+    // The counts are real: node-b read each election when it started, and
+    // its series are there to be counted.
+    assert!(
+        before.0 >= ELECTIONS.len() as f64,
+        "node-b's election reads are not counted ({} before the rest): the test would measure nothing",
+        before.0
+    );
     // Polling would read each of the five every P: 200 reads.
     assert_eq!(elections, 0.0, "a follower read election records at rest");
+    // The session is still timed by reading it: about two reads.
+    assert!(
+        sessions >= 1.0,
+        "node-b never read node-a's session in {span:?}: the follower stopped timing it"
+    );
     // About two (one every 2·L·(1+D)); a stream that stalls on a loaded
     // machine costs a few more, never one per election.
     assert!(sessions <= 8.0, "{sessions} session reads in {span:?}");
