@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""The shipped IAM policies allow what the DynamoDB store calls, no more.
+
+Reads every SDK operation the store calls (the fluent builder calls such as
+`.batch_get_item()` in src/lease/dynamodb/, tests aside) and fails, one line
+per problem, when:
+
+- config/iam/leaderd-policy-with-create.json lacks the IAM action of any of
+  them;
+- config/iam/leaderd-policy.json lacks the action of a call made outside
+  table creation (everything but CreateTable and UpdateTimeToLive);
+- either file allows an action no call needs (they are documented as the
+  least privilege);
+- a policy shown in README.md or helm/leaderd/README.md allows other actions
+  than the file it shows (a block that allows CreateTable shows the create
+  policy, any other the runtime one);
+- config/iam/README.md does not say what an allowed action is for.
+
+Run from anywhere: python3 .ci/iam-policy-check.py
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STORE = ROOT / "src/lease/dynamodb"
+RUNTIME = "config/iam/leaderd-policy.json"
+CREATE = "config/iam/leaderd-policy-with-create.json"
+IAM_README = "config/iam/README.md"
+DOCS = ["README.md", "helm/leaderd/README.md"]
+
+# Operations only table creation calls: the runtime policy goes without.
+CREATE_ONLY = {"create_table", "update_time_to_live"}
+
+# Every operation of the DynamoDB API, as the Rust SDK's client names it.
+OPERATIONS = set(
+    """
+    batch_execute_statement batch_get_item batch_write_item create_backup
+    create_global_table create_table delete_backup delete_item
+    delete_resource_policy delete_table describe_backup
+    describe_continuous_backups describe_contributor_insights
+    describe_endpoints describe_export describe_global_table
+    describe_global_table_settings describe_import
+    describe_kinesis_streaming_destination describe_limits describe_table
+    describe_table_replica_auto_scaling describe_time_to_live
+    disable_kinesis_streaming_destination enable_kinesis_streaming_destination
+    execute_statement execute_transaction export_table_to_point_in_time
+    get_item get_resource_policy import_table list_backups
+    list_contributor_insights list_exports list_global_tables list_imports
+    list_tables list_tags_of_resource put_item put_resource_policy query
+    restore_table_from_backup restore_table_to_point_in_time scan
+    search_vectors tag_resource transact_get_items transact_write_items
+    untag_resource update_continuous_backups update_contributor_insights
+    update_global_table update_global_table_settings update_item
+    update_kinesis_streaming_destination update_table
+    update_table_replica_auto_scaling update_time_to_live
+    """.split()
+)
+
+# Operations whose IAM actions are not their own name (PartiQL statements
+# and transactions are authorised per item action): this script cannot
+# tell what they need.
+UNMAPPED = {
+    "batch_execute_statement",
+    "execute_statement",
+    "execute_transaction",
+    "transact_get_items",
+    "transact_write_items",
+}
+
+CALL = re.compile(r"\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
+JSON_BLOCK = re.compile(r"^```json\s*\n(.*?)^```", re.S | re.M)
+
+
+def action(op):
+    """The IAM action of an SDK operation: get_item -> dynamodb:GetItem."""
+    return "dynamodb:" + "".join(part.capitalize() for part in op.split("_"))
+
+
+def calls():
+    """Each operation the store calls, with the first place that calls it."""
+    found = {}
+    for path in sorted(STORE.rglob("*.rs")):
+        # Unit tests build requests of their own; they run with no policy.
+        if path.name == "tests.rs":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("//", 1)[0]
+            for op in CALL.findall(code):
+                if op in OPERATIONS:
+                    where = f"{path.relative_to(ROOT)}:{number}"
+                    found.setdefault(op, where)
+    return found
+
+
+def allowed(policy):
+    """The actions a policy document allows, and its resources."""
+    actions, resources = set(), set()
+    for statement in policy.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        for key, into in (("Action", actions), ("Resource", resources)):
+            value = statement.get(key, [])
+            into.update([value] if isinstance(value, str) else value)
+    return actions, resources
+
+
+def load(rel, problems):
+    try:
+        return json.loads((ROOT / rel).read_text())
+    except (OSError, ValueError) as e:
+        problems.append(f"{rel}: cannot read the policy: {e}")
+        return {}
+
+
+def main():
+    problems = []
+    made = calls()
+    if not made:
+        problems.append(
+            f"{STORE.relative_to(ROOT)}: found no DynamoDB call (has the store moved?)"
+        )
+    for op in sorted(UNMAPPED & made.keys()):
+        problems.append(
+            f"{made[op]}: calls `.{op}()`, whose IAM actions this check cannot "
+            "name; extend .ci/iam-policy-check.py"
+        )
+
+    policies = {rel: load(rel, problems) for rel in (RUNTIME, CREATE)}
+    needs = {
+        CREATE: {action(op): where for op, where in made.items()},
+        RUNTIME: {
+            action(op): where for op, where in made.items() if op not in CREATE_ONLY
+        },
+    }
+    for rel, needed in needs.items():
+        actions, _ = allowed(policies[rel])
+        for name in sorted(needed.keys() - actions):
+            problems.append(
+                f"{rel}: lacks {name}, which {needed[name]} calls; add it to the policy"
+            )
+        for name in sorted(actions - needed.keys()):
+            problems.append(
+                f"{rel}: allows {name}, which no call needs; remove it (the policy is the least privilege)"
+            )
+
+    iam_readme = (ROOT / IAM_README).read_text()
+    for name in sorted(allowed(policies[CREATE])[0]):
+        short = name.split(":", 1)[-1]
+        if not re.search(rf"\b{re.escape(short)}\b", iam_readme):
+            problems.append(f"{IAM_README}: does not say what {name} is for")
+
+    for doc in DOCS:
+        blocks = []
+        for block in JSON_BLOCK.findall((ROOT / doc).read_text()):
+            if '"dynamodb:' not in block:
+                continue
+            try:
+                blocks.append(json.loads(block))
+            except ValueError as e:
+                problems.append(f"{doc}: a policy shown is not valid JSON: {e}")
+        if not blocks:
+            problems.append(f"{doc}: shows no IAM policy (a ```json block)")
+        for shown in blocks:
+            actions, resources = allowed(shown)
+            rel = CREATE if "dynamodb:CreateTable" in actions else RUNTIME
+            want_actions, want_resources = allowed(policies[rel])
+            for name in sorted(want_actions - actions):
+                problems.append(f"{doc}: the policy shown lacks {name}, which {rel} allows")
+            for name in sorted(actions - want_actions):
+                problems.append(f"{doc}: the policy shown allows {name}, which {rel} does not")
+            if resources != want_resources:
+                problems.append(
+                    f"{doc}: the policy shown names resources {sorted(resources)}, {rel} {sorted(want_resources)}"
+                )
+
+    for line in problems:
+        print(f"iam-policy-check: {line}", file=sys.stderr)
+    if problems:
+        return 1
+    print(
+        f"iam-policy-check: the policies allow the {len(made)} DynamoDB operations "
+        f"the store calls ({', '.join(sorted(action(op) for op in made))})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
