@@ -14,7 +14,9 @@ per problem, when:
 - a policy shown in README.md or helm/leaderd/README.md allows other actions
   than the file it shows (a block that allows CreateTable shows the create
   policy, any other the runtime one);
-- config/iam/README.md does not say what an allowed action is for.
+- config/iam/README.md does not say what an allowed action is for;
+- the errors of a call are not classified with its own action (the next
+  `Action::…` after the call), so that a denied call would name another.
 
 Run from anywhere: python3 .ci/iam-policy-check.py
 """
@@ -71,7 +73,8 @@ UNMAPPED = {
 }
 
 CALL = re.compile(r"\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
-JSON_BLOCK = re.compile(r"^```json\s*\n(.*?)^```", re.S | re.M)
+CLASSIFIED_AS = re.compile(r"\bAction::([A-Za-z]+)")
+JSON_BLOCK = re.compile(r"^[ \t]*```json[ \t]*\n(.*?)^[ \t]*```", re.S | re.M)
 
 
 def action(op):
@@ -79,19 +82,29 @@ def action(op):
     return "dynamodb:" + "".join(part.capitalize() for part in op.split("_"))
 
 
-def calls():
+def calls(problems):
     """Each operation the store calls, with the first place that calls it."""
     found = {}
     for path in sorted(STORE.rglob("*.rs")):
         # Unit tests build requests of their own; they run with no policy.
         if path.name == "tests.rs":
             continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            code = line.split("//", 1)[0]
-            for op in CALL.findall(code):
-                if op in OPERATIONS:
-                    where = f"{path.relative_to(ROOT)}:{number}"
-                    found.setdefault(op, where)
+        lines = [line.split("//", 1)[0] for line in path.read_text().splitlines()]
+        code = "\n".join(lines)
+        for call in CALL.finditer(code):
+            op = call.group(1)
+            if op not in OPERATIONS:
+                continue
+            number = code.count("\n", 0, call.start()) + 1
+            where = f"{path.relative_to(ROOT)}:{number}"
+            found.setdefault(op, where)
+            named = CLASSIFIED_AS.search(code, call.end())
+            own = action(op).split(":", 1)[1]
+            if op not in UNMAPPED and (named is None or named.group(1) != own):
+                problems.append(
+                    f"{where}: the errors of `.{op}()` must be classified as Action::{own} "
+                    f"(the next one after it is {named.group(0) if named else 'none'})"
+                )
     return found
 
 
@@ -117,7 +130,7 @@ def load(rel, problems):
 
 def main():
     problems = []
-    made = calls()
+    made = calls(problems)
     if not made:
         problems.append(
             f"{STORE.relative_to(ROOT)}: found no DynamoDB call (has the store moved?)"

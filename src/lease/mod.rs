@@ -485,9 +485,23 @@ pub enum StoreError {
     /// The store failed internally (HTTP 5xx); the request may have been applied.
     #[error("store server error: {0}")]
     Server(String),
-    /// Credentials missing, expired, or not allowed to do this.
-    #[error("store refused our credentials or permissions: {0}")]
+    /// Credentials missing, expired, unknown or badly signed.
+    #[error("store refused our credentials: {0}")]
     Credentials(String),
+    /// The credentials are fine, but their IAM policy does not allow this
+    /// call; nothing was applied. Retried like any error: the policy may be
+    /// fixed while leaderd runs.
+    #[error(
+        "not allowed to call {action} on table `{table}` ({detail}): add {action} to the IAM policy of leaderd's credentials (see config/iam/README.md)"
+    )]
+    Denied {
+        /// The IAM action, e.g. `dynamodb:BatchGetItem`.
+        action: &'static str,
+        /// Table name.
+        table: String,
+        /// What the store said.
+        detail: String,
+    },
     /// The table does not exist.
     #[error(
         "table `{0}` does not exist (create it with `leaderd table create` or set store.create_table = true)"
@@ -523,6 +537,7 @@ impl StoreError {
             StoreError::Transport(_) => "transport",
             StoreError::Server(_) => "server",
             StoreError::Credentials(_) => "credentials",
+            StoreError::Denied { .. } => "denied",
             StoreError::TableMissing(_) => "table_missing",
             StoreError::TableNotActive { .. } => "table_not_active",
             StoreError::WrongSchema { .. } => "wrong_schema",

@@ -1,6 +1,6 @@
 //! Requests and their errors: time bounds, the retry of throttled requests,
 //! and the classification of SDK errors into the store's error kinds, each
-//! in one line.
+//! in one line; a call the IAM policy denies names its action.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -121,18 +121,68 @@ pub(super) fn ttl_unsupported<E: ProvideErrorMetadata>(err: &SdkError<E>) -> Opt
     }
 }
 
-/// Map an SDK error to our classes. `budget` is what the request was given.
-pub(super) fn classify<E>(err: &SdkError<E>, table: &str, budget: Duration) -> StoreError
+/// The DynamoDB operations this store calls: what a denied one names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Action {
+    GetItem,
+    PutItem,
+    BatchGetItem,
+    Scan,
+    DescribeTable,
+    CreateTable,
+    DescribeTimeToLive,
+    UpdateTimeToLive,
+}
+
+impl Action {
+    /// The action as IAM policies name it.
+    pub(super) fn iam_name(self) -> &'static str {
+        match self {
+            Action::GetItem => "dynamodb:GetItem",
+            Action::PutItem => "dynamodb:PutItem",
+            Action::BatchGetItem => "dynamodb:BatchGetItem",
+            Action::Scan => "dynamodb:Scan",
+            Action::DescribeTable => "dynamodb:DescribeTable",
+            Action::CreateTable => "dynamodb:CreateTable",
+            Action::DescribeTimeToLive => "dynamodb:DescribeTimeToLive",
+            Action::UpdateTimeToLive => "dynamodb:UpdateTimeToLive",
+        }
+    }
+}
+
+/// Map an SDK error of the request `action` to our classes. `budget` is
+/// what the request was given.
+pub(super) fn classify<E>(
+    err: &SdkError<E>,
+    action: Action,
+    table: &str,
+    budget: Duration,
+) -> StoreError
 where
     E: ProvideErrorMetadata + StdError + 'static,
 {
     match err {
-        SdkError::ServiceError(se) => classify_service(
-            se.err().code(),
-            se.err().message(),
-            se.raw().status().as_u16(),
-            table,
-        ),
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status().as_u16();
+            match se.err().code() {
+                Some(code) => {
+                    classify_service(Some(code), se.err().message(), status, action, table)
+                }
+                // Not DynamoDB's JSON: maybe the XML error of AWS's query
+                // APIs, which some servers and proxies answer with (moto
+                // does for a denied call, with HTTP 403).
+                None => {
+                    let (code, message) = query_error(se.raw().body().bytes().unwrap_or_default());
+                    classify_service(
+                        code.as_deref(),
+                        se.err().message().or(message.as_deref()),
+                        status,
+                        action,
+                        table,
+                    )
+                }
+            }
+        }
         SdkError::TimeoutError(_) => StoreError::Timeout(budget),
         SdkError::DispatchFailure(df) => {
             if chain(err).any(is_credentials_error) {
@@ -172,11 +222,13 @@ where
     }
 }
 
-/// Map a DynamoDB error code (and HTTP status) to our classes.
+/// Map a DynamoDB error code (and HTTP status) of the request `action` to
+/// our classes.
 fn classify_service(
     code: Option<&str>,
     message: Option<&str>,
     status: u16,
+    action: Action,
     table: &str,
 ) -> StoreError {
     let text = match (code, message.map(one_line)) {
@@ -192,8 +244,13 @@ fn classify_service(
         | "RequestLimitExceeded"
         | "TooManyRequestsException" => StoreError::Throttled(text),
         "ResourceNotFoundException" => StoreError::TableMissing(table.to_owned()),
+        // Known credentials, but the policy does not allow this call.
+        "AccessDeniedException" | "AccessDenied" => StoreError::Denied {
+            action: action.iam_name(),
+            table: table.to_owned(),
+            detail: text,
+        },
         "UnrecognizedClientException"
-        | "AccessDeniedException"
         | "InvalidSignatureException"
         | "ExpiredTokenException"
         | "ExpiredToken"
@@ -217,8 +274,44 @@ fn classify_service(
         }
         _ if status >= 500 => StoreError::Server(text),
         _ if status == 429 => StoreError::Throttled(text),
+        // Forbidden, with no code that says otherwise: DynamoDB itself
+        // answers a denied call with 400 and AccessDeniedException, so this
+        // comes from a server or proxy in front of it.
+        _ if status == 403 => StoreError::Denied {
+            action: action.iam_name(),
+            table: table.to_owned(),
+            detail: text,
+        },
         _ => StoreError::Other(text),
     }
+}
+
+/// The code and message of an error answer in the XML of AWS's query APIs
+/// (`<ErrorResponse><Error><Code>…</Code><Message>…</Message>`), if that is
+/// what `body` is.
+fn query_error(body: &[u8]) -> (Option<String>, Option<String>) {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return (None, None);
+    };
+    if !text.trim_start().starts_with('<') {
+        return (None, None);
+    }
+    let element = |tag: &str| {
+        let (_, rest) = text.split_once(&format!("<{tag}>"))?;
+        let (inner, _) = rest.split_once(&format!("</{tag}>"))?;
+        Some(unescape_xml(inner.trim())).filter(|s| !s.is_empty())
+    };
+    (element("Code"), element("Message"))
+}
+
+/// XML's five predefined entities, replaced (`&amp;` last, so that an
+/// escaped entity stays as written).
+fn unescape_xml(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 /// An error and its sources. Steps into an `io::Error`'s payload, which

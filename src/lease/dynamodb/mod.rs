@@ -40,7 +40,7 @@ mod table;
 mod tests;
 
 use codec::{condition_expression, lease_item, parse_item};
-use errors::{bounded, classify, condition_failed, lease_settings, retry_throttled};
+use errors::{Action, bounded, classify, condition_failed, lease_settings, retry_throttled};
 pub use region::NoRegion;
 pub use table::{TableInfo, TtlStatus};
 use table::{key_schema_problem, table_status};
@@ -225,7 +225,7 @@ impl DynamoStore {
                         None => Record::Absent,
                         Some(item) => parse_item(election, item),
                     }),
-                    Err(e) => Err(classify(&e, &self.table, left)),
+                    Err(e) => Err(classify(&e, Action::GetItem, &self.table, left)),
                 }
             }
         })
@@ -268,7 +268,7 @@ impl DynamoStore {
                         Some(old) => Ok(WriteOutcome::ConditionFailed {
                             current: old.map(|item| parse_item(&lease.election, item)),
                         }),
-                        None => Err(classify(&e, &self.table, left)),
+                        None => Err(classify(&e, Action::PutItem, &self.table, left)),
                     },
                 }
             }
@@ -310,7 +310,7 @@ impl DynamoStore {
                 async move {
                     match bounded(left, req).await? {
                         Ok(out) => Ok(out),
-                        Err(e) => Err(classify(&e, &self.table, left)),
+                        Err(e) => Err(classify(&e, Action::Scan, &self.table, left)),
                     }
                 }
             })
@@ -364,7 +364,7 @@ impl DynamoStore {
                 async move {
                     match bounded(left, req).await? {
                         Ok(out) => Ok(out),
-                        Err(e) => Err(classify(&e, &self.table, left)),
+                        Err(e) => Err(classify(&e, Action::BatchGetItem, &self.table, left)),
                     }
                 }
             })

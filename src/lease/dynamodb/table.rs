@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 use tokio::time::Instant;
 
-use super::errors::{bounded, classify, retry_throttled, service_code, ttl_unsupported};
+use super::errors::{Action, bounded, classify, retry_throttled, service_code, ttl_unsupported};
 use super::{CONTROL_TIMEOUT, DynamoStore, KEY, TTL_ATTRIBUTE};
 use crate::lease::StoreError;
 
@@ -76,7 +76,7 @@ impl DynamoStore {
                     Ok(_) => Ok(true),
                     // Exists already, or is being created by someone else.
                     Err(e) if service_code(&e) == Some("ResourceInUseException") => Ok(false),
-                    Err(e) => Err(classify(&e, &self.table, left)),
+                    Err(e) => Err(classify(&e, Action::CreateTable, &self.table, left)),
                 }
             }
         })
@@ -121,7 +121,7 @@ impl DynamoStore {
                             self.table
                         ))
                     }),
-                    Err(e) => Err(classify(&e, &self.table, left)),
+                    Err(e) => Err(classify(&e, Action::DescribeTable, &self.table, left)),
                 }
             }
         })
@@ -174,7 +174,7 @@ impl DynamoStore {
                     }))),
                     Err(e) => match ttl_unsupported(&e) {
                         Some(reason) => Ok(Err(reason)),
-                        None => Err(classify(&e, &self.table, left)),
+                        None => Err(classify(&e, Action::DescribeTimeToLive, &self.table, left)),
                     },
                 }
             }
@@ -248,7 +248,7 @@ impl DynamoStore {
                             tracing::warn!(table = %self.table, %reason, "TTL not enabled");
                             Ok(TtlStatus::Unsupported(reason))
                         }
-                        None => Err(classify(&e, &self.table, left)),
+                        None => Err(classify(&e, Action::UpdateTimeToLive, &self.table, left)),
                     },
                 }
             }

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
 
 use super::codec::{decode_value, encode_value, fingerprint};
+use super::errors::Action;
 use super::*;
 use crate::lease::{HolderMeta, Malformed, RvnGuard};
 
@@ -25,7 +26,81 @@ fn service_error(code: &str, status: u16) -> SdkError<GetItemError> {
 }
 
 fn classified(err: SdkError<GetItemError>) -> StoreError {
-    classify(&err, "leases", Duration::from_secs(1))
+    classify(&err, Action::GetItem, "leases", Duration::from_secs(1))
+}
+
+/// An answer whose body the SDK could not read as DynamoDB's JSON: no code,
+/// no message, only the status and the raw body.
+fn unreadable(status: u16, body: &str) -> SdkError<GetItemError> {
+    let raw = HttpResponse::new(
+        status.try_into().expect("valid status code"),
+        body.to_owned().into(),
+    );
+    SdkError::service_error(GetItemError::generic(ErrorMetadata::builder().build()), raw)
+}
+
+#[test]
+fn a_denied_call_names_its_action_and_the_policy_fix() {
+    // DynamoDB itself: 400 and AccessDeniedException.
+    let e = classify(
+        &service_error("AccessDeniedException", 400),
+        Action::BatchGetItem,
+        "leases",
+        Duration::from_secs(1),
+    );
+    assert_eq!(e.metric_label(), "denied");
+    assert!(!e.maybe_applied());
+    assert_eq!(e.renew_label(), "error");
+    let said = e.to_string();
+    assert!(
+        said.starts_with("not allowed to call dynamodb:BatchGetItem on table `leases`")
+            && said.contains("AccessDeniedException: said the server")
+            && said.contains("add dynamodb:BatchGetItem to the IAM policy")
+            && said.contains("config/iam/README.md")
+            && !said.contains('\n'),
+        "{said}"
+    );
+
+    // moto, or a proxy: 403 and the query APIs' XML, which the SDK's JSON
+    // parser reads no code from.
+    let xml = r#"<?xml version="1.0" encoding="utf-8"?>
+<ErrorResponse><Errors><Error><Code>AccessDenied</Code><Message>User: arn:aws:iam::123456789012:user/u is not authorized to perform: dynamodb:Scan &amp; more</Message><Type>Sender</Type></Error></Errors></ErrorResponse>"#;
+    let e = classified(unreadable(403, xml));
+    assert_eq!(
+        e,
+        StoreError::Denied {
+            action: "dynamodb:GetItem",
+            table: "leases".into(),
+            detail: "AccessDenied: User: arn:aws:iam::123456789012:user/u is not authorized to perform: dynamodb:Scan & more".into(),
+        }
+    );
+
+    // A bare 403: forbidden, nothing more said.
+    let e = classified(unreadable(403, ""));
+    assert!(
+        matches!(&e, StoreError::Denied { action: "dynamodb:GetItem", detail, .. } if detail == "HTTP 403"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn unknown_or_badly_signed_credentials_are_not_a_denial() {
+    // moto answers an unknown key with 403 and this XML.
+    let xml = "<ErrorResponse><Errors><Error><Code>InvalidClientTokenId</Code>\
+        <Message>The security token included in the request is invalid.</Message>\
+        </Error></Errors></ErrorResponse>";
+    let e = classified(unreadable(403, xml));
+    assert_eq!(
+        e,
+        StoreError::Credentials(
+            "InvalidClientTokenId: The security token included in the request is invalid.".into()
+        )
+    );
+    // Neither is an unreadable answer of another status.
+    let e = classified(unreadable(400, "{not json"));
+    assert_eq!(e, StoreError::Other("HTTP 400".into()));
+    let e = classified(unreadable(502, "<html>bad gateway</html>"));
+    assert_eq!(e, StoreError::Server("HTTP 502".into()));
 }
 
 #[test]
@@ -49,7 +124,6 @@ fn service_errors_are_classified_by_code() {
     );
     for code in [
         "UnrecognizedClientException",
-        "AccessDeniedException",
         "InvalidSignatureException",
         "ExpiredTokenException",
     ] {
