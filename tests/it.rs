@@ -32,6 +32,7 @@ mod handover;
 mod http_api;
 mod http_live;
 mod http_load;
+mod iam;
 mod load;
 mod lock;
 mod monitoring;

