@@ -2,7 +2,8 @@
 //! binary `it` (tests/it.rs), used from the other modules as `crate::common`.
 //!
 //! - [`daemon`]: start a real leaderd (`Leaderd`), talk HTTP to it, wait.
-//! - [`emulators`]: DynamoDB Local and dynalite on loopback.
+//! - [`emulators`]: DynamoDB Local, dynalite and moto (IAM enforced) on
+//!   loopback.
 //! - [`proxy`]: a TCP proxy between a leaderd and its store that injects
 //!   faults (blackhole, latency, resets, refused writes) and counts requests.
 //! - [`history`]: the checker of the history `job.py` children record: no
