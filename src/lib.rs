@@ -6,7 +6,8 @@
 //! - [`clock`]: the boot-time clock every decision is timed with.
 //! - [`lease`]: the lease record, the store interface and its backends
 //!   (SQLite's connection lanes, table and queries each in a file of their own).
-//! - [`election`]: one task per election: campaign, renew, stop, release.
+//! - [`election`]: one task per election: campaign, renew, stop, release;
+//!   and the daemon's session, which keeps every election held through it.
 //! - [`balance`]: many elections shared fairly among the daemons that
 //!   campaign for them (member records in the store, handovers).
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
@@ -16,8 +17,9 @@
 //! - [`http`]: the HTTP server: serving and its limits, the router, the
 //!   read handlers (`/leader`, `/status`, `/healthz`, `/metrics`) and
 //!   resign.
-//! - [`watch`]: the watch stream a leader's followers hold: its wire
-//!   format, the leader's end and the follower's client.
+//! - [`watch`]: the watch streams a leader's followers hold: their wire
+//!   format, the leader's end, the follower's client, and with sessions
+//!   one stream per leader daemon.
 //! - [`http_client`]: a plain HTTP connection to another leaderd (the
 //!   watch client's, and `leaderd resign`'s).
 //! - [`metrics`]: Prometheus metrics, registered once (every name and help

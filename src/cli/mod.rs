@@ -9,6 +9,10 @@
 //!
 //! The hidden `__guard` helper is dispatched by `main` before clap sees the
 //! arguments, so it is deliberately not defined here.
+//!
+//! The rooms: this file defines the command line; each one-shot subcommand
+//! has a file, `status`, `table`, `lock` and `resign`; `tool` is what they
+//! share (their error and exit code, loading the configuration, printing).
 
 pub mod lock;
 pub mod resign;

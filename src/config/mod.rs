@@ -30,6 +30,12 @@
 //!   means the standard AWS sources decide when the store is opened
 //!   (`AWS_REGION`, the AWS profile, the EC2 instance metadata: see
 //!   `lease::dynamodb::region`), and none naming one is an error then.
+//!
+//! The rooms: this file holds [`Config`] and loads it; `raw` is what the
+//! file and the environment may say, with the value types; `file`, `env`
+//! and `flags` are the layers; `extract` merges the file and the
+//! environment and words their errors; `build` applies the defaults and
+//! validates; `app_check` checks the app check's settings.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -17,7 +17,16 @@
 //!   core, `leaderd lock` and balance use it);
 //! - `hints`: a follower's bookkeeping of the leader's watch stream;
 //! - `error_log`: how store errors are logged, once per change;
-//! - `model` (tests): the model checker of the core.
+//! - [`session`]: a daemon's session, one record whose renewals keep every
+//!   election held through it (pure, like the core);
+//! - `session_task`: the tokio task that runs the session;
+//! - `session_reads`: what the daemon knows of other daemons' sessions,
+//!   one read shared by all its elections;
+//! - `record_check`: the read-back of the records held through the
+//!   session, which notices one deleted or rewritten under its tenure;
+//! - `model` (tests): the model checker of the core;
+//! - `tests`, `hint_tests`: paused-clock tests of the engine and of the
+//!   hints.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -33,6 +33,9 @@
 //!   whole lease, the daemon ends it (as at shutdown) and writes nothing
 //!   until it is wanted again, when it opens a new one: a daemon that
 //!   only follows costs reads, not a write every R.
+//!
+//! Its rules are tested one input at a time in `tests`
+//! (`session/tests.rs`).
 
 use super::ElectionConfig;
 use super::core::{Action, Backoff, Tick, WriteOp};

@@ -3,10 +3,10 @@
 //! `GET /v1/elections/{election}/watch`.
 //!
 //! The server is split by what each part guards:
-//! - this module serves: the listener, the connection settings and limits
-//!   (header-read and write timeouts, buffer size, how many connections),
-//!   the limits every request passes (body size, time) and the bounded
-//!   graceful shutdown;
+//! - this module serves, on a runtime of its own: the listener, the
+//!   connection settings and limits (header-read and write timeouts,
+//!   buffer size, how many connections), the limits every request passes
+//!   (body size, time) and the bounded graceful shutdown;
 //! - [`router`](fn@router) maps paths to handlers over the shared
 //!   [`AppState`];
 //! - `read`: the answers that only report state (`/leader`, `/status`,
@@ -14,8 +14,12 @@
 //!   lines are `crate::watch`'s;
 //! - `resign`: the one endpoint that changes anything, behind the admin
 //!   token;
-//! - [`ApiError`]: every error answer, JSON `{"error": "<stable code>",
-//!   "message": "..."}`.
+//! - `connections`: the open connections; when the table is full, the
+//!   longest-idle one makes room;
+//! - `render`: the big read answers, rendered once for all the requests
+//!   waiting for them, on the HTTP runtime at lower CPU priority;
+//! - `error` ([`ApiError`]): every error answer, JSON `{"error": "<stable
+//!   code>", "message": "..."}`.
 //!
 //! Every request body is cut off at [`MAX_BODY_BYTES`], whatever its
 //! encoding (`Content-Length` or chunked): 413 `payload_too_large`.

@@ -4,6 +4,12 @@
 //! A store knows nothing about timing: it reads one record consistently and
 //! writes one record conditionally. Deciding *when* to write is the election
 //! engine's job (`crate::election`).
+//!
+//! The rooms: this file holds the record, the conditions, the
+//! [`LeaseStore`] trait and the opening of a store; [`sqlite`] and
+//! [`dynamodb`] are the stores; `keys` names the member and session
+//! records; `memory` is the in-process store of the engine's tests;
+//! `tests` tests the record and the conditions.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -13,7 +13,8 @@
 //! the counters of every election; `observer` counts what the election
 //! engines report, store request timings included; `gauges` reads the
 //! per-election gauges at scrape time; `render` writes a scrape in pieces,
-//! `text` the lines of the format.
+//! `text` the lines of the format; `promtool` runs `promtool check metrics`
+//! for the tests, and `tests` are the unit tests.
 
 use prometheus::GaugeVec;
 

@@ -5,7 +5,7 @@
 //! What an event means to a follower, and how far it may be trusted, is the
 //! election engine's business (`crate::election`, which also owns
 //! [`LeaseEvent`](crate::election::LeaseEvent)); this module only carries
-//! events from one daemon to another, in three rooms:
+//! events from one daemon to another, in these rooms:
 //! - [`wire`]: the format, one JSON event per line, and its line codec;
 //!   pure, no I/O;
 //! - [`server`]: the leader's end, the streaming answer;
@@ -15,8 +15,9 @@
 //!   daemons' streams (`GET /v1/watch`, one per leader daemon, carrying
 //!   its session's writes and every election's events), feeding each
 //!   election's engine and the daemon's knowledge of the sessions;
-//! - [`watchers`]: the sessions the daemons watching this one name, for
-//!   balance to look up.
+//! - [`watchers`]: the sessions named by the daemons that watch this one,
+//!   kept only while their stream is open, for balance to look up before
+//!   they count.
 
 pub mod client;
 pub mod mux;

@@ -7,28 +7,27 @@
 //! and the stamp a write made now would carry), and carries out what it
 //! asks for:
 //!
-//! - in: the answer to the store request it asked for (a read's record, a
-//!   write's outcome: the instant is the tick's, the send instant the core
-//!   noted itself when it asked), a hint and when it arrived, a command,
-//!   the app check's verdict, the store's data replaced, or a timeout;
+//! - in: an [`Input`]: the answer to the store request it asked for (the
+//!   instant is the tick's, the send instant the core noted itself when it
+//!   asked), a hint, a command, the app check's verdict, the daemon's
+//!   session, the check of a record held through it, or a timeout;
 //! - out: [`Action`]s (read, conditional write, tell followers, watch an
 //!   address, answer a command, notes for logs and metrics), the published
 //!   [`ElectionState`], and the next instant it wants to be woken
-//!   ([`Core::next_wake`]).
+//!   ([`Core::next_wake`]). At most one store request is in flight: while
+//!   one is, the core wants no wake-up and is fed nothing but its answer.
 //!
-//! At most one store request is in flight: while one is, the core wants no
-//! wake-up and the driver feeds it nothing but that request's answer.
-//!
-//! The rules (all instants on the boot-time clock):
-//! - a follower takes over a record held by someone else (or handed to
-//!   someone else) only once the takeover rule allows it
-//!   ([`TakeoverTimer`], the one place that rule is written); a released
-//!   record is taken at once; every takeover is a write conditional on the
-//!   `rvn` read;
-//! - a leader's tenure is valid until the send instant of its last
-//!   successful write + L·(1−D) − M; it renews every R (on a grid of R/20),
-//!   retries every P, and at validity − G without a renew it stops the job
-//!   ([`Role::Stopping`]) and follows once validity ends;
+//! The rules (all instants on the boot-time clock), each in its room:
+//! - `follower`: a follower takes over a record held by, or handed to,
+//!   someone else only once the takeover rule allows it ([`TakeoverTimer`],
+//!   the one place that rule is written); a released record is taken at
+//!   once; every takeover is a write conditional on the `rvn` read;
+//! - `leader`: a leader's tenure is valid until the send instant of its
+//!   last successful write + L·(1−D) − M; it renews every R (on a grid of
+//!   R/20), retries every P, and at validity − G without a renew it stops
+//!   the job ([`Role::Stopping`]) and follows once validity ends;
+//! - `sessions`: tenures held through sessions (tested step by step in
+//!   `session_tests`);
 //! - hints only make a follower read sooner, never lead (see `hints.rs`).
 
 use std::collections::VecDeque;

@@ -34,6 +34,11 @@
 //!   a named successor is taken by no one else for one lease; and, with
 //!   [`Bounds::timely`], a follower leads within L·(1+D)² + 3·P of the
 //!   leader's crash whatever the hints say.
+//!
+//! The rooms: this file is the world and its steps; `checks` runs the
+//! searches and holds the deliberate defects; `network` is the hostile
+//! network; `sessions` the daemons' sessions and the store's session
+//! records; `trace` writes counterexamples.
 
 use std::time::Duration;
 

@@ -5,7 +5,8 @@
 //! - [`region`]: the region when none is configured (environment, AWS
 //!   profile, EC2 instance metadata);
 //! - `errors`: time bounds, throttling retry, error classification;
-//! - `codec`: the record as attributes, malformed items, conditions.
+//! - `codec`: the record as attributes, malformed items, conditions;
+//! - `tests`: the unit tests of the pieces that need no server.
 //!
 //! One item per election in a table keyed by `election` (S). Every read is a
 //! strongly consistent `GetItem`; every write is a `PutItem` of the whole

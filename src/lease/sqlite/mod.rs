@@ -16,7 +16,8 @@
 //! The rooms: this file is the store (opening the file, noticing it was
 //! replaced) and its queries; [`schema`] creates, upgrades and checks the
 //! table; [`lanes`] hands out the connections; [`row`] reads a row,
-//! whatever SQLite stored in it; `file_watch` watches the file's directory.
+//! whatever SQLite stored in it; `file_watch` watches the file's directory;
+//! `tests` are its unit tests.
 //!
 //! Columns are not type-checked by SQLite (no STRICT table), so a row written
 //! by another tool may hold anything; such a row is read as
