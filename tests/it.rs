@@ -40,6 +40,7 @@ mod pid1;
 mod reaper;
 mod record_format;
 mod safety;
+mod session_sweep;
 mod sessions;
 mod soak;
 mod sqlite_file;

@@ -14,7 +14,7 @@
 
 use crate::common;
 #[path = "sessions/harness.rs"]
-mod harness;
+pub(crate) mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;

@@ -689,6 +689,7 @@ mod model;
 mod record_check;
 pub mod session;
 mod session_reads;
+mod session_sweep;
 mod session_task;
 mod takeover;
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! nothing.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
@@ -14,22 +14,22 @@ use tokio::task::JoinHandle;
 use super::core::{Action, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
 use super::session::{SessionCore, SessionInput, SessionView};
+use super::session_sweep::SessionSweep;
 use super::{ElectionConfig, Observer, Outcome};
 use crate::clock::Clock;
-use crate::lease::{LeaseStore, Stamp, StoreError, WriteOutcome};
+use crate::lease::{LeaseStore, Record, Stamp, StoreError, WriteOutcome};
 
 /// The `election` label of the session's store requests in metrics (no
 /// election can be named so).
 pub const SESSION_LABEL: &str = "#session";
 
-/// How long a session record stays after it was last renewed or ended:
-/// far longer than any lease, so that only a session nobody renews any
-/// more is deleted (by the store's TTL, or by [`SWEEP_EVERY`]'s sweep).
-pub const SESSION_RETENTION: Duration = Duration::from_secs(24 * 3600);
-
-/// How often a daemon deletes the session records past
-/// [`SESSION_RETENTION`] (the first time once its session is open).
+/// How often a daemon sweeps the session records that are over (the first
+/// time once its session is open; see [`SessionSweep`]). A session nobody
+/// renews any more is deleted at the second sweep that finds it unchanged.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
+
+/// How long one sweep (its read and its deletes) may take.
+const SWEEP_BUDGET: Duration = Duration::from_secs(5);
 
 /// How many of the daemon's elections want its session now: those that
 /// hold a tenure through it or are about to take one. The session is open
@@ -141,6 +141,10 @@ pub fn spawn_session(
     always: bool,
 ) -> SessionHandle {
     let validity = cfg.validity();
+    let sweeper = Arc::new(Mutex::new(Sweeper {
+        sweep: SessionSweep::new(cfg.max_clock_drift),
+        failure: None,
+    }));
     let core = SessionCore::new(cfg.clone(), clock.now(), always);
     let (demand, demand_rx) = watch::channel(0);
     let (ended, ended_rx) = watch::channel(0);
@@ -157,6 +161,7 @@ pub fn spawn_session(
         close: Some(close_rx),
         errors: ErrorLog::default(),
         swept: false,
+        sweeper,
         changes: None,
         lapsed: None,
         labels: labels_rx,
@@ -190,6 +195,8 @@ struct SessionTask {
     errors: ErrorLog,
     /// Whether the first sweep was made.
     swept: bool,
+    /// What the sweeps remember from one to the next.
+    sweeper: Arc<Mutex<Sweeper>>,
     /// Moves when the store notices its data was replaced under it.
     changes: Option<watch::Receiver<u64>>,
     /// The session whose validity ran out while it was still being renewed.
@@ -232,17 +239,49 @@ async fn close_asked(close: &mut Option<oneshot::Receiver<()>>) {
     }
 }
 
-/// Delete the session records nobody renewed for [`SESSION_RETENTION`].
-async fn sweep(store: Arc<dyn LeaseStore>, identity: String) {
-    let retention = SESSION_RETENTION.as_secs();
-    let before = (crate::clock::unix_ms() / 1000).saturating_sub(retention);
-    match store.sweep_sessions(before, Duration::from_secs(5)).await {
-        Ok(0) => {}
+/// The sweep's memory, shared with the sweep under way (it runs beside the
+/// session, never in its way).
+struct Sweeper {
+    sweep: SessionSweep,
+    /// The error the last sweep failed with, logged once per change.
+    failure: Option<String>,
+}
+
+/// Lock `sweeper`, even if a sweep panicked holding it: its memory is
+/// then at worst out of date, which only makes a record wait longer.
+fn lock(sweeper: &Mutex<Sweeper>) -> MutexGuard<'_, Sweeper> {
+    sweeper.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Delete the session records that are over (see [`SessionSweep`]),
+/// judged on `clock` when the store's read answers.
+async fn sweep(
+    store: Arc<dyn LeaseStore>,
+    identity: String,
+    sweeper: Arc<Mutex<Sweeper>>,
+    clock: Clock,
+) {
+    let mut judge = |records: &[Record]| {
+        let unix_s = crate::clock::unix_ms() / 1000;
+        lock(&sweeper).sweep.judge(records, clock.now(), unix_s)
+    };
+    let res = store.sweep_sessions(&mut judge, SWEEP_BUDGET).await;
+    let mut sweeper = lock(&sweeper);
+    match res {
         Ok(n) => {
-            tracing::info!(identity = %identity, deleted = n, "deleted session records nobody renewed for a day");
+            if n > 0 {
+                tracing::info!(identity = %identity, deleted = n, "deleted session records that are over (ended, or not renewed for a takeover wait)");
+            }
+            if sweeper.failure.take().is_some() {
+                tracing::info!(identity = %identity, "session records can be swept again");
+            }
         }
         Err(e) => {
-            tracing::warn!(identity = %identity, "cannot delete old session records (tried again in an hour): {e}");
+            let e = e.to_string();
+            if sweeper.failure.as_ref() != Some(&e) {
+                tracing::warn!(identity = %identity, "cannot sweep the session records that are over (tried again in an hour): {e}");
+                sweeper.failure = Some(e);
+            }
         }
     }
 }
@@ -275,7 +314,12 @@ impl SessionTask {
                     // Beside the session, never in its way: a slow sweep
                     // must not delay a renew.
                     self.swept = true;
-                    tokio::spawn(sweep(self.store.clone(), self.identity.clone()));
+                    tokio::spawn(sweep(
+                        self.store.clone(),
+                        self.identity.clone(),
+                        self.sweeper.clone(),
+                        self.clock.clone(),
+                    ));
                     next_sweep = self.clock.now() + SWEEP_EVERY;
                     continue;
                 }

@@ -568,6 +568,20 @@ impl StoreError {
     }
 }
 
+/// What a sweep ([`LeaseStore::sweep_sessions`]) asks of the session
+/// records it read: those to delete.
+pub type SessionJudge<'a> = dyn FnMut(&[Record]) -> Vec<StaleSession> + Send + 'a;
+
+/// A session record a sweep deletes, if it still has the `rvn` it was
+/// judged by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StaleSession {
+    /// The session record's key.
+    pub key: String,
+    /// The `rvn` it was judged by.
+    pub rvn: String,
+}
+
 /// The most records [`LeaseStore::read_many`] is asked for at once (a
 /// DynamoDB `BatchGetItem` reads at most 100 items).
 pub const READ_MANY_LIMIT: usize = 100;
@@ -632,12 +646,22 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(member_records(self.scan(budget).await?))
     }
 
-    /// Delete the session records (see `crate::election::session`) that
-    /// stopped being renewed, or were ended, before unix second `before`,
-    /// and say how many went. An election that still names one is then
-    /// timed like one whose session is missing: safe, one lease slower.
-    /// By default nothing: DynamoDB's TTL deletes expired items itself.
-    async fn sweep_sessions(&self, _before: u64, _budget: Duration) -> Result<u64, StoreError> {
+    /// Read every session record (see `crate::election::session`) in one
+    /// go, hand them to `judge` once the read has answered, and delete
+    /// those it names, each only if it still has the `rvn` it was judged
+    /// by (a session renewed or ended meanwhile stays, and so does a record
+    /// of a format this build does not know); say how many went. The store
+    /// judges nothing itself: when a session is over is the election's
+    /// rule. An election that still names a deleted session is then timed
+    /// like one whose session is missing: safe, one lease slower.
+    ///
+    /// By default nothing is read, judged or deleted: DynamoDB's TTL
+    /// deletes expired items itself.
+    async fn sweep_sessions(
+        &self,
+        _judge: &mut SessionJudge<'_>,
+        _budget: Duration,
+    ) -> Result<u64, StoreError> {
         Ok(0)
     }
 

@@ -150,7 +150,7 @@ impl ClockShift {
 /// pid and removes them only when it exits normally, so a kill -9 leaks them
 /// and a later wrapper that gets the same pid fails with `sem_open: File
 /// exists`. A plain relative offset needs neither.
-fn libfaketime() -> PathBuf {
+pub fn libfaketime() -> PathBuf {
     let triple = format!("{}-linux-gnu", std::env::consts::ARCH);
     let candidates = [
         PathBuf::from(format!("/usr/lib/{triple}/faketime/libfaketime.so.1")),

@@ -43,7 +43,8 @@ use row::Row;
 use schema::{COLUMNS, check_blocking, lacking_columns, missing_table, set_up};
 
 use super::{
-    Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
+    Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, SESSION_PREFIX, SessionJudge,
+    StaleSession, StoreError, WriteOutcome, is_session_key, member_records,
 };
 
 /// The table every lease lives in.
@@ -58,7 +59,7 @@ struct Selects {
     one: Arc<str>,
     /// Every row.
     all: Arc<str>,
-    /// The member records (`crate::balance`): the keys from `?1` (the
+    /// The member or the session records: the keys from `?1` (the
     /// prefix) up to `?2` (the prefix with its last byte raised), a range
     /// of the key's index.
     range: Arc<str>,
@@ -273,6 +274,60 @@ fn read_row(conn: &Connection, sql: &str, election: &str) -> rusqlite::Result<Op
     conn.query_row(sql, [election], Row::from_sql).optional()
 }
 
+/// The rows whose keys start with `prefix` (`#member/` or `#session/`),
+/// read with the `range` query: one range of the key's index.
+fn read_range(
+    conn: &Connection,
+    path: &Path,
+    budget: Duration,
+    sql: &str,
+    prefix: &str,
+) -> Result<Vec<Row>, StoreError> {
+    let err = |e: rusqlite::Error| classify(path, budget, &e);
+    // "#member/" .. "#member0": '0' follows '/'.
+    let upper = format!("{}0", prefix.trim_end_matches('/'));
+    let mut stmt = conn.prepare(sql).map_err(err)?;
+    stmt.query_map([prefix, upper.as_str()], Row::from_sql)
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(err)
+}
+
+/// Delete the session records of `stale` that still have the `rvn` they
+/// were judged by, in one transaction: how many went.
+fn delete_stale_blocking(
+    conn: &mut Connection,
+    path: &Path,
+    budget: Duration,
+    deadline: Instant,
+    select_one: &str,
+    stale: &[StaleSession],
+) -> Result<u64, StoreError> {
+    let sql_err = |e: rusqlite::Error| classify(path, budget, &e);
+    // IMMEDIATE, as for a write: nobody writes between a check and its
+    // delete.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql_err)?;
+    if Instant::now() >= deadline {
+        return Err(StoreError::Timeout(budget));
+    }
+    let mut deleted = 0;
+    for s in stale.iter().filter(|s| is_session_key(&s.key)) {
+        let current = read_row(&tx, select_one, &s.key).map_err(sql_err)?;
+        // The rules of a write conditional on that `rvn`: a record
+        // written since, or of a format this build does not know, stays.
+        if !holds(current.as_ref(), &Condition::RvnIs(s.rvn.clone())) {
+            continue;
+        }
+        let n = tx
+            .execute("DELETE FROM leases WHERE election = ?1", [&s.key])
+            .map_err(sql_err)?;
+        deleted += n as u64;
+    }
+    tx.commit().map_err(sql_err)?;
+    Ok(deleted)
+}
+
 fn to_i64(column: &str, v: u64) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(|_| {
         StoreError::Other(format!(
@@ -416,33 +471,38 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
-        // "#member/" .. "#member0": '0' follows '/'.
-        let upper = format!("{}0", MEMBER_PREFIX.trim_end_matches('/'));
         let sql = self.inner.selects.range.clone();
         self.run(LaneKind::Read, budget, move |conn, path, _| {
-            let err = |e: rusqlite::Error| classify(path, budget, &e);
-            let mut stmt = conn.prepare(&sql).map_err(err)?;
-            let rows = stmt
-                .query_map([MEMBER_PREFIX, upper.as_str()], Row::from_sql)
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(err)?;
+            let rows = read_range(conn, path, budget, &sql, MEMBER_PREFIX)?;
             Ok(member_records(rows.iter().map(Row::to_record)))
         })
         .await
     }
 
-    async fn sweep_sessions(&self, before: u64, budget: Duration) -> Result<u64, StoreError> {
-        let before = to_i64("expires_at", before)?;
-        self.run(LaneKind::Write, budget, move |conn, path, _| {
-            // "#session/" .. "#session0": '0' follows '/'. Only formats
-            // this build knows: another's rules are not ours to judge.
-            conn.execute(
-                "DELETE FROM leases WHERE election >= '#session/' AND election < '#session0' \
-                 AND expires_at < ?1 AND (format IS NULL OR format IN (1, 2))",
-                [before],
-            )
-            .map(|n| n as u64)
-            .map_err(|e| classify(path, budget, &e))
+    /// One range read of the session records (a few per daemon: cheap
+    /// whatever the number of elections), then, if the judge names any,
+    /// one transaction of conditional deletes.
+    async fn sweep_sessions(
+        &self,
+        judge: &mut SessionJudge<'_>,
+        budget: Duration,
+    ) -> Result<u64, StoreError> {
+        let started = Instant::now();
+        let sql = self.inner.selects.range.clone();
+        let records = self
+            .run(LaneKind::Read, budget, move |conn, path, _| {
+                let rows = read_range(conn, path, budget, &sql, SESSION_PREFIX)?;
+                Ok(rows.iter().map(Row::to_record).collect::<Vec<_>>())
+            })
+            .await?;
+        let stale = judge(&records);
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        let left = budget.saturating_sub(started.elapsed());
+        let sql = self.inner.selects.one.clone();
+        self.run(LaneKind::Write, left, move |conn, path, deadline| {
+            delete_stale_blocking(conn, path, left, deadline, &sql, &stale)
         })
         .await
     }

@@ -603,38 +603,81 @@ async fn a_record_held_through_a_session_is_stored_as_format_2_with_its_session(
     assert_eq!(store.read("e", budget).await, Ok(Record::Valid(own)));
 }
 
+/// The sweep reads the session records only (one range), and deletes
+/// those its judge names only while they still have the `rvn` judged, of a
+/// format this build knows, under a session key.
 #[tokio::test]
-async fn a_sweep_deletes_only_session_records_past_the_cut_of_a_known_format() {
+async fn a_sweep_deletes_what_its_judge_names_only_if_unchanged_and_a_session() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("l.db");
     let store = SqliteStore::open(&path).expect("open");
     let budget = Duration::from_secs(10);
-    let at = |key: &str, expires_at_s: u64| Lease {
-        expires_at_s,
-        ..sample(key)
-    };
-    for lease in [
-        at("#session/a/old", 100),
-        at("#session/b/new", 300),
-        at("#sessions-are-not-this", 100),
-        at("e", 100),
-        at("#member/a", 100),
-        at("#session/c/later-format", 100),
-    ] {
+    let leases = [
+        sample("#session/a/named"),
+        sample("#session/b/kept"),
+        sample("#session/c/renewed"),
+        sample("#session/d/later-format"),
+        sample("#sessions-are-not-this"),
+        sample("e"),
+        sample("#member/a"),
+    ];
+    for lease in &leases {
         store
-            .put(&lease, &Condition::NotExists, budget)
+            .put(lease, &Condition::NotExists, budget)
             .await
             .expect("put");
     }
-    Connection::open(&path)
-        .and_then(|c| {
-            c.execute(
-                "UPDATE leases SET format = 3 WHERE election = '#session/c/later-format'",
+    // Another process, with a connection of its own.
+    let other = || Connection::open(&path).expect("a second connection");
+    other()
+        .execute(
+            "UPDATE leases SET format = 3 WHERE election = '#session/d/later-format'",
+            [],
+        )
+        .expect("a later release's session");
+    let rvn_of = |key: &str| {
+        leases
+            .iter()
+            .find(|l| l.election == key)
+            .map(|l| l.rvn.clone())
+            .expect("one of the leases")
+    };
+    let mut judged = Vec::new();
+    let mut judge = |records: &[Record]| {
+        judged = records
+            .iter()
+            .filter_map(|r| r.key().map(str::to_owned))
+            .collect();
+        // Renewed by its owner after the read, before the delete.
+        other()
+            .execute(
+                "UPDATE leases SET rvn = 'fresh' WHERE election = '#session/c/renewed'",
                 [],
             )
+            .expect("a renew");
+        [
+            "#session/a/named",
+            "#session/c/renewed",
+            "#session/d/later-format",
+            "e",
+        ]
+        .into_iter()
+        .map(|key| StaleSession {
+            key: key.to_owned(),
+            rvn: rvn_of(key),
         })
-        .expect("a later release's session");
-    assert_eq!(store.sweep_sessions(200, budget).await, Ok(1));
+        .collect()
+    };
+    assert_eq!(store.sweep_sessions(&mut judge, budget).await, Ok(1));
+    assert_eq!(
+        judged,
+        [
+            "#session/a/named",
+            "#session/b/kept",
+            "#session/c/renewed",
+            "#session/d/later-format"
+        ]
+    );
     let left: Vec<String> = store
         .scan(budget)
         .await
@@ -646,10 +689,14 @@ async fn a_sweep_deletes_only_session_records_past_the_cut_of_a_known_format() {
         left,
         [
             "#member/a",
-            "#session/b/new",
-            "#session/c/later-format",
+            "#session/b/kept",
+            "#session/c/renewed",
+            "#session/d/later-format",
             "#sessions-are-not-this",
             "e"
         ]
     );
+    // A judge that names nothing: nothing is written.
+    let mut none = |_: &[Record]| Vec::new();
+    assert_eq!(store.sweep_sessions(&mut none, budget).await, Ok(0));
 }
