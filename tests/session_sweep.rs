@@ -8,18 +8,17 @@
 //! own, so it opens a session and sweeps the session records at once. By
 //! wall clock alone every record `steady` writes looks two days stale to
 //! it. The sweep must leave `steady`'s session alone (it is renewed every
-//! R, so its `rvn` never stays unchanged for a takeover wait), while it
-//! deletes an ended session record put there by hand (which shows it ran).
+//! R, so its `rvn` never stays unchanged for a takeover wait); its debug
+//! line shows that it ran, and timed that session rather than skip it.
 //!
 //! Timing (see `sessions::harness::TIMING`): L = 5 s, R = 1 s.
 
-use std::path::Path;
 use std::thread::sleep;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::cluster::libfaketime;
 use crate::common::daemon::{Leaderd, Spec, wait_until};
-use crate::sessions::harness::{Cluster, Kind, L, TIMING, elections_of, sessions_opened, sqlite};
+use crate::sessions::harness::{Cluster, Kind, L, TIMING, elections_of, sessions_opened};
 
 /// The ten elections `steady` leads; the first is its primary (the job).
 const TEN: [&str; 10] = [
@@ -28,29 +27,6 @@ const TEN: [&str; 10] = [
 
 /// How far ahead `skewed`'s wall clock runs.
 const SKEW: Duration = Duration::from_secs(2 * 24 * 3600);
-
-/// An ended session record of a daemon long gone, written by hand.
-const ENDED: &str = "#session/gone/0123456789abcdef";
-
-/// Unix seconds now, on the test's (real) wall clock.
-fn unix_s() -> i64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the wall clock is after 1970");
-    i64::try_from(now.as_secs()).expect("unix seconds fit in i64")
-}
-
-/// Put an ended session record (no holder) into the file at `path`, as a
-/// daemon that ended its session and went away would leave it.
-fn put_ended_session(path: &Path) {
-    let conn = sqlite(path);
-    conn.execute(
-        "INSERT INTO leases (election, holder, rvn, fencing_token, lease_ms, acquired_at, \
-         renewed_at, expires_at, format) VALUES (?1, NULL, 'ended-rvn', 0, 5000, ?2, ?2, ?3, 2)",
-        rusqlite::params![ENDED, unix_s() * 1000, unix_s()],
-    )
-    .expect("insert an ended session record");
-}
 
 /// The shift must have taken, or the scenario proves nothing: the first
 /// word of `node`'s log is leaderd's (wall-clock) timestamp.
@@ -86,6 +62,20 @@ fn leads_all_ten(steady: &Leaderd, tokens: &[(String, u64)]) -> Result<(), Strin
     Ok(())
 }
 
+/// `(timing, deleted)` of each sweep `log` tells of (its debug lines).
+fn sweeps(log: &str) -> Vec<(u64, u64)> {
+    let field = |line: &str, name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no `{name}` in {line:?}"))
+    };
+    log.lines()
+        .filter(|l| l.contains("swept the session records"))
+        .map(|l| (field(l, "timing"), field(l, "deleted")))
+        .collect()
+}
+
 #[test]
 fn a_daemon_whose_wall_clock_is_two_days_ahead_deletes_no_live_session() {
     let _ = libfaketime();
@@ -97,8 +87,6 @@ fn a_daemon_whose_wall_clock_is_two_days_ahead_deletes_no_live_session() {
     .unwrap_or_else(|| panic!("steady does not lead all ten elections with its job running"));
     let tokens: Vec<(String, u64)> = c.tokens_of("steady").into_iter().collect();
     let session = c.only_session("steady");
-    let path = c.store.sqlite_path().expect("a SQLite store").to_path_buf();
-    put_ended_session(&path);
 
     let mut args = c.store.args(None);
     args.extend(TIMING.iter().map(|s| s.to_string()));
@@ -112,6 +100,11 @@ fn a_daemon_whose_wall_clock_is_two_days_ahead_deletes_no_live_session() {
         ("LD_PRELOAD", libfaketime().display().to_string()),
         ("FAKETIME", format!("+{}d", SKEW.as_secs() / 86_400)),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+        // The sweep's line says what it read, timed and deleted.
+        (
+            "RUST_LOG",
+            "info,leaderd::election::session_task=debug".to_owned(),
+        ),
     ];
     let skewed = Leaderd::start(Spec {
         identity: "skewed",
@@ -148,10 +141,12 @@ fn a_daemon_whose_wall_clock_is_two_days_ahead_deletes_no_live_session() {
         }
         sleep(Duration::from_millis(200));
     }
-    assert_eq!(
-        c.store.row(ENDED),
-        None,
-        "the skewed daemon's sweep did not delete the ended session record"
+    let sweeps = sweeps(&c.node("skewed").log());
+    eprintln!("skewed's sweeps, (timing, deleted) each: {sweeps:?}");
+    assert!(
+        !sweeps.is_empty() && sweeps[0].0 >= 1 && sweeps.iter().all(|s| s.1 == 0),
+        "skewed should have swept once its session was open, timing steady's session and \
+         deleting nothing: (timing, deleted) of each sweep: {sweeps:?}"
     );
     let log = c.node("steady").log();
     for lost in ["lease lost", "session lost", "session not renewed in time"] {

@@ -4,22 +4,24 @@
 //! boot-time instant its answer arrived and the wall clock then in; the
 //! records to delete out.
 //!
-//! A session record is deleted only when no tenure can rest on it any
-//! more:
-//! - it is **ended** (no holder): it can never be renewed again, and every
-//!   election held through it is free already;
-//! - or its `rvn` stayed unchanged for the **takeover wait** of its
-//!   `lease_ms` (L·(1+D), D this daemon's) on this daemon's own boot-time
-//!   clock, counted from the read that first showed it that `rvn`: the
-//!   takeover rule's own test, after which any follower could end it.
+//! A session record is deleted once its `rvn` stayed unchanged for the
+//! **takeover wait** of its `lease_ms` (L·(1+D), D this daemon's) on this
+//! daemon's own boot-time clock, counted from the read that first showed
+//! it that `rvn`:
+//! - a live record (it has a holder) is then over by the takeover rule's
+//!   own test, after which any follower could end it;
+//! - an **ended** one (no holder) can never be renewed again, and could go
+//!   at once; it is kept for the wait too, so that the followers of the
+//!   elections held through it read it ended (free at once) rather than
+//!   missing (timed for a lease).
 //!
 //! Every delete is conditional on the `rvn` judged, so a session renewed
 //! in between stays; a late renew of an owner whose session was deleted
 //! fails, as it would had a follower ended it. No wall clock is compared
 //! across processes to decide a delete: `expires_at`, written by the
 //! holder on its own wall clock, only lets the sweep skip (and not even
-//! time) a record that is obviously fresh. A wall clock that is wrong
-//! either way only makes the sweep slower.
+//! time) a live record that is obviously fresh. A wall clock that is
+//! wrong either way can delay a delete, never bring one before the wait.
 
 use std::collections::HashMap;
 
@@ -59,7 +61,6 @@ impl SessionSweep {
     }
 
     /// How many records it is timing.
-    #[cfg(test)]
     pub fn timing(&self) -> usize {
         self.seen.len()
     }
@@ -70,37 +71,27 @@ impl SessionSweep {
     /// delete; remembers the rest it times. Records it did not find any
     /// more, or found rewritten, are forgotten (a new `rvn` starts anew).
     pub fn judge(&mut self, records: &[Record], at: Instant, unix_s: u64) -> Vec<StaleSession> {
-        let mut stale = Vec::new();
-        let mut timed = Vec::new();
-        for record in records {
-            // A malformed record, or one of a format this build does not
-            // know, is never deleted: nothing says when it is over.
-            let Record::Valid(s) = record else { continue };
-            if !is_session_key(&s.election) {
-                continue;
-            }
-            if s.holder.is_none() {
-                stale.push(StaleSession {
-                    key: s.election.clone(),
-                    rvn: s.rvn.clone(),
-                });
-            } else if s.expires_at_s <= unix_s {
-                timed.push(s);
-            }
-        }
         let mut previous = std::mem::take(&mut self.seen);
-        let first_seen = |s: &crate::lease::Lease, previous: &mut HashMap<String, Seen>| {
-            previous
-                .remove(&s.election)
-                .filter(|seen| seen.rvn == s.rvn)
-                .map(|seen| seen.since)
-        };
-        // Those timed already first, so that a full memory never forgets
-        // them for newcomers.
-        let (known, new): (Vec<_>, Vec<_>) = timed
-            .into_iter()
-            .map(|s| (first_seen(s, &mut previous), s))
+        let (known, new): (Vec<_>, Vec<_>) = records
+            .iter()
+            .filter_map(|record| match record {
+                // A malformed record, or one of a format this build does
+                // not know, is never deleted: nothing says when it is over.
+                Record::Valid(s) if is_session_key(&s.election) => Some(s),
+                _ => None,
+            })
+            .filter(|s| s.holder.is_none() || s.expires_at_s <= unix_s)
+            .map(|s| {
+                let since = previous
+                    .remove(&s.election)
+                    .filter(|seen| seen.rvn == s.rvn)
+                    .map(|seen| seen.since);
+                (since, s)
+            })
+            // Those timed already first, so that a full memory never
+            // forgets them for newcomers.
             .partition(|(since, _)| since.is_some());
+        let mut stale = Vec::new();
         for (since, s) in known.into_iter().chain(new) {
             let since = since.unwrap_or(at);
             if since + takeover_wait(s.lease_ms, self.max_clock_drift) <= at {

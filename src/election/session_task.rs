@@ -25,7 +25,8 @@ pub const SESSION_LABEL: &str = "#session";
 
 /// How often a daemon sweeps the session records that are over (the first
 /// time once its session is open; see [`SessionSweep`]). A session nobody
-/// renews any more is deleted at the second sweep that finds it unchanged.
+/// renews any more, or ended, is deleted at the second sweep that finds it
+/// unchanged (when its lease is shorter than this).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// How long one sweep (its read and its deletes) may take.
@@ -261,7 +262,9 @@ async fn sweep(
     sweeper: Arc<Mutex<Sweeper>>,
     clock: Clock,
 ) {
+    let mut read = 0;
     let mut judge = |records: &[Record]| {
+        read = records.len();
         let unix_s = crate::clock::unix_ms() / 1000;
         lock(&sweeper).sweep.judge(records, clock.now(), unix_s)
     };
@@ -269,8 +272,9 @@ async fn sweep(
     let mut sweeper = lock(&sweeper);
     match res {
         Ok(n) => {
+            tracing::debug!(identity = %identity, read, timing = sweeper.sweep.timing(), deleted = n, "swept the session records");
             if n > 0 {
-                tracing::info!(identity = %identity, deleted = n, "deleted session records that are over (ended, or not renewed for a takeover wait)");
+                tracing::info!(identity = %identity, deleted = n, "deleted session records that stayed unchanged (ended, or not renewed) for a takeover wait");
             }
             if sweeper.failure.take().is_some() {
                 tracing::info!(identity = %identity, "session records can be swept again");

@@ -77,11 +77,16 @@ fn a_renewed_session_is_timed_anew_from_its_new_rvn() {
     );
 }
 
+/// Ended, it can never be renewed; it is kept for the wait all the same
+/// (followers read it ended, not missing), whatever the wall clock says.
 #[test]
-fn an_ended_session_goes_at_once() {
+fn an_ended_session_goes_once_it_stayed_ended_for_the_wait() {
     let mut sweep = SessionSweep::new(D);
+    let records = [ended("#session/a/1", "r1")];
+    assert_eq!(sweep.judge(&records, t0(), 0), []);
+    assert_eq!(sweep.judge(&records, t0() + (WAIT - MS), 0), []);
     assert_eq!(
-        sweep.judge(&[ended("#session/a/1", "r1")], t0(), 0),
+        sweep.judge(&records, t0() + WAIT, 0),
         [stale("#session/a/1", "r1")]
     );
     assert_eq!(sweep.timing(), 0);
@@ -208,7 +213,7 @@ async fn sweep_at(store: &SqliteStore, sweep: &mut SessionSweep, at: Instant) ->
 }
 
 #[tokio::test]
-async fn on_sqlite_only_ended_sessions_and_those_unchanged_for_the_wait_are_deleted() {
+async fn on_sqlite_only_sessions_unchanged_for_the_wait_are_deleted() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = SqliteStore::open(&dir.path().join("l.db")).expect("open");
     let budget = Duration::from_secs(10);
@@ -237,21 +242,18 @@ async fn on_sqlite_only_ended_sessions_and_those_unchanged_for_the_wait_are_dele
         .expect("a later release's session");
     let mut sweep = SessionSweep::new(D);
 
-    // The ended one at once; the live ones are only timed.
-    assert_eq!(sweep_at(&store, &mut sweep, t0()).await, 1);
-    assert_eq!(
-        session_keys(&store).await,
-        ["#session/later/1", "#session/live/1", "#session/renewed/1"]
-    );
+    // Every record is timed, none goes at first sight.
+    assert_eq!(sweep_at(&store, &mut sweep, t0()).await, 0);
     // Observed for less than the wait: kept.
     assert_eq!(sweep_at(&store, &mut sweep, t0() + (WAIT - MS)).await, 0);
-    // Renewed in between: timed anew; the other, unchanged, goes.
+    // Renewed in between: timed anew; the live one and the ended one,
+    // unchanged for the wait, go.
     let renewal = renewed.renewed();
     store
         .renew(&renewal, &renewed.rvn, budget)
         .await
         .expect("renew");
-    assert_eq!(sweep_at(&store, &mut sweep, t0() + WAIT).await, 1);
+    assert_eq!(sweep_at(&store, &mut sweep, t0() + WAIT).await, 2);
     assert_eq!(
         session_keys(&store).await,
         ["#session/later/1", "#session/renewed/1"]
