@@ -719,7 +719,8 @@ fn assert_released(store: &Store) {
 
 /// 7. One identity restarted: three graceful stops, a kill -9 and a last
 ///    start. Each process opens its own session key, never an earlier
-///    one; the store keeps every session record (none is a day old), the
+///    one; the store keeps every session record (a sweep deletes none at
+///    first sight, and each process sweeps once before this ends), the
 ///    earlier ones ended (the one of the killed process ended by its
 ///    successor before it took the elections), only the live one held.
 fn restarts(kind: Kind) {

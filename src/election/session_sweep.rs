@@ -30,10 +30,10 @@ use crate::clock::Instant;
 use crate::lease::{Record, StaleSession, is_session_key};
 
 /// The most session records a sweep times at once (key, `rvn`, first
-/// sight: about 150 bytes each). Forgetting a record only makes it wait
-/// longer, never shorter: one not remembered is timed from its next sight.
-/// Those already timed are kept first, so the oldest are deleted and make
-/// room; each sweep can delete this many abandoned sessions.
+/// sight: about 150 bytes each with a short identity). Forgetting a record
+/// only makes it wait longer, never shorter: one not remembered is timed
+/// from its next sight. Those already timed are kept first, so the oldest
+/// are deleted and make room; each sweep can delete this many.
 pub const SWEEP_MEMORY: usize = 10_000;
 
 /// An `rvn` being timed, and when it was first seen.

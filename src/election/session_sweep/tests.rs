@@ -272,3 +272,21 @@ async fn on_sqlite_only_sessions_unchanged_for_the_wait_are_deleted() {
         "{stored:?} is not the later format's record"
     );
 }
+
+/// More records than one delete transaction takes: all go, in turns.
+#[tokio::test]
+async fn on_sqlite_many_stale_sessions_all_go() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = SqliteStore::open(&dir.path().join("l.db")).expect("open");
+    let budget = Duration::from_secs(10);
+    for i in 0..600 {
+        let key = format!("#session/node-{i:03}/0123456789abcdef");
+        let lease = Lease::stamped(&key, "node", 1, 10_000, 1_000, None);
+        store.create(&lease, budget).await.expect("create");
+    }
+    let mut sweep = SessionSweep::new(D);
+    assert_eq!(sweep_at(&store, &mut sweep, t0()).await, 0);
+    assert_eq!(sweep.timing(), 600);
+    assert_eq!(sweep_at(&store, &mut sweep, t0() + WAIT).await, 600);
+    assert_eq!(session_keys(&store).await, Vec::<String>::new());
+}

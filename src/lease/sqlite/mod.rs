@@ -89,6 +89,12 @@ const UPSERT: &str = "INSERT OR REPLACE INTO leases (election, holder, rvn, fenc
      lease_ms, acquired_at, renewed_at, expires_at, holder_meta, successor, format, session) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
+/// The most session records a sweep deletes in one transaction: each
+/// holds the file's write lock (and the store's one writer connection)
+/// for a few milliseconds at most, so renewals of every process on the
+/// file go on in between.
+const DELETES_PER_TRANSACTION: usize = 256;
+
 /// How long opening a store may wait for other processes that hold the
 /// file's lock: instances started together on a fresh file take turns
 /// switching it to WAL and creating the table.
@@ -312,17 +318,24 @@ fn delete_stale_blocking(
         return Err(StoreError::Timeout(budget));
     }
     let mut deleted = 0;
-    for s in stale.iter().filter(|s| is_session_key(&s.key)) {
-        let current = read_row(&tx, select_one, &s.key).map_err(sql_err)?;
-        // The rules of a write conditional on that `rvn`: a record
-        // written since, or of a format this build does not know, stays.
-        if !holds(current.as_ref(), &Condition::RvnIs(s.rvn.clone())) {
-            continue;
-        }
-        let n = tx
-            .execute("DELETE FROM leases WHERE election = ?1", [&s.key])
+    {
+        let mut select = tx.prepare_cached(select_one).map_err(sql_err)?;
+        let mut delete = tx
+            .prepare_cached("DELETE FROM leases WHERE election = ?1")
             .map_err(sql_err)?;
-        deleted += n as u64;
+        for s in stale.iter().filter(|s| is_session_key(&s.key)) {
+            let current = select
+                .query_row([&s.key], Row::from_sql)
+                .optional()
+                .map_err(sql_err)?;
+            // The rules of a write conditional on that `rvn`: a record
+            // written since, or of a format this build does not know,
+            // stays.
+            if !holds(current.as_ref(), &Condition::RvnIs(s.rvn.clone())) {
+                continue;
+            }
+            deleted += delete.execute([&s.key]).map_err(sql_err)? as u64;
+        }
     }
     tx.commit().map_err(sql_err)?;
     Ok(deleted)
@@ -481,7 +494,7 @@ impl LeaseStore for SqliteStore {
 
     /// One range read of the session records (a few per daemon: cheap
     /// whatever the number of elections), then, if the judge names any,
-    /// one transaction of conditional deletes.
+    /// transactions of conditional deletes.
     async fn sweep_sessions(
         &self,
         judge: &mut SessionJudge<'_>,
@@ -499,12 +512,18 @@ impl LeaseStore for SqliteStore {
         if stale.is_empty() {
             return Ok(0);
         }
-        let left = budget.saturating_sub(started.elapsed());
-        let sql = self.inner.selects.one.clone();
-        self.run(LaneKind::Write, left, move |conn, path, deadline| {
-            delete_stale_blocking(conn, path, left, deadline, &sql, &stale)
-        })
-        .await
+        let mut deleted = 0;
+        for chunk in stale.chunks(DELETES_PER_TRANSACTION) {
+            let left = budget.saturating_sub(started.elapsed());
+            let sql = self.inner.selects.one.clone();
+            let chunk = chunk.to_vec();
+            deleted += self
+                .run(LaneKind::Write, left, move |conn, path, deadline| {
+                    delete_stale_blocking(conn, path, left, deadline, &sql, &chunk)
+                })
+                .await?;
+        }
+        Ok(deleted)
     }
 
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {
