@@ -20,6 +20,8 @@
 //! - [`session`]: a daemon's session, one record whose renewals keep every
 //!   election held through it (pure, like the core);
 //! - `session_task`: the tokio task that runs the session;
+//! - `session_sweep`: which ended or abandoned session records the daemon's
+//!   sweep deletes (pure; its tests in `session_sweep/tests.rs`);
 //! - `session_reads`: what the daemon knows of other daemons' sessions,
 //!   one read shared by all its elections;
 //! - `record_check`: the read-back of the records held through the
