@@ -83,7 +83,9 @@ fn bad_advertise_values_are_config_errors() {
         assert!(ended, "{value}: kept running");
         assert_eq!(out.status.code(), Some(64), "{value}: {stderr}");
         assert!(
-            stderr.contains("http.advertise (--advertise)") && stderr.contains(says),
+            stderr.contains("http.advertise = ")
+                && stderr.contains("(from --advertise)")
+                && stderr.contains(says),
             "{value}: {stderr}"
         );
         assert_eq!(stderr.trim().lines().count(), 1, "{value}: {stderr}");

@@ -305,7 +305,7 @@ fn bad_app_check_settings_are_config_errors() {
         (
             &["--app-check", "https://127.0.0.1/healthz"],
             &[],
-            "app_check.http (--app-check)",
+            "app_check.http = \"https://127.0.0.1/healthz\" (from --app-check)",
         ),
         (
             &["--app-check", "127.0.0.1:8080"],

@@ -302,7 +302,9 @@ fn limits_are_written_as_the_configuration_reads_them() {
     assert!(!running, "accepted: {stderr}");
     assert_eq!(code, Some(64), "{stderr}");
     assert!(
-        stderr.contains("= 25h is longer than the limit of 24h"),
+        stderr.contains(
+            "child.shutdown_grace = 25h (from LEADERD_CHILD__SHUTDOWN_GRACE) is longer than the limit of 24h"
+        ),
         "{stderr}"
     );
     let cases: [&[&str]; 3] = [
@@ -446,21 +448,64 @@ fn child_settings_that_do_not_fit_name_the_flags_that_set_them() {
     assert_config_error(
         &out,
         &[
-            "child.on_child_exit (--on-child-exit)",
-            "child.mode (--mode)",
+            "child.on_child_exit = \"release\" (from --on-child-exit)",
+            "child.mode = \"always\" (from --mode)",
         ],
     );
-    // Set in the file, the keys alone.
+    // Set in the file: named with the file.
     with_file(
         "[child]\nmode = \"always\"\non_child_exit = \"release\"\ncommand = [\"sleep\", \"1\"]\n",
         |p| {
             let out = leaderd(&["run", "--config", p], &[]);
             assert_config_error(
                 &out,
-                &["child.on_child_exit = \"release\"", "child.mode = "],
+                &[
+                    format!("child.on_child_exit = \"release\" (from {p})").as_str(),
+                    format!("child.mode = \"always\" (from {p})").as_str(),
+                ],
             );
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(!stderr.contains("(--"), "{stderr}");
+            assert!(!stderr.contains("from --"), "{stderr}");
         },
     );
+}
+
+/// A value that breaks the configuration is named with where it came from,
+/// on the one line leaderd prints: the variable, the flag, the file.
+#[test]
+fn config_errors_name_the_source_of_the_value() {
+    assert_config_error(
+        &leaderd(&["run"], &[("LEADERD_LEASE__DURATION", "4s")]),
+        &[
+            "lease.duration = 4s (from LEADERD_LEASE__DURATION)",
+            "child.kill_grace = 2s (default)",
+        ],
+    );
+    assert_config_error(
+        &leaderd(&["run"], &[("LEADERD_LEASE__DURATION", "1m1m")]),
+        &["lease.duration", "\"1m1m\"", "LEADERD_LEASE__DURATION"],
+    );
+    with_file(
+        "[[elections]]\nname = \"a\"\n[[elections]]\nname = \"b\"\nduration = \"20s\"\n",
+        |p| {
+            assert_config_error(
+                &leaderd(&["run", "--config", p, "--sessions"], &[]),
+                &["sessions = true (from --sessions)"],
+            );
+        },
+    );
+    // A flag's value is refused by the command line, naming the flag.
+    for args in [
+        vec!["run", "--lease-duration", "1m1m"],
+        vec!["lock", "acquire", "x", "--wait", "1m1m"],
+    ] {
+        let out = leaderd(&args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(args[args.len() - 2]) && first.contains("1m1m"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

@@ -970,3 +970,182 @@ fn tool_config_rejects_unknown_keys_and_bad_store_values() {
             .unwrap_err();
     check_err(&err, Some("store.kind"));
 }
+
+// ---------------------------------------------------------------------------
+// Where a value came from, and durations that could mean two things.
+
+/// A broken timing rule names where every value in it came from: the
+/// variable, the file, the flag, or the default.
+#[test]
+fn a_timing_violation_names_the_source_of_every_value() {
+    let text = load_err(
+        None,
+        &[("LEADERD_LEASE__DURATION", "4s")],
+        &[],
+        "lease.duration",
+    );
+    for part in [
+        "lease.duration = 4s (from LEADERD_LEASE__DURATION)",
+        "lease.renew_interval = 2s (default: half of lease.duration)",
+        "child.kill_grace = 2s (default)",
+        "lease.safety_margin = 200ms (default)",
+        "lease.max_clock_drift = 0.01 (default)",
+        "R + G + M + L·D < L",
+    ] {
+        assert!(text.contains(part), "missing {part:?}: {text}");
+    }
+
+    let file = toml_file("[lease]\nduration = \"4s\"\n[child]\nkill_grace = \"1s\"\n");
+    let path = file
+        .path()
+        .to_str()
+        .expect("temp path is UTF-8")
+        .to_string();
+    let err = Config::load_with_env(
+        &run_args(&["--config", &path, "--renew-interval", "3s"]),
+        env(&[("LEADERD_LEASE__SAFETY_MARGIN", "300ms")]),
+    )
+    .unwrap_err();
+    let text = check_err(&err, Some("lease.duration"));
+    for part in [
+        format!("lease.duration = 4s (from {path})"),
+        format!("child.kill_grace = 1s (from {path})"),
+        "lease.renew_interval = 3s (from --renew-interval)".to_owned(),
+        "lease.safety_margin = 300ms (from LEADERD_LEASE__SAFETY_MARGIN)".to_owned(),
+    ] {
+        assert!(text.contains(&part), "missing {part:?}: {text}");
+    }
+
+    // R not below L, each named with its source.
+    let text = load_err(
+        None,
+        &[("LEADERD_LEASE__RENEW_INTERVAL", "10s")],
+        &["--lease-duration", "10s"],
+        "lease.renew_interval",
+    );
+    for part in [
+        "lease.renew_interval = 10s (from LEADERD_LEASE__RENEW_INTERVAL)",
+        "lease.duration = 10s (from --lease-duration)",
+    ] {
+        assert!(text.contains(part), "missing {part:?}: {text}");
+    }
+}
+
+/// `sessions = true` with elections of differing timings names whatever
+/// set it: the flag, the variable or the file.
+#[test]
+fn sessions_with_differing_timings_name_where_sessions_was_set() {
+    let elections =
+        "[[elections]]\nname = \"a\"\n[[elections]]\nname = \"b\"\nduration = \"20s\"\n";
+    let text = load_err(Some(elections), &[], &["--sessions"], "sessions");
+    assert!(text.contains("sessions = true (from --sessions)"), "{text}");
+    let text = load_err(
+        Some(elections),
+        &[("LEADERD_SESSIONS", "true")],
+        &[],
+        "sessions",
+    );
+    assert!(
+        text.contains("sessions = true (from LEADERD_SESSIONS)"),
+        "{text}"
+    );
+    let file = toml_file(&format!("sessions = true\n{elections}"));
+    let path = file
+        .path()
+        .to_str()
+        .expect("temp path is UTF-8")
+        .to_string();
+    let err = Config::load_with_env(&run_args(&["--config", &path]), env(&[])).unwrap_err();
+    let text = check_err(&err, Some("sessions"));
+    assert!(
+        text.contains(&format!("sessions = true (from {path})")),
+        "{text}"
+    );
+}
+
+/// Durations that humantime would add up (`1m1m` is 2m), or read with a
+/// space inside a number (`1 0s` is 10s): refused wherever a duration is
+/// read, naming the key, flag or variable and the value.
+#[test]
+fn ambiguous_durations_are_refused_everywhere() {
+    for value in ["1m1m", "30s1m", "1m 1min", "1 0s", "2s 3s", "10s 1h"] {
+        // The file.
+        let file = toml_file(&format!("[lease]\nduration = \"{value}\"\n"));
+        let path = file
+            .path()
+            .to_str()
+            .expect("temp path is UTF-8")
+            .to_string();
+        let err = Config::load_with_env(&run_args(&["--config", &path]), env(&[])).unwrap_err();
+        let text = check_err(&err, Some("lease.duration"));
+        assert!(
+            text.contains(&format!("{value:?}")) && text.contains(&path),
+            "{value}: {text}"
+        );
+        // The environment.
+        let text = load_err(
+            None,
+            &[("LEADERD_CHILD__KILL_GRACE", value)],
+            &[],
+            "child.kill_grace",
+        );
+        assert!(
+            text.contains(&format!("{value:?}")) && text.contains("LEADERD_CHILD__KILL_GRACE"),
+            "{value}: {text}"
+        );
+        // Every flag that takes a duration, `run`'s and the tools'.
+        for argv in [
+            vec!["run", "--lease-duration", value],
+            vec!["run", "--renew-interval", value],
+            vec!["run", "--acquire-timeout", value],
+            vec!["lock", "acquire", "x", "--lease-duration", value],
+            vec!["lock", "acquire", "x", "--wait", value],
+            vec!["lock", "renew", "x", "t", "--lease-duration", value],
+            vec!["table", "create", "--wait", value],
+        ] {
+            let flag = argv[argv.len() - 2];
+            let mut full = vec!["leaderd"];
+            full.extend(&argv);
+            let err = cli::parse_from(&full).expect_err(&format!("{full:?} accepted"));
+            assert_eq!(err.exit_code(), EX_CONFIG, "{full:?}");
+            let first = err.message();
+            let first = first.lines().next().unwrap_or_default();
+            assert!(
+                first.contains(flag) && first.contains(value),
+                "{full:?}: {first}"
+            );
+        }
+    }
+    // What is not ambiguous keeps working, on every path.
+    for (value, expected) in [
+        ("1m30s", Duration::from_secs(90)),
+        ("1m 30s", Duration::from_secs(90)),
+        ("15 minutes", Duration::from_secs(900)),
+        ("900s", Duration::from_secs(900)),
+        ("200ms", Duration::from_millis(200)),
+        ("1h 2m 3s 4ms", Duration::from_millis(3_723_004)),
+        ("1.5h", Duration::from_secs(5400)),
+    ] {
+        let c = load_ok(
+            None,
+            &[("LEADERD_HEALTH__STORE_TIMEOUT", value)],
+            &["--acquire-timeout", value],
+        );
+        assert_eq!(c.health.store_timeout, Some(expected), "{value}");
+        assert_eq!(c.acquire_timeout, Some(expected), "{value}");
+        let file = toml_file(&format!("[child]\nshutdown_grace = \"{value}\"\n"));
+        let path = file
+            .path()
+            .to_str()
+            .expect("temp path is UTF-8")
+            .to_string();
+        let c = Config::load_with_env(&run_args(&["--config", &path]), env(&[])).unwrap();
+        assert_eq!(c.child.shutdown_grace, expected, "{value}");
+        let Ok(Command::Lock(_)) =
+            cli::parse_from(["leaderd", "lock", "acquire", "x", "--wait", value])
+                .map(|c| c.command)
+        else {
+            panic!("lock acquire --wait {value} must parse");
+        };
+    }
+}

@@ -14,7 +14,7 @@ fn app_check_probe(raw: &RawConfig) -> Result<Option<Probe>, ConfigError> {
     if let Some(url) = &a.http {
         probes.push((
             "app_check.http",
-            http_probe(url, &raw.label("app_check.http"))?,
+            http_probe(url, &raw.origin("app_check.http"))?,
         ));
     }
     if let Some(addr) = &a.tcp {
@@ -67,7 +67,7 @@ pub(super) fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>,
     let interval = a.interval.map_or(app_check::defaults::INTERVAL, |d| d.0);
     check_range(
         "app_check.interval",
-        "app_check.interval",
+        &raw.origin("app_check.interval"),
         interval,
         limits::MIN_INTERVAL,
         limits::MAX_LEASE,
@@ -75,7 +75,7 @@ pub(super) fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>,
     let timeout = a.timeout.map_or(app_check::defaults::TIMEOUT, |d| d.0);
     check_range(
         "app_check.timeout",
-        "app_check.timeout",
+        &raw.origin("app_check.timeout"),
         timeout,
         limits::MIN_INTERVAL,
         limits::MAX_LEASE,
@@ -111,10 +111,13 @@ pub(super) fn build_app_check(raw: &RawConfig) -> Result<Option<AppCheckConfig>,
     }))
 }
 
-/// An `http://HOST[:PORT]/PATH` URL to probe.
-fn http_probe(url: &str, label: &str) -> Result<Probe, ConfigError> {
+/// An `http://HOST[:PORT]/PATH` URL to probe, set at `origin`.
+fn http_probe(url: &str, origin: &str) -> Result<Probe, ConfigError> {
     let bad = |why: &str| {
-        ConfigError::invalid("app_check.http", format!("{label} = {} {why}", echo(url)))
+        ConfigError::invalid(
+            "app_check.http",
+            format!("app_check.http = {} ({origin}) {why}", echo(url)),
+        )
     };
     let uri: hyper::Uri = url
         .trim()

@@ -113,11 +113,12 @@ pub(super) fn check_unique(names: &[String]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `value` of the setting `label` (its key, and the flag that set it) lies
+/// `value` of the setting `key`, which came from `origin` (`from
+/// LEADERD_LEASE__DURATION`, `default`: see [`RawConfig::origin`]), lies
 /// within `min..=max`; zero is "must be above zero" when `min` is not zero.
 pub(super) fn check_range(
     key: &str,
-    label: &str,
+    origin: &str,
     value: Duration,
     min: Duration,
     max: Duration,
@@ -133,36 +134,57 @@ pub(super) fn check_range(
     };
     Err(ConfigError::invalid(
         key,
-        format!("{label} = {} {problem}", text::duration(value)),
+        format!("{key} = {} ({origin}) {problem}", text::duration(value)),
     ))
 }
 
-/// A setting's effective value, the key it came from and how messages name it.
+/// A setting's effective value, the key it came from and where its value
+/// was set (see [`RawConfig::origin`]).
 struct Setting<T> {
-    pub(super) value: T,
-    pub(super) key: String,
-    pub(super) label: String,
+    value: T,
+    key: String,
+    origin: String,
 }
 
-/// The election's own override, else the `[lease]` value, else the default.
+impl<T> Setting<T> {
+    /// `key = value (origin)`, with the value as `shown`.
+    fn show(&self, shown: impl std::fmt::Display) -> String {
+        format!("{} = {shown} ({})", self.key, self.origin)
+    }
+}
+
+impl Setting<Duration> {
+    /// Checked against `min..=max` (see [`check_range`]).
+    fn check_range(&self, min: Duration, max: Duration) -> Result<(), ConfigError> {
+        check_range(&self.key, &self.origin, self.value, min, max)
+    }
+}
+
+/// The election's own override, else the `[lease]` value, else the default
+/// (whose origin reads `default`).
 fn pick<T: Copy>(
     over: Option<T>,
     over_key: String,
     base: Option<T>,
     base_key: &str,
-    default: T,
+    (default, default_origin): (T, &str),
     raw: &RawConfig,
 ) -> Setting<T> {
-    match over {
-        Some(value) => Setting {
+    match (over, base) {
+        (Some(value), _) => Setting {
             value,
-            label: over_key.clone(),
+            origin: raw.origin(&over_key),
             key: over_key,
         },
-        None => Setting {
-            value: base.unwrap_or(default),
+        (None, Some(value)) => Setting {
+            value,
             key: base_key.to_string(),
-            label: raw.label(base_key),
+            origin: raw.origin(base_key),
+        },
+        (None, None) => Setting {
+            value: default,
+            key: base_key.to_string(),
+            origin: default_origin.to_owned(),
         },
     }
 }
@@ -188,7 +210,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("duration"),
         d(lease.duration),
         "lease.duration",
-        defaults::LEASE_DURATION,
+        (defaults::LEASE_DURATION, "default"),
         raw,
     );
     let renew = pick(
@@ -196,7 +218,10 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("renew_interval"),
         d(lease.renew_interval),
         "lease.renew_interval",
-        defaults::renew_interval(duration.value),
+        (
+            defaults::renew_interval(duration.value),
+            &format!("default: half of {}", duration.key),
+        ),
         raw,
     );
     let retry = pick(
@@ -204,7 +229,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("retry_interval"),
         d(lease.retry_interval),
         "lease.retry_interval",
-        defaults::RETRY_INTERVAL,
+        (defaults::RETRY_INTERVAL, "default"),
         raw,
     );
     let drift = pick(
@@ -212,7 +237,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("max_clock_drift"),
         lease.max_clock_drift.map(|f| f.0),
         "lease.max_clock_drift",
-        defaults::MAX_CLOCK_DRIFT,
+        (defaults::MAX_CLOCK_DRIFT, "default"),
         raw,
     );
     let margin = pick(
@@ -220,7 +245,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("safety_margin"),
         d(lease.safety_margin),
         "lease.safety_margin",
-        defaults::SAFETY_MARGIN,
+        (defaults::SAFETY_MARGIN, "default"),
         raw,
     );
     Timing {
@@ -235,54 +260,58 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
 /// Every duration within its bounds, so that no arithmetic on them can
 /// overflow.
 fn check_timing_ranges(t: &Timing) -> Result<(), ConfigError> {
-    let d = &t.duration;
-    check_range(
-        &d.key,
-        &d.label,
-        d.value,
-        Duration::from_nanos(1),
-        limits::MAX_LEASE,
-    )?;
+    t.duration
+        .check_range(Duration::from_nanos(1), limits::MAX_LEASE)?;
     for s in [&t.renew, &t.retry] {
-        check_range(
-            &s.key,
-            &s.label,
-            s.value,
-            limits::MIN_INTERVAL,
-            limits::MAX_LEASE,
-        )?;
+        s.check_range(limits::MIN_INTERVAL, limits::MAX_LEASE)?;
     }
-    let m = &t.margin;
-    check_range(&m.key, &m.label, m.value, Duration::ZERO, limits::MAX_LEASE)
+    t.margin.check_range(Duration::ZERO, limits::MAX_LEASE)
 }
 
 /// A broken timing rule (the election engine owns them), named by the key
-/// that breaks it.
-fn timing_error(e: TimingError, t: &Timing, name: &str) -> ConfigError {
+/// that breaks it; every value in it says where it was set. `grace` is G.
+fn timing_error(e: TimingError, t: &Timing, grace: &Setting<Duration>, name: &str) -> ConfigError {
+    let d = text::duration;
+    let lease = t.duration.show(d(t.duration.value));
     match e {
         TimingError::Drift(value) => ConfigError::invalid(
             &t.drift.key,
             format!(
-                "{} = {value} must be at least 0 and below 0.5 (election {name})",
-                t.drift.label
+                "{} must be at least 0 and below 0.5 (election {name})",
+                t.drift.show(value)
             ),
         ),
-        TimingError::RenewNotShorter { renew, lease } => ConfigError::invalid(
+        TimingError::RenewNotShorter { renew, .. } => ConfigError::invalid(
             &t.renew.key,
             format!(
-                "{} = {} must be shorter than {} = {} (election {name})",
-                t.renew.label,
-                text::duration(renew),
-                t.duration.label,
-                text::duration(lease)
+                "{} must be shorter than {lease} (election {name})",
+                t.renew.show(d(renew)),
             ),
         ),
-        e @ (TimingError::Zero | TimingError::Invariant { .. }) => ConfigError::invalid(
+        TimingError::Zero => ConfigError::invalid(
+            &t.duration.key,
+            format!("{lease} is too short for the other settings: {e} (election {name})"),
+        ),
+        TimingError::Invariant {
+            renew,
+            kill_grace,
+            safety_margin,
+            drift,
+            lease: l,
+        } => ConfigError::invalid(
             &t.duration.key,
             format!(
-                "{} = {} is too short for the other settings: {e}",
-                t.duration.label,
-                text::duration(t.duration.value)
+                "{lease} is too short for the other settings of election {name}: the rule R + G + M + L·D < L is broken, as R + G + M + L·D = {} + {} + {} + {} = {}, not below {}, with R {}, G {}, M {}, D {}",
+                d(renew),
+                d(kill_grace),
+                d(safety_margin),
+                d(drift),
+                d(renew + kill_grace + safety_margin + drift),
+                d(l),
+                t.renew.show(d(renew)),
+                grace.show(d(kill_grace)),
+                t.margin.show(d(safety_margin)),
+                t.drift.show(t.drift.value),
             ),
         ),
     }
@@ -298,6 +327,11 @@ fn election_config(
     let e = &raw.elections[i];
     let timing = pick_timing(i, raw);
     check_timing_ranges(&timing)?;
+    let grace = Setting {
+        value: kill_grace,
+        key: "child.kill_grace".to_owned(),
+        origin: raw.origin("child.kill_grace"),
+    };
     let config = ElectionConfig {
         name: e.name.clone(),
         identity: identity.to_string(),
@@ -315,7 +349,7 @@ fn election_config(
     };
     config
         .validate()
-        .map_err(|err| timing_error(err, &timing, &e.name))?;
+        .map_err(|err| timing_error(err, &timing, &grace, &e.name))?;
     Ok(config)
 }
 
@@ -351,9 +385,8 @@ pub(super) fn build_listen(raw: &RawConfig) -> Result<SocketAddr, ConfigError> {
         ConfigError::invalid(
             "http.listen",
             format!(
-                "{} = {} is not an address to listen on: {why}",
-                raw.label("http.listen"),
-                echo(listen_text)
+                "{} is not an address to listen on: {why}",
+                raw.show("http.listen", &echo(listen_text))
             ),
         )
     })
@@ -393,9 +426,8 @@ pub(super) fn build_identity(raw: &RawConfig) -> Result<String, ConfigError> {
         return Err(ConfigError::invalid(
             "identity",
             format!(
-                "{} = {} must be printable text of 1 to {} bytes (leave it unset for host name + random suffix)",
-                raw.label("identity"),
-                echo(id),
+                "{} must be printable text of 1 to {} bytes (leave it unset for host name + random suffix)",
+                raw.show("identity", &echo(id)),
                 limits::MAX_NAME_BYTES
             ),
         ));
@@ -408,7 +440,7 @@ fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
     let kill_grace = c.kill_grace.map_or(defaults::KILL_GRACE, |d| d.0);
     check_range(
         "child.kill_grace",
-        &raw.label("child.kill_grace"),
+        &raw.origin("child.kill_grace"),
         kill_grace,
         Duration::ZERO,
         limits::MAX_LEASE,
@@ -416,7 +448,7 @@ fn build_child(raw: &RawConfig) -> Result<ChildConfig, ConfigError> {
     let shutdown_grace = c.shutdown_grace.map_or(defaults::SHUTDOWN_GRACE, |d| d.0);
     check_range(
         "child.shutdown_grace",
-        "child.shutdown_grace",
+        &raw.origin("child.shutdown_grace"),
         shutdown_grace,
         Duration::ZERO,
         limits::MAX_WAIT,
@@ -467,15 +499,16 @@ fn check_child_mode(raw: &RawConfig, child: &ChildConfig) -> Result<(), ConfigEr
         signal_on_loss,
         ..
     } = child;
-    // The keys as messages name them: with the flag that set them, if any.
-    let mode_key = raw.label("child.mode");
+    // The settings as messages name them: with where they were set.
+    let mode_is = |value: &str| raw.show("child.mode", value);
     match mode {
         Mode::Always => {
             if command.is_empty() {
                 return Err(ConfigError::invalid(
                     "child.mode",
                     format!(
-                        "{mode_key} = \"always\" needs a child command (child.command or `-- COMMAND`)"
+                        "{} needs a child command (child.command or `-- COMMAND`)",
+                        mode_is("\"always\"")
                     ),
                 ));
             }
@@ -483,8 +516,9 @@ fn check_child_mode(raw: &RawConfig, child: &ChildConfig) -> Result<(), ConfigEr
                 return Err(ConfigError::invalid(
                     "child.on_child_exit",
                     format!(
-                        "{} = \"release\" needs {mode_key} = \"while-leader\" (with \"always\" the child is not tied to the lease: use \"exit\" or \"restart\")",
-                        raw.label("child.on_child_exit")
+                        "{} does not go with {}: with \"always\" the child is not tied to the lease (use \"exit\" or \"restart\", or child.mode = \"while-leader\")",
+                        raw.show("child.on_child_exit", "\"release\""),
+                        mode_is("\"always\"")
                     ),
                 ));
             }
@@ -498,8 +532,9 @@ fn check_child_mode(raw: &RawConfig, child: &ChildConfig) -> Result<(), ConfigEr
                     return Err(ConfigError::invalid(
                         key,
                         format!(
-                            "{key} = \"{}\" needs {mode_key} = \"always\" (in \"while-leader\" mode the child is started and stopped instead)",
-                            signal.as_str()
+                            "{} does not go with {}: it needs child.mode = \"always\" (in \"while-leader\" mode the child is started and stopped instead)",
+                            raw.show(key, &format!("\"{}\"", signal.as_str())),
+                            mode_is("\"while-leader\"")
                         ),
                     ));
                 }
@@ -552,9 +587,8 @@ fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigErro
                 return Err(ConfigError::invalid(
                     "http.primary",
                     format!(
-                        "{} = {} is not a configured election (configured: {})",
-                        raw.label("http.primary"),
-                        echo(&primary),
+                        "{} is not a configured election (configured: {})",
+                        raw.show("http.primary", &echo(&primary)),
                         names.join(", ")
                     ),
                 ));
@@ -579,7 +613,7 @@ pub(super) fn build(
     if let Some(t) = acquire_timeout {
         check_range(
             "acquire_timeout",
-            "--acquire-timeout",
+            "from --acquire-timeout",
             t,
             Duration::ZERO,
             limits::MAX_WAIT,
@@ -588,7 +622,7 @@ pub(super) fn build(
 
     let listen = build_listen(&raw)?;
     let advertise = match non_empty(raw.http.advertise.clone()) {
-        Some(a) => Some(check_advertise(&a, &raw.label("http.advertise"))?),
+        Some(a) => Some(check_advertise(&a, &raw.origin("http.advertise"))?),
         None => None,
     };
     let http = HttpConfig {
@@ -612,7 +646,7 @@ pub(super) fn build(
     if let Some(t) = store_timeout {
         check_range(
             "health.store_timeout",
-            "health.store_timeout",
+            &raw.origin("health.store_timeout"),
             t,
             Duration::from_nanos(1),
             limits::MAX_WAIT,
@@ -629,7 +663,7 @@ pub(super) fn build(
     let app_check = build_app_check(&raw)?;
     warnings.append(&mut raw.warnings);
 
-    let sessions = check_sessions(raw.sessions, &elections, &mut warnings)?;
+    let sessions = check_sessions(&raw, &elections, &mut warnings)?;
     Ok(Config {
         identity,
         store,
@@ -651,12 +685,13 @@ pub(super) fn build(
 /// one lease timing (L, R, P, D, M): the session is renewed on it. Left
 /// unset, sessions are on when the elections share one timing, and off
 /// (with a warning saying why) when they do not; set to `true`, differing
-/// timings are an error.
+/// timings are an error, naming where it was set.
 fn check_sessions(
-    sessions: Option<bool>,
+    raw: &RawConfig,
     elections: &[ElectionConfig],
     warnings: &mut Vec<String>,
 ) -> Result<bool, ConfigError> {
+    let sessions = raw.sessions;
     let Some(first) = elections.first().filter(|_| sessions != Some(false)) else {
         return Ok(false);
     };
@@ -680,7 +715,8 @@ fn check_sessions(
         return Err(ConfigError::invalid(
             "sessions",
             format!(
-                "sessions = true needs one lease timing for every election, but {differ}: use the same [lease] for all"
+                "{} needs one lease timing for every election, but {differ}: use the same [lease] for all",
+                raw.show("sessions", "true")
             ),
         ));
     }
@@ -693,10 +729,14 @@ fn check_sessions(
 /// `http.advertise`: `HOST:PORT` with a port above 0 and a host that
 /// resolves to addresses other instances can connect to: not the
 /// unspecified address (`0.0.0.0`, `::`), which is only good for listening.
-fn check_advertise(addr: &str, label: &str) -> Result<String, ConfigError> {
+/// `origin`: where it was set.
+fn check_advertise(addr: &str, origin: &str) -> Result<String, ConfigError> {
     use std::net::ToSocketAddrs;
     let bad = |why: String| {
-        ConfigError::invalid("http.advertise", format!("{label} = {} {why}", echo(addr)))
+        ConfigError::invalid(
+            "http.advertise",
+            format!("http.advertise = {} ({origin}) {why}", echo(addr)),
+        )
     };
     match split_host_port(addr) {
         Some((_, 0)) => Err(bad(

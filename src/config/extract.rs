@@ -1,9 +1,11 @@
 //! Merging the file and environment layers, and turning figment's errors
 //! into one line that names the key, the value and where it was set.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use figment::error::{Actual, Kind};
+use figment::value::{Dict, Value};
 use figment::{Figment, Profile, Source};
 
 use super::ConfigError;
@@ -18,8 +20,14 @@ pub(super) fn extract(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<RawConfig, ConfigError> {
     let mut figment = Figment::new();
+    let mut sources = BTreeMap::new();
     if let Some(path) = file {
-        figment = figment.merge(FileLayer::read(path)?);
+        let layer = FileLayer::read(path)?;
+        let origin = path.display().to_string();
+        file_keys(&layer.dict, "", &mut |key| {
+            sources.insert(key, origin.clone());
+        });
+        figment = figment.merge(layer);
     }
     let env = EnvLayer::new(env)?;
     let warnings = env.warnings();
@@ -28,12 +36,33 @@ pub(super) fn extract(
         .iter()
         .map(|(name, path, _)| (name.clone(), path.clone()))
         .collect();
+    // Later wins, as the layers merge.
+    for (name, path) in &names {
+        sources.insert(path.join("."), name.clone());
+    }
     figment = figment.merge(env);
     let mut raw = figment
         .extract_lossy::<RawConfig>()
         .map_err(|e| figment_error(e, &names))?;
     raw.warnings = warnings;
+    raw.sources = sources;
     Ok(raw)
+}
+
+/// Every key the file sets a value of (`lease.duration`), `prefix` first;
+/// an array is one key.
+fn file_keys(dict: &Dict, prefix: &str, found: &mut impl FnMut(String)) {
+    for (name, value) in dict {
+        let key = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        match value {
+            Value::Dict(_, inner) => file_keys(inner, &key, found),
+            _ => found(key),
+        }
+    }
 }
 
 /// Turn figment's (possibly multi-error, multi-line) error into one line

@@ -110,8 +110,9 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// A duration flag, read as every duration is (see [`super::duration`]).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (like 10s, 1m30s, 200ms)"))
+    super::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// A duration of at most [`limits::MAX_WAIT`].

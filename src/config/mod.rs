@@ -35,7 +35,8 @@
 //! file and the environment may say, with the value types; `file`, `env`
 //! and `flags` are the layers; `extract` merges the file and the
 //! environment and words their errors; `build` applies the defaults and
-//! validates; `app_check` checks the app check's settings.
+//! validates; `duration` reads every duration (file, environment, flags);
+//! `app_check` checks the app check's settings.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,7 @@ use crate::lease::dynamodb::DynamoSpec;
 
 mod app_check;
 mod build;
+mod duration;
 mod env;
 mod extract;
 mod file;
@@ -448,8 +450,8 @@ impl LockConfig {
             ConfigError::invalid(
                 "lease.max_clock_drift",
                 format!(
-                    "{} = {max_clock_drift} must be at least 0 and below 0.5",
-                    raw.label("lease.max_clock_drift")
+                    "{} must be at least 0 and below 0.5",
+                    raw.show("lease.max_clock_drift", &max_clock_drift.to_string())
                 ),
             )
         })?;
@@ -459,7 +461,7 @@ impl LockConfig {
             .map_or(crate::election::defaults::RETRY_INTERVAL, |d| d.0);
         check_range(
             "lease.retry_interval",
-            &raw.label("lease.retry_interval"),
+            &raw.origin("lease.retry_interval"),
             retry_interval,
             limits::MIN_INTERVAL,
             limits::MAX_LEASE,

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use serde::de::{Deserializer, Visitor};
 use serde::{Deserialize, de};
 
+use super::duration::DurationError;
 use super::{LogFormat, Mode, OnChildExit, StoreKind};
 use crate::text::echo;
 
@@ -38,19 +39,43 @@ pub(super) struct RawConfig {
     /// Keys set by a command-line flag, and the flag: messages name both.
     #[serde(skip)]
     pub(super) flags: BTreeMap<&'static str, &'static str>,
+    /// Keys set by the file or the environment, and which: the file's path
+    /// or the variable's name (the environment's where both set one). An
+    /// array (`elections`, `child.command`) is one key: it comes whole from
+    /// one layer.
+    #[serde(skip)]
+    pub(super) sources: BTreeMap<String, String>,
     /// Valid but questionable input met while loading (unknown variables).
     #[serde(skip)]
     pub(super) warnings: Vec<String>,
 }
 
 impl RawConfig {
-    /// `key`, followed by the flag that set it, if one did:
-    /// `lease.duration (--lease-duration)`.
-    pub(super) fn label(&self, key: &str) -> String {
-        match self.flags.get(key) {
-            Some(flag) => format!("{key} ({flag})"),
-            None => key.to_owned(),
+    /// Where `key`'s value came from, for messages: `from --lease-duration`,
+    /// `from LEADERD_LEASE__DURATION`, `from /etc/leaderd.toml`, or
+    /// `default`. A key inside an array (`elections[0].duration`) came from
+    /// where the array did.
+    pub(super) fn origin(&self, key: &str) -> String {
+        let whole = key.split('[').next().unwrap_or(key);
+        if let Some(flag) = self.flags.get(key) {
+            return format!("from {flag}");
         }
+        match self.sources.get(key).or_else(|| self.sources.get(whole)) {
+            Some(source) => format!("from {source}"),
+            None => "default".to_owned(),
+        }
+    }
+
+    /// `key` with where its value came from, for a message that does not
+    /// repeat the value: `http.admin_token (from LEADERD_HTTP__ADMIN_TOKEN)`.
+    pub(super) fn label(&self, key: &str) -> String {
+        format!("{key} ({})", self.origin(key))
+    }
+
+    /// `key = value (from SOURCE)`: a setting's value, as written for a
+    /// message, with where it came from.
+    pub(super) fn show(&self, key: &str, value: &str) -> String {
+        format!("{key} = {value} ({})", self.origin(key))
     }
 }
 
@@ -144,8 +169,8 @@ pub(super) struct RawAppCheck {
     pub(super) success_threshold: Option<u32>,
 }
 
-/// A humantime duration string (`10s`, `1m30s`, `200ms`). Bare numbers are
-/// rejected: a unit is required.
+/// A duration string (`10s`, `1m30s`, `200ms`), read as every duration is
+/// (see [`super::duration`]). Bare numbers are rejected: a unit is required.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct DurationValue(pub(super) Duration);
 
@@ -158,9 +183,16 @@ impl<'de> Deserialize<'de> for DurationValue {
                 f.write_str("a duration (like 10s, 1m30s)")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<DurationValue, E> {
-                humantime::parse_duration(s.trim())
-                    .map(DurationValue)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Str(s), &self))
+                match super::duration::parse(s) {
+                    Ok(d) => Ok(DurationValue(d)),
+                    Err(DurationError::Syntax(_)) => {
+                        Err(E::invalid_value(de::Unexpected::Str(s), &self))
+                    }
+                    Err(e @ DurationError::Ambiguous(_)) => Err(E::invalid_value(
+                        de::Unexpected::Str(s),
+                        &format!("a duration: {e}").as_str(),
+                    )),
+                }
             }
         }
         d.deserialize_str(V)
