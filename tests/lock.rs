@@ -3,9 +3,10 @@
 //! takes a lock nobody renews only after its lease · (1 + D); a stale token
 //! that neither renews nor releases the new holder's lock; a CLI lock and
 //! `leaderd run` keeping each other out; a lock a daemon handed to a named
-//! successor, which others wait one lease for; a token that cannot be
-//! written to stdout (a full disk, a closed pipe) gives the lock up again;
-//! bad input as clear errors.
+//! successor, which others wait one lease for; a waiter naming a daemon's
+//! session lease, not the hundred years its election's record stores; a
+//! token that cannot be written to stdout (a full disk, a closed pipe)
+//! gives the lock up again; bad input as clear errors.
 
 use crate::common;
 
@@ -635,4 +636,35 @@ fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_sqlite() {
 fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_dynamodb_local() {
     let dir = tempfile::tempdir().expect("tempdir");
     a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(&Store::dynamodb(), dir.path());
+}
+
+/// A daemon holds its elections through its session (the default), whose
+/// record carries the real lease; the election's own record says a hundred
+/// years so that older builds never take it over. A waiter names the
+/// holder with the session's lease (3 s), as `lock status` does, while it
+/// waits and when it gives up.
+#[test]
+fn a_waiter_names_the_session_lease_of_a_daemon_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::sqlite(dir.path());
+    let node = leading_daemon(&store, dir.path(), "nightly");
+    let row = status_json(&store, "nightly");
+    assert_eq!(
+        row["session_state"], "live",
+        "held through a session: {row}"
+    );
+    assert_eq!(row["lease_ms"], 3000, "{row}");
+    for extra in [&["--wait", "2s"][..], &["--no-wait"][..]] {
+        let mut args = vec!["nightly"];
+        args.extend(extra);
+        let out = store.lock("acquire", &args);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(75), "{extra:?}: {said}");
+        assert!(
+            said.contains("held by daemon") && said.contains("lease 3s"),
+            "{extra:?}: {said}"
+        );
+        assert!(!said.contains("876600h"), "{extra:?}: {said}");
+    }
+    drop(node);
 }

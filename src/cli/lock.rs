@@ -23,6 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::status::session_lease_ms;
 use super::tool::{self, check_name};
 use super::{
     LockAcquireArgs, LockReleaseArgs, LockRenewArgs, LockStatusArgs, StatusArgs, ToolError,
@@ -129,19 +130,33 @@ fn lease_ms(d: Duration) -> u64 {
 }
 
 /// What keeps `identity` from taking the lock at once, as one clause naming
-/// the lock: who holds it, whom it was handed to, or that its record is
-/// malformed or of a format this build does not know. `None` when nothing
-/// does.
-fn obstacle(name: &str, identity: &str, record: &Record) -> Option<String> {
+/// the lock: who holds it (and its lease: for a record held through a
+/// session, the session's, from `session`, its record as read), whom it was
+/// handed to, or that its record is malformed or of a format this build
+/// does not know. `None` when nothing does.
+fn obstacle(
+    name: &str,
+    identity: &str,
+    record: &Record,
+    session: Option<&Record>,
+) -> Option<String> {
     let name = text::echo_plain(name);
     match record {
         Record::Valid(l) if l.free_for(identity) => None,
         Record::Valid(l) => Some(match (&l.holder, &l.successor) {
             (Some(h), _) => format!(
-                "lock {name} is held by {} (fencing token {}, lease {})",
+                "lock {name} is held by {} (fencing token {}, {})",
                 text::echo_plain(h),
                 l.fencing_token,
-                text::duration(Duration::from_millis(l.lease_ms))
+                match (&l.session, session.and_then(session_lease_ms)) {
+                    (None, _) => format!(
+                        "lease {}",
+                        text::duration(Duration::from_millis(l.lease_ms))
+                    ),
+                    (Some(_), Some(ms)) =>
+                        format!("lease {}", text::duration(Duration::from_millis(ms))),
+                    (Some(_), None) => "its session's lease unknown".to_owned(),
+                }
             ),
             // Not free for us, not held: handed to someone else.
             (None, s) => format!(
@@ -314,9 +329,16 @@ impl Waiter {
             Err(e) => return failed(&format!("cannot read lock {name}"), e, clock.now() + retry),
         };
         let at = clock.now();
+        // The session the record is held through, if it is: read each
+        // round to time it, and what the waiter says of its lease.
+        let mut session = None;
         let plan = match self.plan(&record, at) {
             Plan::Session { key, election } => match store.read(&key, BUDGET).await {
-                Ok(session) => self.session_plan(election, &key, &session, clock.now()),
+                Ok(read) => {
+                    let plan = self.session_plan(election, &key, &read, clock.now());
+                    session = Some(read);
+                    plan
+                }
                 Err(e) => {
                     let what = format!("cannot read the session lock {name} is held through");
                     return failed(&what, e, clock.now() + retry);
@@ -346,7 +368,7 @@ impl Waiter {
                 return Round::Again {
                     next: due.min(at + retry),
                     failed: None,
-                    blocked: obstacle(&self.name, &self.identity, &record),
+                    blocked: obstacle(&self.name, &self.identity, &record, session.as_ref()),
                     waiting: true,
                 };
             }

@@ -143,12 +143,7 @@ async fn with_sessions(
         if !sessions.contains_key(&key) {
             sessions.insert(key.clone(), store.read(&key, budget).await?);
         }
-        // The election's own `lease_ms` is stored as a hundred years (see
-        // `Lease::stored_lease_ms`): its session's is the one that counts.
-        row.lease_ms = match &sessions[&key] {
-            Record::Valid(s) => Some(s.lease_ms),
-            _ => None,
-        };
+        row.lease_ms = session_lease_ms(&sessions[&key]);
         row.session_state = Some(match &sessions[&key] {
             Record::Valid(s) if s.holder.is_some() => {
                 row.renewed_at_ms = Some(s.renewed_at_ms);
@@ -161,6 +156,18 @@ async fn with_sessions(
         });
     }
     Ok(rows)
+}
+
+/// The lease of an election held through a session, from that session's
+/// record as read: the election's own `lease_ms` is stored as a hundred
+/// years (see `Lease::stored_lease_ms`) and says nothing; its session's is
+/// the one that counts. `None` when the session's record cannot tell
+/// (missing, malformed, of an unknown format).
+pub(super) fn session_lease_ms(session: &Record) -> Option<u64> {
+    match session {
+        Record::Valid(s) => Some(s.lease_ms),
+        _ => None,
+    }
 }
 
 /// Render as an aligned text table.
