@@ -48,3 +48,4 @@ mod store_contract;
 mod store_errors;
 mod supervisor;
 mod systemd_notify;
+mod wrong_table;

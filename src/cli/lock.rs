@@ -18,6 +18,10 @@
 //! (fencing token, `rvn`, holder). `renew` and `release` write only under the
 //! condition that the record is still that write of that holder, so a stale
 //! token can never renew or release someone else's lock.
+//!
+//! Every command checks the store before it reads, as `leaderd run` does: a
+//! table with another key is exit 69 at once (`acquire` retries any other
+//! failure of the check, as it retries the store's errors).
 
 use std::fmt;
 use std::sync::Arc;
@@ -202,6 +206,8 @@ enum Plan {
 enum Round {
     /// The lock is ours: this write applied.
     Taken(Lease),
+    /// The store can never hold the lock: its table has another key.
+    Unusable(StoreError),
     /// Not now: look again at `next`; `failed`: what failed and the
     /// store's error, if that was why; `blocked`: what stands in the way,
     /// if anything, and whether it is waited on (said on stderr).
@@ -222,6 +228,11 @@ struct Waiter {
     lease_ms: u64,
     /// Times the held record's (or its session's) `rvn`.
     takeover: election::TakeoverTimer,
+    /// Whether the store passed its check ([`LeaseStore::check`]), which
+    /// the first round makes before it reads, as every tool does; it is
+    /// made again while it fails, as any store error is retried, but a
+    /// table with the wrong key is final.
+    checked: bool,
 }
 
 impl Waiter {
@@ -312,11 +323,15 @@ impl Waiter {
     /// and write what the rules allow.
     async fn round(&mut self, store: &dyn LeaseStore, clock: &Clock, retry: Duration) -> Round {
         let name = text::echo_plain(&self.name);
-        let failed = |what: &str, e: StoreError, next: Instant| Round::Again {
-            next,
-            failed: Some((what.to_owned(), e.to_string())),
-            blocked: None,
-            waiting: false,
+        let failed = |what: &str, e: StoreError, next: Instant| match e {
+            // No retry can help.
+            StoreError::WrongSchema { .. } => Round::Unusable(e),
+            e => Round::Again {
+                next,
+                failed: Some((what.to_owned(), e.to_string())),
+                blocked: None,
+                waiting: false,
+            },
         };
         let changed = |next: Instant| Round::Again {
             next,
@@ -324,6 +339,12 @@ impl Waiter {
             blocked: Some(format!("lock {name} changed while it was being taken")),
             waiting: false,
         };
+        if !self.checked {
+            match store.check(BUDGET).await {
+                Ok(()) => self.checked = true,
+                Err(e) => return failed("cannot check the store", e, clock.now() + retry),
+            }
+        }
         let record = match store.read(&self.name, BUDGET).await {
             Ok(r) => r,
             Err(e) => return failed(&format!("cannot read lock {name}"), e, clock.now() + retry),
@@ -416,6 +437,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         identity: cfg.identity.clone(),
         lease_ms: lease_ms(args.lease_duration),
         takeover: election::TakeoverTimer::new(cfg.max_clock_drift),
+        checked: false,
     };
     // What a waiter says on stderr, each line once until it changes. With
     // --no-wait nothing is waited for: the final error says why.
@@ -426,6 +448,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
             .await
         {
             Round::Taken(lease) => return hand_out(store.as_ref(), &args.name, &lease).await,
+            Round::Unusable(e) => return Err(unavailable(e)),
             Round::Again {
                 next,
                 failed,
@@ -564,6 +587,7 @@ pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
     let token = parse_token(&args.token)?;
     let (_, store) = open(&args.store).await?;
+    tool::check_store(store.as_ref()).await?;
     let current = ours(store.as_ref(), &args.name, &token).await?;
     let next = Lease::stamped(
         &args.name,
@@ -584,6 +608,7 @@ pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
     let token = parse_token(&args.token)?;
     let (_, store) = open(&args.store).await?;
+    tool::check_store(store.as_ref()).await?;
     let current = ours(store.as_ref(), &args.name, &token).await?;
     write_ours(store.as_ref(), &args.name, &current.released(), &token).await
 }

@@ -1,5 +1,7 @@
 //! `leaderd status [ELECTION…] [--json]`: read the store, print each
-//! election's holder, fencing token and age.
+//! election's holder, fencing token and age. The store is checked first,
+//! as `leaderd run` checks it: a table with another key is exit 69, never
+//! its items shown as elections.
 //!
 //! Ages come from the record's `renewed_at` and this host's wall clock: they
 //! are for humans and decide nothing.
@@ -238,8 +240,8 @@ pub fn render_json(rows: &[ElectionStatus]) -> String {
 /// Budget of one store request made by `status`.
 const BUDGET: Duration = Duration::from_secs(10);
 
-/// `leaderd status`: read the store (never create or change anything) and
-/// print every election found in it, or the ones named.
+/// `leaderd status`: check the store, read it (never create or change
+/// anything) and print every election found in it, or the ones named.
 pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
     for name in &args.elections {
         tool::check_name(name)?;
@@ -248,6 +250,7 @@ pub async fn run(args: StatusArgs) -> Result<(), ToolError> {
     let store = crate::lease::open_to_read(&cfg.store.spec())
         .await
         .map_err(|e| ToolError::new(exit::UNAVAILABLE, e))?;
+    tool::check_store(store.as_ref()).await?;
     let rows = collect(store.as_ref(), &args.elections, BUDGET)
         .await
         .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))?;

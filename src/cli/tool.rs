@@ -3,10 +3,12 @@
 //! check a name and print.
 
 use std::io::Write as _;
+use std::time::Duration;
 
 use super::StoreArgs;
 use crate::config::{ConfigError, ToolConfig};
 use crate::exit;
+use crate::lease::LeaseStore;
 
 /// A one-shot subcommand failed: the exit code and the one line to print.
 #[derive(Debug)]
@@ -34,6 +36,23 @@ pub(crate) fn config(args: &StoreArgs) -> Result<ToolConfig, ToolError> {
         eprintln!("leaderd: warning: {w}");
     }
     Ok(cfg)
+}
+
+/// How long the store's check may take.
+const CHECK_BUDGET: Duration = Duration::from_secs(10);
+
+/// The check `leaderd run` starts with ([`LeaseStore::check`]: a DynamoDB
+/// table that exists, is ACTIVE and is keyed by `election` (S) alone; a
+/// SQLite file with leaderd's table): every subcommand that reads or writes
+/// records makes it once, before it does (one `DescribeTable`). Without
+/// it, a table of another key would be read as leaderd's: another
+/// application's items listed as malformed elections, or nothing at all.
+/// Any failure is [`exit::UNAVAILABLE`], with the store's one line.
+pub(crate) async fn check_store(store: &dyn LeaseStore) -> Result<(), ToolError> {
+    store
+        .check(CHECK_BUDGET)
+        .await
+        .map_err(|e| ToolError::new(exit::UNAVAILABLE, e.to_string()))
 }
 
 /// `name`, given on the command line, as an election name (a lock's name is
