@@ -199,6 +199,8 @@ fn shipped_config_file_documents_every_key() {
         "log.format",
         "log.level",
         "health.store_timeout",
+        "metrics.election_series_limit",
+        "metrics.elections",
     ];
     for key in expected {
         assert!(
@@ -484,7 +486,7 @@ fn unknown_key_in_file() {
 #[test]
 fn unknown_top_level_key_and_section() {
     load_err(Some("colour = \"blue\"\n"), &[], &[], "colour");
-    load_err(Some("[metrics]\nport = 1\n"), &[], &[], "metrics");
+    load_err(Some("[telemetry]\nport = 1\n"), &[], &[], "telemetry");
 }
 
 #[test]
@@ -1148,4 +1150,63 @@ fn ambiguous_durations_are_refused_everywhere() {
             panic!("lock acquire --wait {value} must parse");
         };
     }
+}
+
+// ---------------------------------------------------------------------------
+// Metrics.
+
+#[test]
+fn metrics_limit_and_kept_elections_come_from_every_layer() {
+    let c = load_ok(None, &[], &[]);
+    assert_eq!(c.metrics.election_series_limit, 100);
+    assert!(c.metrics.elections.is_empty());
+
+    let file = "[metrics]\nelection_series_limit = 50\nelections = [\"a\"]\n\
+                [[elections]]\nname = \"a\"\n[[elections]]\nname = \"b\"\n";
+    let c = load_ok(Some(file), &[], &[]);
+    assert_eq!(c.metrics.election_series_limit, 50);
+    assert_eq!(c.metrics.elections, ["a"]);
+    let vars = [
+        ("LEADERD_METRICS__ELECTION_SERIES_LIMIT", "40"),
+        ("LEADERD_METRICS__ELECTIONS", "[\"b\"]"),
+    ];
+    let c = load_ok(Some(file), &vars, &[]);
+    assert_eq!(c.metrics.election_series_limit, 40);
+    assert_eq!(c.metrics.elections, ["b"]);
+    let c = load_ok(Some(file), &vars, &["--election-series-limit", "0"]);
+    assert_eq!(c.metrics.election_series_limit, 0);
+}
+
+#[test]
+fn metrics_settings_must_be_a_count_and_configured_elections() {
+    let text = load_err(
+        Some("[metrics]\nelections = [\"report\", \"nope\"]\n[[elections]]\nname = \"report\"\n"),
+        &[],
+        &[],
+        "metrics.elections",
+    );
+    assert!(
+        text.contains("metrics.elections[1] = \"nope\" is not a configured election"),
+        "{text}"
+    );
+    load_err(
+        Some("[metrics]\nelection_series_limit = -1\n"),
+        &[],
+        &[],
+        "metrics.election_series_limit",
+    );
+    load_err(
+        None,
+        &[("LEADERD_METRICS__ELECTION_SERIES_LIMIT", "many")],
+        &[],
+        "metrics.election_series_limit",
+    );
+    load_err(
+        Some("[metrics]\nelections = \"report\"\n"),
+        &[],
+        &[],
+        "metrics.elections",
+    );
+    let err = cli::parse_from(["leaderd", "run", "--election-series-limit", "lots"]);
+    assert!(err.is_err(), "a limit that is no number is a usage error");
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::app_check::build_app_check;
+use super::metrics::build_metrics;
 use super::raw::{
     DurationValue, RawConfig, RawElection, RawStore, SignalName, resolve_listen, split_host_port,
 };
@@ -661,6 +662,7 @@ pub(super) fn build(
     }
     let health = HealthConfig { store_timeout };
     let app_check = build_app_check(&raw)?;
+    let metrics = build_metrics(&raw, &names)?;
     warnings.append(&mut raw.warnings);
 
     let sessions = check_sessions(&raw, &elections, &mut warnings)?;
@@ -674,6 +676,7 @@ pub(super) fn build(
         log,
         health,
         app_check,
+        metrics,
         acquire_timeout,
         balance: raw.balance.unwrap_or(false),
         sessions,

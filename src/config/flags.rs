@@ -105,6 +105,11 @@ pub struct RunArgs {
     /// before sessions did) [config: sessions = false].
     #[arg(long)]
     pub no_sessions: bool,
+    /// With more elections than this, only those named in metrics.elections
+    /// and the primary have series of their own in /metrics; the others
+    /// are counted together [config: metrics.election_series_limit].
+    #[arg(long, value_name = "N")]
+    pub election_series_limit: Option<u32>,
     /// The child command, run without a shell [config: child.command].
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -205,6 +210,9 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     if let Some(format) = args.log_format {
         raw.log.format = Some(format);
     }
+    if let Some(limit) = args.election_series_limit {
+        raw.metrics.election_series_limit = Some(limit);
+    }
     if !args.command.is_empty() {
         raw.child.command = Some(args.command.clone());
     }
@@ -248,6 +256,11 @@ fn note_flags(raw: &mut RawConfig, args: &RunArgs) {
             "--on-child-exit",
         ),
         (args.log_format.is_some(), "log.format", "--log-format"),
+        (
+            args.election_series_limit.is_some(),
+            "metrics.election_series_limit",
+            "--election-series-limit",
+        ),
     ];
     for (given, key, flag) in set {
         if given {

@@ -59,6 +59,7 @@ mod env;
 mod extract;
 mod file;
 pub(crate) mod flags;
+mod metrics;
 mod raw;
 
 use build::{
@@ -80,7 +81,7 @@ pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
 /// The top-level configuration keys. An environment variable is read as
 /// configuration when its first segment names one of them, or when it has
 /// the `SECTION__KEY` shape (so a misspelt section is still an error).
-const TOP_LEVEL_KEYS: [&str; 11] = [
+const TOP_LEVEL_KEYS: [&str; 12] = [
     "identity",
     "balance",
     "sessions",
@@ -92,6 +93,7 @@ const TOP_LEVEL_KEYS: [&str; 11] = [
     "log",
     "health",
     "app_check",
+    "metrics",
 ];
 
 /// The election run when none is configured.
@@ -261,6 +263,17 @@ pub struct HealthConfig {
     pub store_timeout: Option<Duration>,
 }
 
+/// `[metrics]`: which elections have series of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `metrics.election_series_limit`: with more elections than this, only
+    /// those in `elections` and the primary have series of their own.
+    pub election_series_limit: usize,
+    /// `metrics.elections`: elections that keep series of their own above
+    /// the limit (each one configured).
+    pub elections: Vec<String>,
+}
+
 /// The validated configuration of `leaderd run`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -282,6 +295,8 @@ pub struct Config {
     pub health: HealthConfig,
     /// `[app_check]`; `None` when no probe is set.
     pub app_check: Option<AppCheckConfig>,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
     /// `--acquire-timeout`: `Some(0)` = try once, `None` = wait forever.
     pub acquire_timeout: Option<Duration>,
     /// `balance`: share the elections with the other live daemons that
@@ -534,6 +549,8 @@ pub mod defaults {
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     /// `log.level`.
     pub const LOG_LEVEL: &str = "info";
+    /// `metrics.election_series_limit`.
+    pub const ELECTION_SERIES_LIMIT: u32 = 100;
 }
 
 /// The bounds every setting is checked against: far beyond any sane value,

@@ -36,6 +36,7 @@ pub(super) struct RawConfig {
     pub(super) log: RawLog,
     pub(super) health: RawHealth,
     pub(super) app_check: RawAppCheck,
+    pub(super) metrics: RawMetrics,
     /// Keys set by a command-line flag, and the flag: messages name both.
     #[serde(skip)]
     pub(super) flags: BTreeMap<&'static str, &'static str>,
@@ -167,6 +168,13 @@ pub(super) struct RawAppCheck {
     pub(super) timeout: Option<DurationValue>,
     pub(super) failure_threshold: Option<u32>,
     pub(super) success_threshold: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub(super) election_series_limit: Option<u32>,
+    pub(super) elections: Option<Vec<String>>,
 }
 
 /// A duration string (`10s`, `1m30s`, `200ms`), read as every duration is
