@@ -449,6 +449,7 @@ impl Driver {
             Note::Renewed(token) => {
                 tracing::debug!(election = %name, fencing_token = token, "renewed")
             }
+            Note::RenewSent(late) => self.observer.renew_sent(name, late),
             Note::AdoptedEarlierWrite => {
                 tracing::debug!(election = %name, "an earlier renew had applied; continuing from it")
             }
@@ -459,15 +460,18 @@ impl Driver {
                 fencing_token,
                 written_by: None,
             } => {
+                self.observer.lease_lost(name);
                 tracing::warn!(election = %name, identity = %me, fencing_token, cause = "no successful renew before validity - kill_grace", "lease lost: stopping the child")
             }
             Note::LeaseLost {
                 fencing_token,
                 written_by: Some(by),
             } => {
+                self.observer.lease_lost(name);
                 tracing::warn!(election = %name, identity = %me, fencing_token, cause = "someone else wrote the lease record", written_by = %by, "lease lost: stopping the child")
             }
             Note::SessionLost(token) => {
+                self.observer.lease_lost(name);
                 tracing::warn!(election = %name, identity = %me, fencing_token = token, cause = "the session it was held through is gone (ended by another instance, deleted, or not renewed in time)", "lease lost: stopping the child")
             }
             Note::TenureEnded(token) => {

@@ -438,6 +438,13 @@ pub trait Observer: Send + Sync + 'static {
     fn renew(&self, _election: &str, _outcome: Outcome<'_>) {}
     /// Leadership changed.
     fn transition(&self, _election: &str, _t: Transition) {}
+    /// A tenure ended because its lease was lost (no renew in time,
+    /// another writer, or the session it was held through gone), not
+    /// given up.
+    fn lease_lost(&self, _election: &str) {}
+    /// A renew went out `late` after it was due: under `election`'s name,
+    /// or the session's label for the daemon's session.
+    fn renew_sent(&self, _election: &str, _late: Duration) {}
     /// A malformed record was seen.
     fn malformed_record(&self, _election: &str) {}
     /// A record of a format this build does not know was seen.

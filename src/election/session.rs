@@ -38,7 +38,7 @@
 //! (`session/tests.rs`).
 
 use super::ElectionConfig;
-use super::core::{Action, Backoff, Tick, WriteOp};
+use super::core::{Action, Backoff, Note, Tick, WriteOp};
 use super::takeover::TakeoverTimer;
 use crate::clock::Instant;
 use crate::lease::{
@@ -508,7 +508,12 @@ impl SessionCore {
             Phase::Closed { at } if self.now >= at && self.wanted => self.open(tick),
             Phase::Open {
                 lease, next_renew, ..
-            } if self.now >= next_renew => self.renew(tick, &lease),
+            } if self.now >= next_renew => {
+                self.renew(tick, &lease);
+                // Late when the task woke late: the runtime or the host was busy.
+                let late = self.now - next_renew;
+                self.out.push_back(Action::Note(Note::RenewSent(late)));
+            }
             _ => {}
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::core::{Action, Tick, WriteOp};
+use super::core::{Action, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
 use super::session::{SessionCore, SessionInput, SessionView};
 use super::session_sweep::SessionSweep;
@@ -378,6 +378,10 @@ impl SessionTask {
                     let res = self.store.read(&key, budget).await;
                     self.account("read_session", start, res.as_ref().map(|_| true));
                     SessionInput::Read(res)
+                }
+                Action::Note(Note::RenewSent(late)) => {
+                    self.observer.renew_sent(SESSION_LABEL, late);
+                    continue;
                 }
                 _ => continue,
             };

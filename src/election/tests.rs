@@ -14,10 +14,13 @@ fn cfg(identity: &str) -> ElectionConfig {
     ElectionConfig::with_defaults("report", identity)
 }
 
-/// Records every renew and role change with the (tokio) time it happened.
+/// Records every renew with the (tokio) time it happened, how late each
+/// went out, and the leases lost.
 #[derive(Default)]
 struct Recorder {
     renews: Mutex<Vec<(tokio::time::Instant, &'static str)>>,
+    late: Mutex<Vec<Duration>>,
+    lost: Mutex<usize>,
 }
 
 impl Observer for Recorder {
@@ -26,6 +29,14 @@ impl Observer for Recorder {
             .lock()
             .unwrap()
             .push((tokio::time::Instant::now(), o.label()));
+    }
+
+    fn renew_sent(&self, _e: &str, late: Duration) {
+        self.late.lock().unwrap().push(late);
+    }
+
+    fn lease_lost(&self, _e: &str) {
+        *self.lost.lock().unwrap() += 1;
     }
 }
 
@@ -212,6 +223,28 @@ async fn leader_renews_every_renew_interval() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn each_renewal_reports_how_late_it_went_out() {
+    let store = MemoryStore::new();
+    let (rec, _h) = lead(&store).await;
+    tokio::time::sleep(Duration::from_millis(5_100)).await;
+    let first = rec.renews.lock().unwrap()[0].0;
+    // Frozen from before the next renewal is due (R after the first) until
+    // 1.2 s past it, inside the validity: it goes out that late.
+    tokio::time::sleep_until(first + Duration::from_millis(4_500)).await;
+    tokio::time::advance(Duration::from_millis(1_700)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let late = rec.late.lock().unwrap().clone();
+    assert_eq!(late.len(), 2, "{late:?}");
+    assert!(late[0] <= Duration::from_millis(1), "{late:?}");
+    assert!(
+        late[1].abs_diff(Duration::from_millis(1_200)) <= Duration::from_millis(1),
+        "{late:?}"
+    );
+    assert_eq!(rec.renews.lock().unwrap().len(), 2);
+    assert_eq!(*rec.lost.lock().unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn takeover_only_after_unchanged_rvn_for_lease_plus_drift() {
     let store = MemoryStore::new();
     let other = held_by(&store, "b", 7);
@@ -335,6 +368,27 @@ async fn lost_lease_stops_at_once_when_someone_else_wrote() {
     assert!(took <= Duration::from_millis(5_010), "took {took:?}");
     let t = h.state.borrow().tenure.clone().unwrap();
     assert!(t.valid_until - t.stop_at <= Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_is_counted_and_a_release_is_not() {
+    let store = MemoryStore::new();
+    let (rec, mut h) = lead(&store).await;
+    let mut stolen = stored(&store);
+    stolen.holder = Some("b".into());
+    stolen.rvn = new_rvn();
+    store.set("report", Record::Valid(stolen));
+    until(&mut h, Duration::from_secs(10), |s| {
+        s.role == Role::Stopping
+    })
+    .await;
+    assert_eq!(*rec.lost.lock().unwrap(), 1);
+
+    let store = MemoryStore::new();
+    let (rec, h) = lead(&store).await;
+    assert!(h.release(AfterRelease::Exit).await);
+    h.join().await;
+    assert_eq!(*rec.lost.lock().unwrap(), 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -131,6 +131,8 @@ impl Core {
             condition
         };
         self.remember_own(&renewed.rvn);
+        // Late when this task woke late: the runtime or the host was busy.
+        self.note(Note::RenewSent(now - next_renew));
         self.pending = Some(Box::new(Pending::Renew {
             renewed: renewed.clone(),
             sent: now,

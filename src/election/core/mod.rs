@@ -1,5 +1,4 @@
-//! The election core: every rule of one election in one state machine,
-//! without IO.
+//! The election core: every rule of one election in one IO-free state machine.
 //!
 //! The core reads no clock, draws no random number and does no IO. Its
 //! driver (`driver.rs`, a tokio task; the model checker in the tests)
@@ -51,8 +50,7 @@ pub struct Tick {
     /// uses it for at most one write, and its unix ms for the tokens of
     /// new items and the published state's wall-clock fields.
     pub stamp: Stamp,
-    /// A number in [0, 1) that spreads retries of instances that failed
-    /// together.
+    /// A number in [0, 1) that spreads retries of instances that failed together.
     pub jitter: f64,
 }
 
@@ -234,6 +232,8 @@ pub enum Note {
     Lost,
     /// Renewed under this fencing token.
     Renewed(u64),
+    /// A renew went out this long after it was due.
+    RenewSent(Duration),
     /// A renew whose answer was lost had applied; carrying on from it.
     AdoptedEarlierWrite,
     /// The store's data was replaced: renewing at once.

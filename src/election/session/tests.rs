@@ -12,9 +12,14 @@ fn session() -> SessionCore {
     SessionCore::new(ElectionConfig::with_defaults("-", "me"), at(0).now, true)
 }
 
+/// The next request the core asks for, past its notes.
+fn poll(core: &mut SessionCore) -> Option<Action> {
+    std::iter::from_fn(|| core.poll_action()).find(|a| !matches!(a, Action::Note(_)))
+}
+
 /// The write the core asks for next.
 fn write(core: &mut SessionCore) -> (Lease, Condition) {
-    match core.poll_action() {
+    match poll(core) {
         Some(Action::Write {
             lease, condition, ..
         }) => (lease, condition),
@@ -65,7 +70,7 @@ fn the_next_write_after_a_tenure_ended_carries_the_count_of_ended_tenures() {
     // Two tenures ended; a count told late never lowers it.
     s.handle(&at(1_000), SessionInput::TenuresEnded(2));
     s.handle(&at(1_001), SessionInput::TenuresEnded(1));
-    assert_eq!(s.poll_action(), None, "no write of its own");
+    assert_eq!(poll(&mut s), None, "no write of its own");
     s.handle(&at(5_000), SessionInput::Timeout);
     let (renewed, _) = write(&mut s);
     assert_eq!(renewed.fencing_token, 2);
@@ -98,6 +103,37 @@ fn a_session_found_ended_is_lost_and_a_new_key_is_opened_at_once() {
 }
 
 #[test]
+fn each_renew_notes_how_late_it_went_out() {
+    let mut s = session();
+    s.handle(&at(0), SessionInput::Timeout);
+    write(&mut s);
+    applied(&mut s, 10);
+    // Due at 5 s, woken 120 ms late.
+    s.handle(&at(5_120), SessionInput::Timeout);
+    let actions: Vec<Action> = std::iter::from_fn(|| s.poll_action()).collect();
+    assert!(
+        matches!(
+            actions.as_slice(),
+            [
+                Action::Write {
+                    op: WriteOp::RenewSession,
+                    ..
+                },
+                Action::Note(Note::RenewSent(late)),
+            ] if *late == Duration::from_millis(120)
+        ),
+        "{actions:?}"
+    );
+    applied(&mut s, 5_130);
+    // Due R after that send, and on time.
+    s.handle(&at(10_120), SessionInput::Timeout);
+    let late: Vec<Action> = std::iter::from_fn(|| s.poll_action())
+        .filter(|a| matches!(a, Action::Note(_)))
+        .collect();
+    assert_eq!(late, [Action::Note(Note::RenewSent(Duration::ZERO))]);
+}
+
+#[test]
 fn a_renew_whose_answer_was_lost_is_adopted_without_stretching_validity() {
     let mut s = session();
     s.handle(&at(0), SessionInput::Timeout);
@@ -126,7 +162,7 @@ fn a_renew_whose_answer_was_lost_is_adopted_without_stretching_validity() {
         SessionInput::Written(Ok(WriteOutcome::ConditionFailed { current: None })),
     );
     assert!(matches!(
-        s.poll_action(),
+        poll(&mut s),
         Some(Action::Read {
             confirming: true,
             ..
@@ -229,7 +265,7 @@ fn a_session_nobody_wants_is_not_opened_until_an_election_wants_it() {
     let mut s = lazy();
     assert_eq!(s.next_wake(), None, "nothing to do while nobody wants it");
     s.handle(&at(0), SessionInput::Timeout);
-    assert_eq!(s.poll_action(), None, "no write");
+    assert_eq!(poll(&mut s), None, "no write");
     assert_eq!(s.view(), None);
     s.handle(&at(3_000), SessionInput::Wanted(true));
     let (opened, condition) = write(&mut s);
@@ -248,7 +284,7 @@ fn a_session_unwanted_for_a_lease_is_ended_and_a_new_one_opened_when_wanted_agai
     // Unwanted at 2 s, wanted again at 3 s: nothing ends; renewed as ever.
     s.handle(&at(2_000), SessionInput::Wanted(false));
     s.handle(&at(3_000), SessionInput::Wanted(true));
-    assert_eq!(s.poll_action(), None);
+    assert_eq!(poll(&mut s), None);
     assert_eq!(s.next_wake(), Some(at(5_000).now));
     s.handle(&at(5_000), SessionInput::Timeout);
     let (renewed, _) = write(&mut s);
@@ -296,6 +332,6 @@ fn a_session_unwanted_for_a_lease_is_ended_and_a_new_one_opened_when_wanted_agai
 fn closing_an_idle_session_writes_nothing_and_finishes() {
     let mut s = lazy();
     s.handle(&at(1_000), SessionInput::Close);
-    assert_eq!(s.poll_action(), None);
+    assert_eq!(poll(&mut s), None);
     assert!(s.is_finished());
 }
