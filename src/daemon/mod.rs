@@ -106,9 +106,15 @@ pub async fn run(
     let http_addr = listener.local_addr().ok();
     let advertised = advertise::advertise_in_records(&mut cfg, http_addr);
 
+    let kept = cfg.metrics.elections.iter().chain([&cfg.primary]);
     let metrics = Arc::new(Metrics::shaped(metrics::Shape {
         sessions: cfg.sessions,
         job: (!cfg.child.command.is_empty()).then(|| cfg.primary.clone()),
+        own_series: metrics::OwnSeries::decide(
+            cfg.elections.len(),
+            cfg.metrics.election_series_limit,
+            kept.map(String::as_str),
+        ),
     }));
     let app_check = cfg
         .app_check

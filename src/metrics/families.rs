@@ -8,7 +8,9 @@
 //! which checks their names and label sets.
 
 use prometheus::core::Collector;
-use prometheus::{GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use super::gauges::Reading;
 use super::table::Family;
@@ -25,7 +27,15 @@ pub(super) struct Registered {
     pub(super) app_check: AppCheck,
     /// `leaderd_session_valid_seconds` (sessions on), set before a scrape.
     pub(super) session_valid_seconds: GaugeVec,
+    /// `leaderd_renew_lag_seconds`, fed as renewals go out.
+    pub(super) renew_lag: Histogram,
 }
+
+/// Buckets for how late a renewal goes out: on time is within the timer's
+/// millisecond; R (5 s by default) late is a renewal missed.
+const LAG_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// One family of a scrape and where its samples come from.
 pub(super) enum Section {
@@ -87,6 +97,13 @@ const TABLE: &[(Head, Family)] = &[
     ),
     (
         counter(
+            "leaderd_leases_lost_total",
+            "Tenures that ended because the lease was lost (no renewal in time, another writer, or the session it was held through gone), not given up.",
+        ),
+        Family::LeasesLost,
+    ),
+    (
+        counter(
             "leaderd_malformed_records_total",
             "Times a malformed lease record (missing or mistyped attributes) was first seen.",
         ),
@@ -138,6 +155,13 @@ const READINGS: &[(Head, Reading)] = &[
             "1 while this instance follows and the leader's events reach it (its watch stream spoke within R + P), 0 while it leads or polls the store instead (computed at scrape time).",
         ),
         Reading::WatchingLeader,
+    ),
+    (
+        gauge(
+            "leaderd_elections",
+            "Elections counted together under election=\"#others\" (those beyond metrics.election_series_limit), by state: leading, confirming, stopping, watching, polling, no_leader (computed at scrape time); absent while every election has series of its own.",
+        ),
+        Reading::Elections,
     ),
     (
         gauge(
@@ -217,6 +241,16 @@ pub(super) fn register() -> Registered {
         )
         .expect("metric names and labels are valid constants (checked by tests)"),
     );
+    let renew_lag = r.add(
+        Histogram::with_opts(
+            HistogramOpts::new(
+                "leaderd_renew_lag_seconds",
+                "How long after it was due each renewal was sent, in seconds: the session's renewals with sessions on, every election's own without.",
+            )
+            .buckets(LAG_BUCKETS.to_vec()),
+        )
+        .expect("metric name and buckets are valid constants (checked by tests)"),
+    );
     r.build_info();
     let mut sections = r.list;
     sections.extend(TABLE.iter().map(|(h, f)| Section::Table(*h, *f)));
@@ -227,6 +261,7 @@ pub(super) fn register() -> Registered {
         child,
         app_check,
         session_valid_seconds,
+        renew_lag,
     }
 }
 

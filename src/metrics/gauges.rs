@@ -4,10 +4,11 @@
 use tokio::sync::watch;
 
 use super::Metrics;
+use super::scope::OTHERS_LABEL;
 use super::text::Lines;
 use crate::balance::Share;
-use crate::clock::Clock;
-use crate::election::ElectionState;
+use crate::clock::{Clock, Instant};
+use crate::election::{ElectionState, Role};
 
 /// A gauge a scrape reads as it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,8 @@ pub(super) enum Reading {
     LeaseRemaining,
     /// `leaderd_watching_leader`, per election.
     WatchingLeader,
+    /// `leaderd_elections`: the elections counted together, by state.
+    Elections,
     /// `leaderd_elections_led`.
     ElectionsLed,
     /// `leaderd_fair_share` (balance on).
@@ -28,13 +31,59 @@ pub(super) enum Reading {
     Members,
 }
 
+/// The labels of [`State`], in its order (which is label order).
+const STATES: [&str; 6] = [
+    "confirming",
+    "leading",
+    "no_leader",
+    "polling",
+    "stopping",
+    "watching",
+];
+
+/// An election's state as `leaderd_elections` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Holds a new tenure it may not lead yet (`strict_new_lease`).
+    Confirming,
+    /// Leads, inside its validity.
+    Leading,
+    /// Follows, and no holder is known (record absent, released, not
+    /// usable, or not read yet).
+    NoLeader,
+    /// Follows a holder, reading the store every P.
+    Polling,
+    /// Holds a tenure it no longer leads: the job is being stopped.
+    Stopping,
+    /// Follows a holder whose events reach this instance.
+    Watching,
+}
+
+impl State {
+    fn at(state: &ElectionState, now: Instant) -> State {
+        if state.is_leader_at(now) {
+            return State::Leading;
+        }
+        match state.role {
+            Role::Confirming => State::Confirming,
+            Role::Leader | Role::Stopping => State::Stopping,
+            Role::Follower if state.leader.is_none() => State::NoLeader,
+            Role::Follower if state.watching_leader_at(now) => State::Watching,
+            Role::Follower => State::Polling,
+        }
+    }
+}
+
 /// What a scrape read as it started.
 #[derive(Debug, Default)]
 pub(super) struct Readings {
-    /// One row per election, sorted by election.
+    /// One row per election with series of its own, sorted by election.
     rows: Vec<Row>,
-    /// Elections led, inside their validity.
+    /// Elections led, inside their validity (all of them).
     led: usize,
+    /// The elections counted together, by state (see [`STATES`]); `None`
+    /// while every election has series of its own.
+    others: Option<[usize; STATES.len()]>,
     /// Balance's view, with balance on.
     share: Option<Share>,
 }
@@ -52,38 +101,46 @@ struct Row {
 
 impl Metrics {
     /// Read the leadership gauges from `elections`' current state at
-    /// `clock.now()`, and balance's from `share`; make sure each election's
-    /// fixed series exist.
+    /// `clock.now()`, and balance's from `share`; make sure the fixed
+    /// series of each election (or of the elections counted together)
+    /// exist.
     pub(super) fn read_gauges<'a>(
         &self,
         elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
         share: Option<&Share>,
         clock: &Clock,
     ) -> Readings {
-        let mut rows: Vec<Row> = elections
-            .into_iter()
-            .map(|rx| {
-                // Read out at once: holding the borrow would block the engine.
-                let state = rx.borrow();
-                let now = clock.now();
-                Row {
-                    election: state.election.clone(),
-                    leading: state.is_leader_at(now),
-                    remaining: state.lease_remaining(now).as_secs_f64(),
-                    watching: state.watching_leader_at(now),
-                    token: state.fencing_token,
-                }
-            })
-            .collect();
+        let mut rows = Vec::new();
+        let mut led = 0;
+        let mut others: Option<[usize; STATES.len()]> = None;
+        for rx in elections {
+            // Read out at once: holding the borrow would block the engine.
+            let state = rx.borrow();
+            let now = clock.now();
+            let leading = state.is_leader_at(now);
+            led += usize::from(leading);
+            if self.own.label(&state.election) == OTHERS_LABEL {
+                others.get_or_insert_default()[State::at(&state, now) as usize] += 1;
+                continue;
+            }
+            rows.push(Row {
+                election: state.election.clone(),
+                leading,
+                remaining: state.lease_remaining(now).as_secs_f64(),
+                watching: state.watching_leader_at(now),
+                token: state.fencing_token,
+            });
+        }
         rows.sort_by(|a, b| a.election.cmp(&b.election));
-        for row in &rows {
-            // With sessions only the session is renewed (marked at start).
-            self.table
-                .with(&row.election, |s| s.election(!self.sessions));
+        // With sessions only the session is renewed (marked at start).
+        let labels = rows.iter().map(|r| r.election.as_str());
+        for label in labels.chain(others.map(|_| OTHERS_LABEL)) {
+            self.table.with(label, |s| s.election(!self.sessions));
         }
         Readings {
-            led: rows.iter().filter(|r| r.leading).count(),
             rows,
+            led,
+            others,
             share: share.cloned(),
         }
     }
@@ -111,6 +168,16 @@ impl Readings {
     ) -> Option<usize> {
         let count = |n: usize| n as f64;
         let scalar = match (reading, &self.share) {
+            (Reading::Elections, _) => {
+                for (state, n) in STATES.iter().zip(self.others.iter().flatten()) {
+                    out.sample(
+                        "",
+                        &[("election", OTHERS_LABEL), ("state", state)],
+                        count(*n),
+                    );
+                }
+                None
+            }
             (Reading::ElectionsLed, _) => Some(count(self.led)),
             (Reading::FairShare, Some(share)) => Some(count(share.fair_share)),
             (Reading::Members, Some(share)) => Some(count(share.members)),

@@ -13,19 +13,24 @@
 //! the counters of every election; `observer` counts what the election
 //! engines report, store request timings included; `gauges` reads the
 //! per-election gauges at scrape time; `render` writes a scrape in pieces,
-//! `text` the lines of the format; `promtool` runs `promtool check metrics`
-//! for the tests, and `tests` are the unit tests.
+//! `text` the lines of the format; `scope` decides which elections have
+//! series of their own (above a limit, most are counted together);
+//! `promtool` runs `promtool check metrics` for the tests, and `tests` and
+//! `aggregate_tests` are the unit tests.
 
-use prometheus::GaugeVec;
+use prometheus::{GaugeVec, Histogram};
 
 use crate::app_check::{self, Verdict};
 
+#[cfg(test)]
+mod aggregate_tests;
 mod families;
 mod gauges;
 mod observer;
 #[cfg(any(test, feature = "testing"))]
 mod promtool;
 mod render;
+mod scope;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -35,6 +40,7 @@ use families::{AppCheck, Child, Section};
 #[cfg(any(test, feature = "testing"))]
 pub use promtool::promtool_check;
 pub use render::Scrape;
+pub use scope::{OTHERS_LABEL, OwnSeries};
 
 /// Content type of a scrape's text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -53,9 +59,13 @@ pub struct Metrics {
     app_check: AppCheck,
     /// `leaderd_session_valid_seconds`, set before a scrape.
     session_valid_seconds: GaugeVec,
+    /// `leaderd_renew_lag_seconds`, fed by the election engines.
+    renew_lag: Histogram,
     /// Tenures are held through the session: no election is renewed on
     /// its own (see [`Shape::sessions`]).
     sessions: bool,
+    /// Which elections have series of their own.
+    own: OwnSeries,
 }
 
 /// What a daemon's elections can report, so that only series that can
@@ -70,6 +80,9 @@ pub struct Shape {
     /// The election whose leader runs the job, if there is a job: only its
     /// child series exist from the start.
     pub job: Option<String>,
+    /// Which elections have series of their own; the others are counted
+    /// together under [`OTHERS_LABEL`].
+    pub own_series: OwnSeries,
 }
 
 impl Default for Metrics {
@@ -91,10 +104,7 @@ impl Drop for OpenWatchStream {
 impl Metrics {
     /// Create every metric and register it into a fresh registry.
     pub fn new() -> Self {
-        Self::shaped(Shape {
-            sessions: false,
-            job: None,
-        })
+        Self::shaped(Shape::default())
     }
 
     /// A daemon's metrics, with the series of `shape` created at zero.
@@ -110,13 +120,20 @@ impl Metrics {
             r.child.kills_total.with_label_values(&[election]);
             r.child.start_failures_total.with_label_values(&[election]);
         }
+        if let OwnSeries::Only(kept) = &shape.own_series {
+            let mut kept: Vec<&str> = kept.iter().map(String::as_str).collect();
+            kept.sort_unstable();
+            tracing::info!(own_series = %kept.join(", "), "more elections than metrics.election_series_limit: only these have series of their own; the others are counted together under election=\"{OTHERS_LABEL}\"");
+        }
         Metrics {
             sections: r.sections,
             table,
             child: r.child,
             app_check: r.app_check,
             session_valid_seconds: r.session_valid_seconds,
+            renew_lag: r.renew_lag,
             sessions: shape.sessions,
+            own: shape.own_series,
         }
     }
 
@@ -126,7 +143,7 @@ impl Metrics {
     }
 
     /// The child of `election` exited; `reason` is a short stable word
-    /// (e.g. `exited`, `signaled`, `stopped`).
+    /// (`exited`, `signaled`, `killed`).
     pub fn child_exited(&self, election: &str, reason: &str) {
         self.child.running.with_label_values(&[election]).set(0);
         self.child
@@ -151,7 +168,7 @@ impl Metrics {
     /// A watch stream of `election` opened; it counts until the returned
     /// guard drops (when the stream ends or its client goes away).
     pub fn watch_stream_opened(&self, election: &str) -> OpenWatchStream {
-        let series = self.table.get(election);
+        let series = self.table.get(self.own.label(election));
         table::lock(&series).stream(1);
         OpenWatchStream(series)
     }

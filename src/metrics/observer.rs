@@ -1,6 +1,8 @@
 //! What the election engines report, counted: campaign results,
-//! transitions, malformed records, records of an unknown format, and the
-//! timing and errors of every store request.
+//! transitions, lost leases, malformed records, records of an unknown
+//! format, how late renewals went out, and the timing and errors of every
+//! store request. An election without series of its own is counted under
+//! the label of the others (see `scope`).
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ impl Observer for Metrics {
         took: Duration,
         outcome: Outcome<'_>,
     ) {
-        self.table.with(election, |s| {
+        self.table.with(self.own.label(election), |s| {
             s.request(op, took.as_secs_f64());
             if let Outcome::Failed(e) = outcome {
                 s.error(e.metric_label());
@@ -24,11 +26,13 @@ impl Observer for Metrics {
     }
 
     fn acquire_attempt(&self, election: &str, outcome: Outcome<'_>) {
-        self.table.with(election, |s| s.acquire(outcome.label()));
+        self.table
+            .with(self.own.label(election), |s| s.acquire(outcome.label()));
     }
 
     fn renew(&self, election: &str, outcome: Outcome<'_>) {
-        self.table.with(election, |s| s.renew(outcome.label()));
+        self.table
+            .with(self.own.label(election), |s| s.renew(outcome.label()));
     }
 
     fn transition(&self, election: &str, t: Transition) {
@@ -36,14 +40,26 @@ impl Observer for Metrics {
             Transition::Gained => "gained",
             Transition::Lost => "lost",
         };
-        self.table.with(election, |s| s.transition(direction));
+        self.table
+            .with(self.own.label(election), |s| s.transition(direction));
+    }
+
+    fn lease_lost(&self, election: &str) {
+        self.table
+            .with(self.own.label(election), |s| s.lease_lost());
+    }
+
+    fn renew_sent(&self, _election: &str, late: Duration) {
+        // One histogram for the daemon, whatever the election.
+        self.renew_lag.observe(late.as_secs_f64());
     }
 
     fn malformed_record(&self, election: &str) {
-        self.table.with(election, |s| s.malformed());
+        self.table.with(self.own.label(election), |s| s.malformed());
     }
 
     fn unknown_format_record(&self, election: &str) {
-        self.table.with(election, |s| s.unknown_format());
+        self.table
+            .with(self.own.label(election), |s| s.unknown_format());
     }
 }

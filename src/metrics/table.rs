@@ -32,6 +32,8 @@ pub(super) const DIRECTIONS: [&str; 2] = ["gained", "lost"];
 pub(super) enum Family {
     /// `leaderd_acquire_attempts_total`.
     AcquireAttempts,
+    /// `leaderd_leases_lost_total`.
+    LeasesLost,
     /// `leaderd_malformed_records_total`.
     Malformed,
     /// `leaderd_renew_total`.
@@ -48,8 +50,9 @@ pub(super) enum Family {
     WatchStreams,
 }
 
-/// The counters of one label: one of the daemon's elections, or a name the
-/// engines report under (`#session`, `#member`).
+/// The counters of one label: one of the daemon's elections, the
+/// elections counted together (`#others`), or a name the engines report
+/// under (`#session`, `#member`).
 #[derive(Debug, Default)]
 pub(super) struct Series {
     /// One of this daemon's elections: its fixed series exist at zero.
@@ -61,6 +64,7 @@ pub(super) struct Series {
     transitions: [u64; DIRECTIONS.len()],
     acquire: [u64; RESULTS.len()],
     renew: [u64; RESULTS.len()],
+    leases_lost: u64,
     malformed: u64,
     unknown_format: u64,
     watch_streams: i64,
@@ -126,6 +130,10 @@ impl Series {
         self.renew[index(&RESULTS, result, 0)] += 1;
     }
 
+    pub(super) fn lease_lost(&mut self) {
+        self.leases_lost += 1;
+    }
+
     pub(super) fn malformed(&mut self) {
         self.malformed += 1;
     }
@@ -183,6 +191,7 @@ impl Series {
                 counts(out, "result", &RESULTS, &self.acquire, self.election)
             }
             Family::Renew => counts(out, "result", &RESULTS, &self.renew, self.renewed),
+            Family::LeasesLost => one(out, self.leases_lost, self.election),
             Family::Malformed => one(out, self.malformed, self.election),
             Family::UnknownFormat => one(out, self.unknown_format, self.election),
             Family::WatchStreams => {

@@ -11,7 +11,7 @@ use crate::clock::{Clock, Instant};
 use crate::election::{ElectionState, Observer, Outcome, Role, Transition};
 use crate::lease::StoreError;
 
-fn state(name: &str, role: Role, now: Instant, token: Option<u64>) -> ElectionState {
+pub(super) fn state(name: &str, role: Role, now: Instant, token: Option<u64>) -> ElectionState {
     let s = ElectionState::example(name, "me", now);
     match (role, token) {
         (Role::Follower, None) => s,
@@ -21,7 +21,7 @@ fn state(name: &str, role: Role, now: Instant, token: Option<u64>) -> ElectionSt
 }
 
 /// The value of the sample line starting with `series ` (exact name and labels).
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub(super) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map(|v| v.trim().parse().expect("sample value is a number"))
@@ -122,6 +122,7 @@ async fn render_orders_families_by_name_and_series_by_labels() {
     let m = Metrics::shaped(Shape {
         sessions: false,
         job: Some("mid".into()),
+        ..Shape::default()
     });
     let text = m
         .render(channels.iter().map(|(_, rx)| rx), None, &clock)
@@ -136,7 +137,10 @@ async fn render_orders_families_by_name_and_series_by_labels() {
     assert_eq!(families, sorted, "families out of order");
     assert!(families.contains(&"leaderd_build_info"), "{families:?}");
     // Without balance: no fair share, no member count.
-    assert_eq!(families.len(), 15, "families with a series: {families:?}");
+    assert_eq!(families.len(), 17, "families with a series: {families:?}");
+    // Every election has series of its own: nothing is counted together.
+    assert!(!families.contains(&"leaderd_elections"), "{families:?}");
+    assert!(!text.contains("#others"), "{text}");
     assert_eq!(sample(&text, "leaderd_elections_led"), Some(4.0));
     let share = Share {
         led: 4,
@@ -181,6 +185,9 @@ fn feed_every_kind_of_event(m: &Metrics) {
     m.renew("report", Outcome::Failed(&throttled));
     m.transition("report", Transition::Gained);
     m.transition("report", Transition::Lost);
+    m.lease_lost("report");
+    m.renew_sent("report", Duration::from_millis(3));
+    m.renew_sent("report", Duration::from_millis(700));
     m.store_request("report", "renew", Duration::from_millis(3), Outcome::Ok);
     m.store_request(
         "report",
@@ -252,6 +259,11 @@ const EVENT_COUNTS: &[(&str, Option<f64>)] = &[
         Some(1.0),
     ),
     ("leaderd_child_kills_total{election=\"report\"}", Some(1.0)),
+    ("leaderd_leases_lost_total{election=\"report\"}", Some(1.0)),
+    ("leaderd_renew_lag_seconds_bucket{le=\"0.005\"}", Some(1.0)),
+    ("leaderd_renew_lag_seconds_bucket{le=\"0.5\"}", Some(1.0)),
+    ("leaderd_renew_lag_seconds_bucket{le=\"1\"}", Some(2.0)),
+    ("leaderd_renew_lag_seconds_count", Some(2.0)),
 ];
 
 #[tokio::test(start_paused = true)]
@@ -287,6 +299,8 @@ async fn observer_events_count_and_render_passes_promtool() {
         "leaderd_child_running",
         "leaderd_child_exits_total",
         "leaderd_child_kills_total",
+        "leaderd_leases_lost_total",
+        "leaderd_renew_lag_seconds",
         "leaderd_build_info",
     ] {
         assert!(
@@ -337,6 +351,7 @@ async fn only_series_that_can_move_exist_before_their_first_event() {
     let (child, renew) = lines(Shape {
         sessions: false,
         job: Some("b".into()),
+        ..Shape::default()
     });
     assert_eq!(child, [r#"leaderd_child_running{election="b"}"#]);
     assert_eq!(renew.len(), 10, "{renew:?}");
@@ -344,6 +359,7 @@ async fn only_series_that_can_move_exist_before_their_first_event() {
     let (child, renew) = lines(Shape {
         sessions: true,
         job: None,
+        ..Shape::default()
     });
     assert!(child.is_empty(), "{child:?}");
     assert_eq!(renew.len(), 5, "{renew:?}");
