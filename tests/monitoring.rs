@@ -3,7 +3,9 @@
 //! (tests/monitoring/alerts-test.yaml), every alert has a case where it fires
 //! and one where it stays quiet, the dashboard is wired to its variables, and
 //! every series the rules and the dashboard query is exported by a live
-//! daemon with the labels and label values they use.
+//! daemon with the labels and label values they use: one whose elections all
+//! have series of their own, and one with more elections than
+//! `metrics.election_series_limit`, which counts most together.
 
 use crate::common;
 
@@ -22,6 +24,14 @@ const DASHBOARD: &str = "helm/leaderd/files/dashboard.json";
 /// the Prometheus Operator adds in Kubernetes (`namespace`, `pod`): the rules
 /// and the dashboard may group by them although leaderd does not export them.
 const TARGET_LABELS: [&str; 4] = ["namespace", "job", "instance", "pod"];
+
+/// Series without an `election` label that the dashboard shows: one per
+/// daemon, so they cannot follow the election selector.
+const PER_DAEMON: [&str; 2] = ["leaderd_build_info", "leaderd_renew_lag_seconds_bucket"];
+
+/// The label under which a daemon with more elections than its limit counts
+/// the others together (`leaderd::metrics::OTHERS_LABEL`).
+const OTHERS: &str = "#others";
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -233,7 +243,7 @@ fn the_dashboard_is_wired_to_its_data_source_and_election_variables() {
             let expr = target["expr"].as_str().expect("expr");
             // Every election-labelled series follows the selector.
             for used in series_used(expr) {
-                if used.metric != "leaderd_build_info" {
+                if !PER_DAEMON.contains(&used.metric.as_str()) {
                     assert!(
                         used.matchers.iter().any(|m| m.label == "election"
                             && m.op == "=~"
@@ -258,6 +268,9 @@ fn the_dashboard_is_wired_to_its_data_source_and_election_variables() {
         "leaderd_child_running",
         "leaderd_child_exits_total",
         "leaderd_child_kills_total",
+        "leaderd_leases_lost_total",
+        "leaderd_renew_lag_seconds_bucket",
+        "leaderd_elections",
     ] {
         assert!(all.contains(metric), "the dashboard does not show {metric}");
     }
@@ -387,13 +400,29 @@ fn parse_exposition(text: &str) -> BTreeMap<String, Vec<BTreeMap<String, String>
     series
 }
 
-/// Problems of `expr` against the series a daemon exports.
+/// Whether `used` queries only what a daemon exports while it counts some
+/// elections together: `leaderd_elections`, or any series of `#others`.
+fn counted_together_only(used: &Used) -> bool {
+    used.metric == "leaderd_elections"
+        || used
+            .matchers
+            .iter()
+            .any(|m| m.label == "election" && m.op == "=" && m.value == OTHERS)
+}
+
+/// Problems of `expr` against the series a daemon exports; `every_own`: the
+/// daemon's elections all have series of their own, so what exists only
+/// while some are counted together is not looked for.
 fn check_expr(
     expr: &str,
     exported: &BTreeMap<String, Vec<BTreeMap<String, String>>>,
+    every_own: bool,
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    let used = series_used(expr);
+    let mut used = series_used(expr);
+    if every_own {
+        used.retain(|u| !counted_together_only(u));
+    }
     for u in &used {
         let Some(sets) = exported.get(&u.metric) else {
             problems.push(format!("{} is not exported (in {expr})", u.metric));
@@ -416,7 +445,7 @@ fn check_expr(
                 && !m.value.contains('$')
                 && m.value
                     .split('|')
-                    .all(|w| !w.is_empty() && w.chars().all(is_ident));
+                    .all(|w| !w.is_empty() && w.chars().all(|c| is_ident(c) || c == '#'));
             if literal {
                 for word in m.value.split('|') {
                     if !values.contains(word) {
@@ -460,7 +489,13 @@ fn the_query_checker_finds_unknown_series_labels_and_values() {
          leaderd_build_info{version=\"1.0.0\"} 1\n",
     );
     let ok = r#"sum by (namespace, election, result) (rate(leaderd_renew_total{election=~"$election", result=~"ok|error"}[5m]))"#;
-    assert_eq!(check_expr(ok, &exported), Vec::<String>::new());
+    assert_eq!(check_expr(ok, &exported, true), Vec::<String>::new());
+    // Series of the elections counted together: looked for unless every
+    // election has series of its own.
+    let together = r##"sum by (state) (leaderd_elections{election="#others"}) + leaderd_renew_total{election="#others"}"##;
+    assert_eq!(check_expr(together, &exported, true), Vec::<String>::new());
+    let problems = check_expr(together, &exported, false);
+    assert_eq!(problems.len(), 4, "{problems:#?}");
     for bad in [
         "rate(leaderd_renew_totl[5m])",
         r#"leaderd_renew_total{reslt="ok"}"#,
@@ -469,19 +504,33 @@ fn the_query_checker_finds_unknown_series_labels_and_values() {
         "count by (election) (leaderd_build_info)",
     ] {
         assert_eq!(
-            check_expr(bad, &exported).len(),
+            check_expr(bad, &exported, true).len(),
             1,
             "{bad}: {:?}",
-            check_expr(bad, &exported)
+            check_expr(bad, &exported, true)
         );
     }
 }
 
-/// A leader with a job that keeps exiting (restarted), whose store refused
-/// its renewals for a while: every family it can export, with the labels
-/// values a transition, an exit and a store error bring.
 #[test]
 fn every_series_the_alerts_and_dashboard_use_is_exported_by_a_live_daemon() {
+    check_live_daemon(&[]);
+}
+
+/// With more elections than its limit, a daemon exports what the alerts and
+/// the dashboard ask of the elections counted together (and of the primary,
+/// which keeps series of its own).
+#[test]
+fn every_series_the_alerts_and_dashboard_use_is_exported_by_a_daemon_counting_elections_together() {
+    check_live_daemon(&["more-1", "more-2"]);
+}
+
+/// A leader of election `web` and of `more` elections, with a job that keeps
+/// exiting (restarted), whose store refused its renewals for a while: every
+/// family it can export, with the labels values a transition, an exit and a
+/// store error bring. With `more` elections, the limit is 1: only `web` (the
+/// primary) keeps series of its own.
+fn check_live_daemon(more: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("leases.db");
     // The "app": answers every request with 200.
@@ -501,6 +550,12 @@ fn every_series_the_alerts_and_dashboard_use_is_exported_by_a_live_daemon() {
 
     let mut args = sqlite_short_args(&db, "web");
     args.extend(["--on-child-exit".into(), "restart".into()]);
+    for election in more {
+        args.extend(["--election".into(), (*election).into()]);
+    }
+    if !more.is_empty() {
+        args.extend(["--election-series-limit".into(), "1".into()]);
+    }
     // An app check that passes, so its series exist too.
     args.extend(["--app-check".into(), format!("http://{app_addr}/")]);
     let node = Leaderd::start(Spec {
@@ -540,9 +595,24 @@ fn every_series_the_alerts_and_dashboard_use_is_exported_by_a_live_daemon() {
     refused.unwrap_or_else(|| panic!("no store error counted; log:\n{}", node.log()));
 
     let exported = scrape();
+    let together = !more.is_empty();
+    let others = exported.get("leaderd_elections").is_some_and(|sets| {
+        sets.iter()
+            .any(|s| s.get("election").map(String::as_str) == Some(OTHERS))
+    });
+    assert_eq!(others, together, "{exported:#?}");
+    for metric in PER_DAEMON {
+        let sets = exported
+            .get(metric)
+            .unwrap_or_else(|| panic!("{metric} is not exported"));
+        assert!(
+            sets.iter().all(|s| !s.contains_key("election")),
+            "{metric} has an election label, so the dashboard must select it"
+        );
+    }
     let mut problems = Vec::new();
     for expr in alert_exprs().iter().chain(&dashboard_exprs(&dashboard())) {
-        problems.extend(check_expr(expr, &exported));
+        problems.extend(check_expr(expr, &exported, !together));
     }
     assert!(
         problems.is_empty(),
