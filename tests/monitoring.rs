@@ -577,6 +577,12 @@ fn check_live_daemon(more: &[&str]) {
             && has("leaderd_transitions_total", "direction", "gained")
     })
     .unwrap_or_else(|| panic!("no transition and job exit; log:\n{}", node.log()));
+    // Renewals (the session's) are timed as they go out.
+    wait_until(Duration::from_secs(20), || {
+        node.metric("leaderd_renew_lag_seconds_count")
+            .is_some_and(|n| n > 0.0)
+    })
+    .unwrap_or_else(|| panic!("no renewal timed; log:\n{}", node.log()));
 
     // Refuse renewals until one fails, then let them through again.
     let conn = rusqlite::Connection::open(&db).expect("open the store");
