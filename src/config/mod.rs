@@ -36,7 +36,8 @@
 //! and `flags` are the layers; `extract` merges the file and the
 //! environment and words their errors; `build` applies the defaults and
 //! validates; `duration` reads every duration (file, environment, flags);
-//! `app_check` checks the app check's settings.
+//! `app_check` checks the app check's settings, `metrics` the `[metrics]`
+//! ones.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
