@@ -15,6 +15,10 @@ per problem, when:
   than the file it shows (a block that allows CreateTable shows the create
   policy, any other the runtime one);
 - config/iam/README.md does not say what an allowed action is for;
+- a policy (a file or one shown) allows dynamodb:DeleteItem other than in a
+  statement of its own confined to `leaderd check`'s scratch records (the
+  `dynamodb:LeadingKeys` condition on the prefix src/lease/keys.rs names):
+  leaderd's credentials must never delete an election's record;
 - the errors of a call are not classified with its own action (the next
   `Action::…` after the call), so that a denied call would name another.
 
@@ -72,6 +76,11 @@ UNMAPPED = {
     "transact_write_items",
 }
 
+# Actions allowed only on `leaderd check`'s scratch records.
+SCRATCH_ONLY = {"dynamodb:DeleteItem"}
+KEYS = ROOT / "src/lease/keys.rs"
+CHECK_PREFIX = re.compile(r'pub const CHECK_PREFIX: &str = "([^"]+)";')
+
 CALL = re.compile(r"\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")
 CLASSIFIED_AS = re.compile(r"\bAction::([A-Za-z]+)")
 JSON_BLOCK = re.compile(r"^[ \t]*```json[ \t]*\n(.*?)^[ \t]*```", re.S | re.M)
@@ -120,6 +129,35 @@ def allowed(policy):
     return actions, resources
 
 
+def scratch_prefix(problems):
+    """The key prefix of `leaderd check`'s scratch records."""
+    found = CHECK_PREFIX.search(KEYS.read_text())
+    if found is None:
+        problems.append(f"{KEYS.relative_to(ROOT)}: no CHECK_PREFIX (has it moved?)")
+        return "#check/"
+    return found.group(1)
+
+
+def unconfined(policy, prefix):
+    """Why a policy allows a scratch-only action beyond the scratch records."""
+    want = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [prefix + "*"]}}
+    for statement in policy.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        value = statement.get("Action", [])
+        actions = {value} if isinstance(value, str) else set(value)
+        scratch = sorted(actions & SCRATCH_ONLY)
+        if not scratch:
+            continue
+        if actions - SCRATCH_ONLY:
+            yield f"allows {', '.join(scratch)} in a statement with other actions"
+        if statement.get("Condition") != want:
+            yield (
+                f"allows {', '.join(scratch)} without the condition {json.dumps(want)}, "
+                "which confines it to leaderd check's scratch records"
+            )
+
+
 def load(rel, problems):
     try:
         return json.loads((ROOT / rel).read_text())
@@ -142,6 +180,10 @@ def main():
         )
 
     policies = {rel: load(rel, problems) for rel in (RUNTIME, CREATE)}
+    prefix = scratch_prefix(problems)
+    for rel, policy in policies.items():
+        for why in unconfined(policy, prefix):
+            problems.append(f"{rel}: {why}")
     needs = {
         CREATE: {action(op): where for op, where in made.items()},
         RUNTIME: {
@@ -177,6 +219,8 @@ def main():
         if not blocks:
             problems.append(f"{doc}: shows no IAM policy (a ```json block)")
         for shown in blocks:
+            for why in unconfined(shown, prefix):
+                problems.append(f"{doc}: the policy shown {why}")
             actions, resources = allowed(shown)
             rel = CREATE if "dynamodb:CreateTable" in actions else RUNTIME
             want_actions, want_resources = allowed(policies[rel])

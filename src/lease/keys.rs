@@ -1,6 +1,7 @@
 //! The keys of the records that are not elections': the daemons' member
-//! and session records, in the same table. No election can be named with
-//! a `#` or a `/`, so none of them is ever taken for an election.
+//! and session records, and `leaderd check`'s scratch record, in the same
+//! table. No election can be named with a `#` or a `/`, so none of them is
+//! ever taken for an election.
 
 use super::{Lease, Record};
 
@@ -50,4 +51,22 @@ pub fn is_session_key(key: &str) -> bool {
 pub fn session_owner(key: &str) -> Option<&str> {
     let rest = key.strip_prefix(SESSION_PREFIX)?;
     rest.rsplit_once('/').map(|(identity, _)| identity)
+}
+
+/// Keys of `leaderd check`'s scratch records start with this: a record it
+/// writes, reads and deletes to try the store's permissions. No election
+/// can be named so, and neither a member's nor a session's key starts so,
+/// so no election, member or session is ever read, written or deleted in
+/// its place, and nothing takes it for one.
+pub const CHECK_PREFIX: &str = "#check/";
+
+/// The key of the scratch record of `identity`'s check made with `nonce`
+/// (fresh per run).
+pub fn check_key(identity: &str, nonce: &str) -> String {
+    format!("{CHECK_PREFIX}{identity}/{nonce}")
+}
+
+/// Whether `key` is a scratch record's of `leaderd check`.
+pub fn is_check_key(key: &str) -> bool {
+    key.starts_with(CHECK_PREFIX)
 }

@@ -195,4 +195,30 @@ impl LeaseStore for MemoryStore {
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {
         self.fault(budget).await.map(|_| ())
     }
+
+    async fn delete_check_record(
+        &self,
+        key: &str,
+        rvn: &str,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        super::scratch_only(key)?;
+        let fault = self.fault(budget).await?;
+        let mut inner = self.lock();
+        inner.writes += 1;
+        if fault == Fault::RefuseWrites {
+            return Err(StoreError::Credentials(
+                "not authorized to write (injected)".into(),
+            ));
+        }
+        match inner.items.get(key) {
+            Some(Record::Valid(l)) if l.rvn == rvn => {
+                inner.items.remove(key);
+                Ok(WriteOutcome::Applied)
+            }
+            current => Ok(WriteOutcome::ConditionFailed {
+                current: Some(current.cloned().unwrap_or(Record::Absent)),
+            }),
+        }
+    }
 }

@@ -8,7 +8,7 @@
 //! The rooms: this file holds the record, the conditions, the
 //! [`LeaseStore`] trait and the opening of a store; [`sqlite`] and
 //! [`dynamodb`] are the stores; `keys` names the member and session
-//! records; `memory` is the in-process store of the engine's tests;
+//! records and `leaderd check`'s scratch records; `memory` is the in-process store of the engine's tests;
 //! `tests` tests the record and the conditions.
 
 use std::collections::BTreeMap;
@@ -26,8 +26,8 @@ pub(crate) mod memory;
 pub mod sqlite;
 
 pub use keys::{
-    MEMBER_PREFIX, SESSION_PREFIX, is_member_key, is_session_key, member_key, member_records,
-    session_key, session_owner,
+    CHECK_PREFIX, MEMBER_PREFIX, SESSION_PREFIX, check_key, is_check_key, is_member_key,
+    is_session_key, member_key, member_records, session_key, session_owner,
 };
 
 /// Which store to open: what the configuration's `[store]` section comes to.
@@ -629,12 +629,13 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError>;
 
     /// Every election's record (for `leaderd status` with no names): the
-    /// store's items without the member and session records.
+    /// store's items without the member and session records and the
+    /// scratch records of `leaderd check`.
     async fn list(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
         let mut records = self.scan(budget).await?;
         records.retain(|r| {
             !r.key()
-                .is_some_and(|k| is_member_key(k) || is_session_key(k))
+                .is_some_and(|k| is_member_key(k) || is_session_key(k) || is_check_key(k))
         });
         Ok(records)
     }
@@ -663,6 +664,25 @@ pub trait LeaseStore: Send + Sync + 'static {
         _budget: Duration,
     ) -> Result<u64, StoreError> {
         Ok(0)
+    }
+
+    /// Delete `leaderd check`'s scratch record `key` if its `rvn` is still
+    /// `rvn`: `Applied`, else `ConditionFailed` (absent, or another `rvn`).
+    /// Only a scratch record's key ([`is_check_key`]) is deleted; any other
+    /// is refused before a request is made (see [`scratch_only`]): leaderd
+    /// deletes no election's record, whose fencing token must survive. By
+    /// default refused: the stores `leaderd check` uses implement it.
+    async fn delete_check_record(
+        &self,
+        key: &str,
+        _rvn: &str,
+        _budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        scratch_only(key)?;
+        Err(StoreError::Other(format!(
+            "the {} store cannot delete records",
+            self.kind()
+        )))
     }
 
     /// Check that the store is reachable and usable (table exists, is ACTIVE,
@@ -776,6 +796,18 @@ pub trait LeaseStore: Send + Sync + 'static {
             holder: me.to_owned(),
         };
         self.write(released, &cond, budget).await
+    }
+}
+
+/// `Ok` for a key of `leaderd check`'s scratch records, an error for any
+/// other: what every [`LeaseStore::delete_check_record`] checks first.
+pub fn scratch_only(key: &str) -> Result<(), StoreError> {
+    if is_check_key(key) {
+        Ok(())
+    } else {
+        Err(StoreError::Other(format!(
+            "refused to delete `{key}`: leaderd deletes only the scratch records of `leaderd check` ({CHECK_PREFIX}…)"
+        )))
     }
 }
 

@@ -134,3 +134,61 @@ fn a_record_held_through_a_session_is_format_2_and_never_stale_by_itself() {
     };
     assert_eq!(session.format(), FORMAT_SESSIONS);
 }
+
+/// `leaderd check`'s scratch records: listed by no one (`status`),
+/// members of nothing, and the only records any store deletes, on the
+/// condition of their `rvn`.
+#[tokio::test]
+async fn scratch_records_are_listed_by_no_one_and_only_they_are_deleted() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let sqlite = sqlite::SqliteStore::open(&dir.path().join("leases.db")).expect("open");
+    let memory = memory::MemoryStore::new();
+    let budget = Duration::from_secs(5);
+    for store in [&sqlite as &dyn LeaseStore, &memory] {
+        let kind = store.kind();
+        let election = Lease::stamped("web", "other", 7, 10_000, 1, None);
+        let key = check_key("me", "n1");
+        let scratch = Lease::stamped(&key, "me", 1, 60_000, 1, None);
+        for lease in [&election, &scratch] {
+            let written = store.put(lease, &Condition::NotExists, budget).await;
+            assert_eq!(written, Ok(WriteOutcome::Applied), "{kind}");
+        }
+        let listed: Vec<String> = store
+            .list(budget)
+            .await
+            .expect("list")
+            .iter()
+            .filter_map(|r| r.key().map(str::to_owned))
+            .collect();
+        assert_eq!(listed, ["web"], "{kind}");
+        assert_eq!(store.members(budget).await, Ok(vec![]), "{kind}");
+
+        // Another rvn: kept.
+        let other = store.delete_check_record(&key, "not-its-rvn", budget).await;
+        assert!(
+            matches!(other, Ok(WriteOutcome::ConditionFailed { .. })),
+            "{kind}: {other:?}"
+        );
+        assert!(
+            matches!(store.read(&key, budget).await, Ok(Record::Valid(_))),
+            "{kind}"
+        );
+        // An election's key: refused, whatever the rvn.
+        let refused = store
+            .delete_check_record("web", &election.rvn, budget)
+            .await;
+        assert!(
+            matches!(&refused, Err(StoreError::Other(m)) if m.contains("refused")),
+            "{kind}: {refused:?}"
+        );
+        assert_eq!(
+            store.read("web", budget).await,
+            Ok(Record::Valid(election.clone())),
+            "{kind}"
+        );
+        // Its own rvn: deleted.
+        let deleted = store.delete_check_record(&key, &scratch.rvn, budget).await;
+        assert_eq!(deleted, Ok(WriteOutcome::Applied), "{kind}");
+        assert_eq!(store.read(&key, budget).await, Ok(Record::Absent), "{kind}");
+    }
+}

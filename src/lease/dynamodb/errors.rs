@@ -126,6 +126,7 @@ pub(super) fn ttl_unsupported<E: ProvideErrorMetadata>(err: &SdkError<E>) -> Opt
 pub(super) enum Action {
     GetItem,
     PutItem,
+    DeleteItem,
     BatchGetItem,
     Scan,
     DescribeTable,
@@ -140,6 +141,7 @@ impl Action {
         match self {
             Action::GetItem => "dynamodb:GetItem",
             Action::PutItem => "dynamodb:PutItem",
+            Action::DeleteItem => "dynamodb:DeleteItem",
             Action::BatchGetItem => "dynamodb:BatchGetItem",
             Action::Scan => "dynamodb:Scan",
             Action::DescribeTable => "dynamodb:DescribeTable",

@@ -4,13 +4,16 @@
 //! - [`table`]: creating, describing and checking the table;
 //! - [`region`]: the region when none is configured (environment, AWS
 //!   profile, EC2 instance metadata);
+//! - [`server_clock`]: the server's clock from its answers' `Date` header
+//!   (for `leaderd check`);
 //! - `errors`: time bounds, throttling retry, error classification;
 //! - `codec`: the record as attributes, malformed items, conditions;
 //! - `tests`: the unit tests of the pieces that need no server.
 //!
 //! One item per election in a table keyed by `election` (S). Every read is a
 //! strongly consistent `GetItem`; every write is a `PutItem` of the whole
-//! record under a condition expression. Ambiguous writes are resolved by the
+//! record under a condition expression. The one `DeleteItem` removes
+//! `leaderd check`'s scratch record, never an election's. Ambiguous writes are resolved by the
 //! provided [`LeaseStore::write`], which this module feeds by classifying SDK
 //! errors carefully: only a failure that may have reached the server is a
 //! `Timeout` or `Server` error.
@@ -36,6 +39,7 @@ use tokio::time::Instant;
 mod codec;
 mod errors;
 pub mod region;
+pub mod server_clock;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -43,11 +47,13 @@ mod tests;
 use codec::{condition_expression, lease_item, parse_item};
 use errors::{Action, bounded, classify, condition_failed, lease_settings, retry_throttled};
 pub use region::NoRegion;
+pub use server_clock::{DatedAnswer, ServerClock};
 pub use table::{TableInfo, TtlStatus};
 use table::{key_schema_problem, table_status};
 
 use super::{
     Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
+    scratch_only,
 };
 
 /// The partition key of the lease table.
@@ -281,6 +287,44 @@ impl DynamoStore {
         }
     }
 
+    /// Delete the scratch record `key` if its `rvn` is `rvn`, by `deadline`.
+    async fn delete_now(
+        &self,
+        key: &str,
+        rvn: &str,
+        deadline: Instant,
+    ) -> Result<WriteOutcome, StoreError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = retry_throttled(left, |left| {
+            let req = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .key(KEY, AttributeValue::S(key.to_owned()))
+                .condition_expression("#r = :r")
+                .expression_attribute_names("#r", "rvn")
+                .expression_attribute_values(":r", AttributeValue::S(rvn.to_owned()))
+                .send();
+            async move {
+                match bounded(left, req).await? {
+                    Ok(_) => Ok(WriteOutcome::Applied),
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+                    {
+                        Ok(WriteOutcome::ConditionFailed { current: None })
+                    }
+                    Err(e) => Err(classify(&e, Action::DeleteItem, &self.table, left)),
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => Err(self.refine_missing(e, deadline).await),
+        }
+    }
+
     /// Every item, read consistently; or, given a key prefix, only the
     /// items under it, read eventually consistently.
     async fn scan_table(
@@ -464,6 +508,18 @@ impl LeaseStore for DynamoStore {
     async fn members(&self, budget: Duration) -> Result<Vec<Lease>, StoreError> {
         let records = self.scan_table(budget, Some(MEMBER_PREFIX)).await?;
         Ok(member_records(records))
+    }
+
+    async fn delete_check_record(
+        &self,
+        key: &str,
+        rvn: &str,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        scratch_only(key)?;
+        let deadline = Instant::now() + budget;
+        let _slot = self.slot(deadline, false).await?;
+        Box::pin(self.delete_now(key, rvn, deadline)).await
     }
 
     async fn check(&self, budget: Duration) -> Result<(), StoreError> {

@@ -109,6 +109,11 @@ impl DynamoStore {
         Ok(table_info(&self.table, &desc, ttl))
     }
 
+    /// Whether TTL is on for `expires_at` (DescribeTimeToLive).
+    pub async fn ttl(&self) -> Result<TtlStatus, StoreError> {
+        self.ttl_status().await
+    }
+
     /// DescribeTable within `budget` (throttling retried).
     pub(super) async fn describe(&self, budget: Duration) -> Result<TableDescription, StoreError> {
         retry_throttled(budget, |left| {

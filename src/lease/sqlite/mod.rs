@@ -536,4 +536,29 @@ impl LeaseStore for SqliteStore {
     fn changes(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.changes.subscribe())
     }
+
+    async fn delete_check_record(
+        &self,
+        key: &str,
+        rvn: &str,
+        budget: Duration,
+    ) -> Result<WriteOutcome, StoreError> {
+        super::scratch_only(key)?;
+        let (key, rvn) = (key.to_owned(), rvn.to_owned());
+        self.run(LaneKind::Write, budget, move |conn, path, _| {
+            // One statement: the condition and the delete are atomic.
+            let deleted = conn
+                .execute(
+                    "DELETE FROM leases WHERE election = ?1 AND rvn = ?2",
+                    [&key, &rvn],
+                )
+                .map_err(|e| classify(path, budget, &e))?;
+            Ok(if deleted == 1 {
+                WriteOutcome::Applied
+            } else {
+                WriteOutcome::ConditionFailed { current: None }
+            })
+        })
+        .await
+    }
 }
