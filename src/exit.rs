@@ -4,6 +4,9 @@
 //! They follow sysexits(3) where it has a code for the case, and shells for a
 //! child that cannot be run or was killed by a signal.
 
+/// `leaderd check`: at least one item failed, so `leaderd run` would not
+/// work here as configured (the report says why).
+pub const CHECK_FAILED: i32 = 1;
 /// Bad usage on the command line.
 pub const USAGE: i32 = 64;
 /// An invalid configuration. The same code as a usage error (not sysexits'

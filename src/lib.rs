@@ -13,7 +13,8 @@
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
 //!   on its verdict.
 //! - [`config`]: figment layers -> validated, immutable configuration.
-//! - [`cli`]: the command line (clap), `status`, `table`, `lock` and `resign`.
+//! - [`cli`]: the command line (clap), `check`, `status`, `table`, `lock`
+//!   and `resign`.
 //! - [`http`]: the HTTP server: serving and its limits, the router, the
 //!   read handlers (`/leader`, `/status`, `/healthz`, `/metrics`) and
 //!   resign.

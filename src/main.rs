@@ -46,6 +46,7 @@ fn main() {
                 e.exit_code()
             }
         },
+        Command::Check(args) => tool(|rt| rt.block_on(cli::check::run(args))),
         Command::Status(args) => tool(|rt| rt.block_on(cli::status::run(args))),
         Command::Table(args) => tool(|rt| rt.block_on(cli::table::run(args))),
         Command::Resign(args) => tool(|rt| rt.block_on(cli::resign::run(args))),

@@ -1,8 +1,8 @@
 //! The command line: clap definitions, and the one-shot subcommands.
 //!
-//! `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`, `leaderd status`, `leaderd
-//! table create|describe`, `leaderd lock acquire|renew|release|status`,
-//! `leaderd --version`. Flags are the top layer of the
+//! `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`, `leaderd check`, `leaderd
+//! status`, `leaderd table create|describe`, `leaderd lock
+//! acquire|renew|release|status`, `leaderd --version`. Flags are the top layer of the
 //! configuration; [`crate::config`] merges them over the file and the
 //! environment. A usage error exits [`exit::USAGE`] with clap's message;
 //! `--help` and `--version` print to stdout and exit 0.
@@ -11,9 +11,11 @@
 //! arguments, so it is deliberately not defined here.
 //!
 //! The rooms: this file defines the command line; each one-shot subcommand
-//! has a file, `status`, `table`, `lock` and `resign`; `tool` is what they
-//! share (their error and exit code, loading the configuration, printing).
+//! has a file, `status`, `table`, `lock` and `resign`, or a folder,
+//! `check/`; `tool` is what they share (their error and exit code, loading
+//! the configuration, printing).
 
+pub mod check;
 pub mod lock;
 pub mod resign;
 pub mod status;
@@ -51,6 +53,10 @@ pub struct Cli {
 pub enum Command {
     /// Campaign for the configured elections and supervise the child.
     Run(RunArgs),
+    /// Say whether `run` would work here with the same configuration, and
+    /// why not: one line per item (ok, warn, fail; for a failure what to
+    /// do); exit 1 when one fails.
+    Check(CheckArgs),
     /// Read the store and print each election's holder, fencing token and age.
     Status(StatusArgs),
     /// Manage the DynamoDB table.
@@ -61,6 +67,18 @@ pub enum Command {
     /// Ask a running daemon to step down in one election, handing the lease
     /// to a named candidate (--to) or to whoever is fastest.
     Resign(ResignArgs),
+}
+
+/// `leaderd check [RUN OPTIONS] [--json] [-- COMMAND [ARGS…]]`: the
+/// options of `run`, which it checks.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The configuration, as `leaderd run` takes it.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Print the report as JSON instead of lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `leaderd resign ELECTION [--to IDENTITY] [--url URL]`.
