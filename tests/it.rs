@@ -19,6 +19,7 @@ mod advertise;
 mod app_check;
 mod bad_input;
 mod balance;
+mod check;
 mod child_faults;
 mod child_supervision;
 mod cli_errors;

@@ -87,7 +87,8 @@ pub fn fail(name: impl Into<String>, detail: impl Into<String>) -> Item {
 }
 
 /// A `fail` item for a store error: what went wrong, and what to do about
-/// that kind of error.
+/// that kind of error. A call the IAM policy denies is named by its action,
+/// whatever `name` says (a step may make several calls).
 pub fn store_failure(name: impl Into<String>, e: &StoreError) -> Item {
     let (detail, fix) = match e {
         StoreError::Denied {
@@ -130,6 +131,10 @@ pub fn store_failure(name: impl Into<String>, e: &StoreError) -> Item {
             e.to_string(),
             "correct what the message names".to_owned(),
         ),
+    };
+    let name = match e {
+        StoreError::Denied { action, .. } => (*action).to_owned(),
+        _ => name.into(),
     };
     fail(name, detail).fix(fix)
 }

@@ -265,7 +265,6 @@ async fn table(
         }
         Err(e) => {
             let item = match &e {
-                StoreError::Denied { action, .. } => *action,
                 StoreError::Transport(_) | StoreError::Timeout(_) => "store",
                 StoreError::Credentials(_) => "credentials",
                 _ => "table",
