@@ -676,3 +676,34 @@ fn a_listen_address_in_use_fails() {
     let out = leaderd(&["check", "--listen", &addr], &[], dir.path());
     assert_fails_on(&out, "http", &["in use", "fix: stop what listens there"]);
 }
+
+/// A SQLite file whose `leases` table another tool made: the store fails,
+/// naming the missing columns, and nothing is tried (or written) on it.
+#[test]
+fn a_foreign_sqlite_table_fails_the_store() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = dir.path().join("foreign.db");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute_batch("CREATE TABLE leases (id INTEGER PRIMARY KEY);"))
+        .expect("a foreign table");
+    let db_arg = db.to_str().expect("utf-8 temp path");
+    let out = leaderd(
+        &["check", "--store-path", db_arg, "--listen", "127.0.0.1:0"],
+        &[],
+        dir.path(),
+    );
+    assert_fails_on(
+        &out,
+        "store",
+        &[
+            "missing column",
+            "fix: set store.path (--store-path) to another file",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("scratch"), "{}", said(&out));
+    let rows: i64 = rusqlite::Connection::open(&db)
+        .and_then(|c| c.query_row("SELECT count(*) FROM leases", [], |r| r.get(0)))
+        .expect("count");
+    assert_eq!(rows, 0);
+}

@@ -46,18 +46,26 @@ async fn sqlite(plan: &Plan, path: &Path, report: &mut Report) {
     if path.exists() {
         match SqliteStore::open(path) {
             Ok(store) => {
+                report.add(filesystem(&dir));
                 match store.check(BUDGET).await {
-                    Ok(()) => report.add(ok(
-                        "store",
-                        format!(
-                            "SQLite file {}: opened for writing, its table as leaderd needs it",
-                            path.display()
+                    Ok(()) => {
+                        report.add(ok(
+                            "store",
+                            format!(
+                                "SQLite file {}: opened for writing, its table as leaderd needs it",
+                                path.display()
+                            ),
+                        ));
+                        scratch::try_calls(&store, &plan.identity, plan.features, report).await;
+                    }
+                    // A table leaderd cannot use: nothing to try on it.
+                    Err(e @ StoreError::WrongSchema { .. }) => report.add(
+                        store_failure("store", &e).fix(
+                            "set store.path (--store-path) to another file, or move this one away so that `run` creates a new one",
                         ),
-                    )),
+                    ),
                     Err(e) => report.add(store_failure("store", &e)),
                 }
-                report.add(filesystem(&dir));
-                scratch::try_calls(&store, &plan.identity, plan.features, report).await;
             }
             Err(e) => report.add(cannot_open(path, &dir, &e)),
         }
@@ -93,6 +101,7 @@ async fn sqlite(plan: &Plan, path: &Path, report: &mut Report) {
             ));
             report.add(filesystem(&dir));
             scratch::try_calls(&store, &plan.identity, plan.features, report).await;
+            // Closes its connections before its files are removed.
             drop(store);
         }
         Err(e) => report.add(cannot_open(path, &dir, &e)),
@@ -160,7 +169,7 @@ fn filesystem(dir: &Path) -> Item {
         None => ok(
             "filesystem",
             format!(
-                "{} is on a local filesystem; SQLite's locks held for the writes below",
+                "{} is on a local filesystem, where SQLite's locks hold among this host's processes",
                 dir.display()
             ),
         ),
