@@ -3,7 +3,7 @@
 //! table. No election can be named with a `#` or a `/`, so none of them is
 //! ever taken for an election.
 
-use super::{Lease, Record};
+use super::{Lease, Record, StoreError};
 
 /// Keys of the daemons' member records (see `crate::balance`) start with
 /// this. No election can be named so (election names never hold `#` or
@@ -69,4 +69,17 @@ pub fn check_key(identity: &str, nonce: &str) -> String {
 /// Whether `key` is a scratch record's of `leaderd check`.
 pub fn is_check_key(key: &str) -> bool {
     key.starts_with(CHECK_PREFIX)
+}
+
+/// `Ok` for a key of `leaderd check`'s scratch records, an error for any
+/// other: what every [`super::LeaseStore::delete_check_record`] checks
+/// first.
+pub fn scratch_only(key: &str) -> Result<(), StoreError> {
+    if is_check_key(key) {
+        Ok(())
+    } else {
+        Err(StoreError::Other(format!(
+            "refused to delete `{key}`: leaderd deletes only the scratch records of `leaderd check` ({CHECK_PREFIX}…)"
+        )))
+    }
 }

@@ -27,7 +27,7 @@ pub mod sqlite;
 
 pub use keys::{
     CHECK_PREFIX, MEMBER_PREFIX, SESSION_PREFIX, check_key, is_check_key, is_member_key,
-    is_session_key, member_key, member_records, session_key, session_owner,
+    is_session_key, member_key, member_records, scratch_only, session_key, session_owner,
 };
 
 /// Which store to open: what the configuration's `[store]` section comes to.
@@ -796,18 +796,6 @@ pub trait LeaseStore: Send + Sync + 'static {
             holder: me.to_owned(),
         };
         self.write(released, &cond, budget).await
-    }
-}
-
-/// `Ok` for a key of `leaderd check`'s scratch records, an error for any
-/// other: what every [`LeaseStore::delete_check_record`] checks first.
-pub fn scratch_only(key: &str) -> Result<(), StoreError> {
-    if is_check_key(key) {
-        Ok(())
-    } else {
-        Err(StoreError::Other(format!(
-            "refused to delete `{key}`: leaderd deletes only the scratch records of `leaderd check` ({CHECK_PREFIX}…)"
-        )))
     }
 }
 

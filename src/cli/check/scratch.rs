@@ -70,14 +70,12 @@ pub async fn try_calls(
     let can_delete = match store.delete_check_record(&key, &new_rvn(), BUDGET).await {
         Ok(_) => true,
         Err(e) => {
-            let item = store_failure(n(Op::Delete), &e);
-            report.add(fail(
-                item.item,
-                format!(
-                    "{}; so nothing was written, and the other writes were tried on conditions that cannot hold",
-                    item.detail
-                ),
-            ).fix(item.fix.unwrap_or_default()));
+            let failed = store_failure(n(Op::Delete), &e);
+            let detail = format!(
+                "{}; so nothing was written, and the other writes were tried on conditions that cannot hold",
+                failed.detail
+            );
+            report.add(fail(failed.item, detail).fix(failed.fix.unwrap_or_default()));
             false
         }
     };
@@ -131,7 +129,11 @@ pub async fn try_calls(
             Ok(WriteOutcome::Applied) => {
                 // Cannot happen (no record has a fresh rvn); say so.
                 maybe_written.push(first.rvn.clone());
-                report.add(fail(n(Op::Put), format!("a put on a condition that cannot hold was applied to {key}")).fix("report this: the store does not honour conditions"));
+                let detail = format!("a put on a condition that cannot hold was applied to {key}");
+                report.add(
+                    fail(n(Op::Put), detail)
+                        .fix("use a store that honours conditional writes: leaderd's safety rests on them"),
+                );
             }
             Err(e) => report.add(store_failure(n(Op::Put), &e)),
         }
