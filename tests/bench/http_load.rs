@@ -77,6 +77,9 @@ pub struct HttpLoadRun {
     pub cpu_per_min: f64,
     /// The largest `/metrics` and `/status` answers, bytes.
     pub largest: (u64, u64),
+    /// Renewals timed by `leaderd_renew_lag_seconds` over the whole run,
+    /// and the smallest bucket bound (s) that holds them all.
+    pub renew_lag: (f64, Option<f64>),
 }
 
 const PATHS: [&str; 3] = ["/status", "/metrics", "/leader"];
@@ -135,6 +138,7 @@ pub fn measure(
     let renew_failures = metric_sum(&metrics, "leaderd_renew_total", |l| {
         !l.contains("result=\"ok\"")
     });
+    let renew_lag = renew_lag(&metrics);
     let log = std::fs::read_to_string(instance.log_path()).unwrap_or_default();
     let lost_lines = log.lines().filter(|l| l.contains("lease lost")).count();
     instance.stop(Duration::from_secs(60));
@@ -154,7 +158,33 @@ pub fn measure(
         renew_failures,
         cpu_per_min,
         largest: tally.largest,
+        renew_lag,
     })
+}
+
+/// From `leaderd_renew_lag_seconds`: how many renewals, and the smallest
+/// bucket bound that holds every one of them.
+fn renew_lag(metrics: &str) -> (f64, Option<f64>) {
+    let total = metric_sum(metrics, "leaderd_renew_lag_seconds_count", |_| true)
+        + metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("leaderd_renew_lag_seconds_count "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+    let mut bounds: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("leaderd_renew_lag_seconds_bucket{le=\"")?;
+            let (le, count) = rest.split_once("\"} ")?;
+            Some((le.parse().ok()?, count.trim().parse().ok()?))
+        })
+        .collect();
+    bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let all_within = bounds
+        .iter()
+        .find(|(_, count)| *count >= total && total > 0.0)
+        .map(|(le, _)| *le);
+    (total, all_within)
 }
 
 /// The instance's config: `names` on `store`, default timing, sessions on.
@@ -319,9 +349,9 @@ pub fn report(out: &mut String, runs: &[HttpLoadRun]) -> Vec<(String, String, St
     );
     let _ = writeln!(
         out,
-        "| store | led all after (s) | `/status` answers (MB) | `/metrics` answers (MB) | largest `/status`, `/metrics` (KB) | `/leader`: within 1 s | `/leader` ms: median, p95, max | least session validity left (ms) | tenures lost | renew failures | led at end | CPU s/min |"
+        "| store | led all after (s) | `/status` answers (MB) | `/metrics` answers (MB) | largest `/status`, `/metrics` (KB) | `/leader`: within 1 s | `/leader` ms: median, p95, max | least session validity left (ms) | renewals: all sent within (s of their due) | tenures lost | renew failures | led at end | CPU s/min |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut verdicts = Vec::new();
     for run in runs {
         let probes = run.served[2].answers + run.served[2].failures;
@@ -334,7 +364,7 @@ pub fn report(out: &mut String, runs: &[HttpLoadRun]) -> Vec<(String, String, St
         });
         let _ = writeln!(
             out,
-            "| {} | {:.1} | {} ({}) | {} ({}) | {}, {} | {} of {} | {:.1}, {:.1}, {:.1} | {} | {} | {} | {} of {} | {:.1} |",
+            "| {} | {:.1} | {} ({}) | {} ({}) | {}, {} | {} of {} | {:.1}, {:.1}, {:.1} | {} | {}: {} | {} | {} | {} of {} | {:.1} |",
             run.store,
             run.lead_all_s,
             run.served[0].answers,
@@ -350,6 +380,10 @@ pub fn report(out: &mut String, runs: &[HttpLoadRun]) -> Vec<(String, String, St
             s.max,
             run.least_session_valid_ms
                 .map_or("no answer".to_owned(), |v| v.to_string()),
+            run.renew_lag.0,
+            run.renew_lag
+                .1
+                .map_or("?".to_owned(), |le| format!("≤ {le}")),
             run.lost_lines,
             run.renew_failures,
             run.led_at_end,
@@ -375,6 +409,15 @@ pub fn report(out: &mut String, runs: &[HttpLoadRun]) -> Vec<(String, String, St
             run.least_session_valid_ms
                 .map_or("no answer".to_owned(), |v| format!("{v} ms")),
             run.least_session_valid_ms.is_some_and(|v| v >= floor) && run.renew_failures == 0.0,
+        ));
+        verdicts.push((
+            format!("HTTP load, {store}: renewals sent late (leaderd_renew_lag_seconds)"),
+            "every one within 1 s of its due".to_owned(),
+            run.renew_lag.1.map_or_else(
+                || format!("{} renewals, not all within 10 s", run.renew_lag.0),
+                |le| format!("{} renewals, all within {le} s", run.renew_lag.0),
+            ),
+            run.renew_lag.0 > 0.0 && run.renew_lag.1.is_some_and(|le| le <= 1.0),
         ));
         let within = if probes == 0 {
             0.0
