@@ -422,17 +422,11 @@ fn made_up_session_names_keep_no_newcomer_out() {
         &config.display().to_string(),
         "--store-path",
         &dir.path().join("l.db").display().to_string(),
-        "--lease-duration",
-        "2s",
-        "--renew-interval",
-        "1s",
-        "--retry-interval",
-        "250ms",
-        "--kill-grace",
-        "500ms",
     ]
     .map(String::from)
-    .to_vec();
+    .into_iter()
+    .chain(common::daemon::short_timing_args())
+    .collect::<Vec<_>>();
     let start = |identity| {
         let node = Leaderd::start(Spec {
             identity,

@@ -201,7 +201,6 @@ fn status_json_on_dynamodb_local() {
 #[test]
 fn idle_and_half_sent_connections_are_closed_and_never_starve_the_daemon() {
     use std::io::Read;
-    use std::os::unix::process::CommandExt;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let runs = dir.path().join("runs");
@@ -218,19 +217,7 @@ fn idle_and_half_sent_connections_are_closed_and_never_starve_the_daemon() {
             command: vec!["sh".into(), "-c".into(), script],
             dir: dir.path(),
         },
-        |cmd| {
-            // SAFETY: setrlimit is async-signal-safe and allocates nothing.
-            unsafe {
-                cmd.pre_exec(|| {
-                    nix::sys::resource::setrlimit(
-                        nix::sys::resource::Resource::RLIMIT_NOFILE,
-                        64,
-                        64,
-                    )
-                    .map_err(std::io::Error::from)
-                });
-            }
-        },
+        common::daemon::open_files_limit(64),
     );
     a.wait_http(Duration::from_secs(20));
     wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");

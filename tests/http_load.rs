@@ -182,8 +182,6 @@ fn idle_flood(port: u16, n: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHa
 
 #[test]
 fn probes_are_answered_while_watch_streams_and_idle_connections_fill_the_table() {
-    use std::os::unix::process::CommandExt;
-
     let dir = tempfile::tempdir().expect("tempdir");
     // 200 descriptors: (200 − 64) / 2 = 68 connections, 34 of them watches.
     let node = Leaderd::start_with(
@@ -194,19 +192,7 @@ fn probes_are_answered_while_watch_streams_and_idle_connections_fill_the_table()
             command: vec![],
             dir: dir.path(),
         },
-        |cmd| {
-            // SAFETY: setrlimit is async-signal-safe and allocates nothing.
-            unsafe {
-                cmd.pre_exec(|| {
-                    nix::sys::resource::setrlimit(
-                        nix::sys::resource::Resource::RLIMIT_NOFILE,
-                        200,
-                        200,
-                    )
-                    .map_err(std::io::Error::from)
-                });
-            }
-        },
+        common::daemon::open_files_limit(200),
     );
     node.wait_http(Duration::from_secs(20));
     wait_until(Duration::from_secs(10), || node.is_leader()).expect("it leads");

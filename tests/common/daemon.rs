@@ -260,9 +260,8 @@ pub fn leaders(instances: &[&Leaderd]) -> Vec<String> {
 }
 
 /// Short timing that keeps real-process tests quick and valid under
-/// R + G + M + L·D < L: L = 2 s, R = 1 s, P = 250 ms, G = 500 ms, for one
-/// election.
-pub fn short_lease_args(election: &str) -> Vec<String> {
+/// R + G + M + L·D < L: L = 2 s, R = 1 s, P = 250 ms, G = 500 ms.
+pub fn short_timing_args() -> Vec<String> {
     [
         "--lease-duration",
         "2s",
@@ -272,12 +271,36 @@ pub fn short_lease_args(election: &str) -> Vec<String> {
         "250ms",
         "--kill-grace",
         "500ms",
-        "--election",
-        election,
     ]
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// [`short_timing_args`] for one election.
+pub fn short_lease_args(election: &str) -> Vec<String> {
+    let mut args = short_timing_args();
+    args.extend(["--election".to_owned(), election.to_owned()]);
+    args
+}
+
+/// For [`Leaderd::start_with`]: start leaderd with an open-files limit of
+/// `limit` (soft and hard), which also bounds its HTTP connections.
+pub fn open_files_limit(limit: u64) -> impl FnOnce(&mut Command) {
+    use std::os::unix::process::CommandExt;
+    move |cmd| {
+        // SAFETY: setrlimit is async-signal-safe and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::resource::setrlimit(
+                    nix::sys::resource::Resource::RLIMIT_NOFILE,
+                    limit,
+                    limit,
+                )
+                .map_err(std::io::Error::from)
+            });
+        }
+    }
 }
 
 /// The SQLite store in `db` with [`short_lease_args`].
