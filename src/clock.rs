@@ -9,68 +9,12 @@
 //! `tokio::time::pause()` and `advance()` drive the election engine without
 //! real sleeps.
 
-use std::ops::{Add, Sub};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// A point on the boot-time clock, as the time elapsed since the clock's origin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Instant(Duration);
-
-impl Instant {
-    /// The instant `d` after the clock's origin.
-    pub const fn from_since_origin(d: Duration) -> Self {
-        Instant(d)
-    }
-
-    /// Time since the clock's origin (for `CLOCK_BOOTTIME`: since boot).
-    pub const fn since_origin(self) -> Duration {
-        self.0
-    }
-
-    /// `self - earlier`, or zero when `earlier` is later.
-    pub fn saturating_since(self, earlier: Instant) -> Duration {
-        self.0.saturating_sub(earlier.0)
-    }
-
-    /// `self - d`, never before the origin.
-    pub fn saturating_sub(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_sub(d))
-    }
-
-    /// This instant rounded down to a multiple of `tick` since the origin
-    /// (unchanged for a zero tick). Timers that round their deadlines down
-    /// to a shared grid fire together: a daemon with many elections wakes
-    /// once per tick instead of once per election.
-    pub fn floor_to(self, tick: Duration) -> Instant {
-        let tick_ns = tick.as_nanos();
-        if tick_ns == 0 {
-            return self;
-        }
-        let ns = self.0.as_nanos();
-        let floored = ns - ns % tick_ns;
-        Instant(Duration::from_nanos(
-            u64::try_from(floored).unwrap_or(u64::MAX),
-        ))
-    }
-}
-
-impl Add<Duration> for Instant {
-    type Output = Instant;
-    fn add(self, rhs: Duration) -> Instant {
-        Instant(self.0 + rhs)
-    }
-}
-
-impl Sub<Instant> for Instant {
-    type Output = Duration;
-    /// Saturating: an instant minus a later one is zero.
-    fn sub(self, rhs: Instant) -> Duration {
-        self.saturating_since(rhs)
-    }
-}
+pub use crate::core::time::Instant;
 
 /// Where [`Instant`]s come from and how to sleep until one.
 #[derive(Debug, Clone)]
@@ -160,7 +104,9 @@ impl Clock {
     pub fn now(&self) -> Instant {
         match &self.source {
             Source::Boot => boot_now(),
-            Source::Tokio(origin) => Instant(tokio::time::Instant::now() - *origin),
+            Source::Tokio(origin) => {
+                Instant::from_since_origin(tokio::time::Instant::now() - *origin)
+            }
         }
     }
 
@@ -187,7 +133,9 @@ impl Clock {
                     }
                 }
             }
-            Source::Tokio(origin) => tokio::time::sleep_until(*origin + deadline.0).await,
+            Source::Tokio(origin) => {
+                tokio::time::sleep_until(*origin + deadline.since_origin()).await
+            }
         }
     }
 
@@ -218,7 +166,7 @@ pub fn boot_now() -> Instant {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .or_else(|_| nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC))
         .unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
-    Instant(Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32))
+    Instant::from_since_origin(Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32))
 }
 
 /// Unix time in milliseconds, for lease attributes meant for humans and for the
@@ -240,16 +188,6 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let b = boot_now();
         assert!(b - a >= Duration::from_millis(5));
-    }
-
-    #[test]
-    fn floor_to_rounds_down_to_the_grid() {
-        let at = |ms| Instant::from_since_origin(Duration::from_millis(ms));
-        let tick = Duration::from_millis(50);
-        assert_eq!(at(5_049).floor_to(tick), at(5_000));
-        assert_eq!(at(5_050).floor_to(tick), at(5_050));
-        assert_eq!(at(7).floor_to(tick), at(0));
-        assert_eq!(at(7).floor_to(Duration::ZERO), at(7));
     }
 
     #[tokio::test(start_paused = true)]

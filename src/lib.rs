@@ -3,6 +3,8 @@
 //! Data flows one way: configuration -> lease stores -> election engines ->
 //! (child supervisor, HTTP, metrics, watch) watching the engines' state.
 //!
+//! - [`core`]: the pure part: every decision, without IO, clock reads or
+//!   randomness of its own.
 //! - [`clock`]: the boot-time clock every decision is timed with.
 //! - [`lease`]: the lease record, the store interface and its backends
 //!   (SQLite's connection lanes, table and queries each in a file of their own).
@@ -43,6 +45,7 @@ pub mod balance;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod core;
 pub mod daemon;
 pub mod election;
 pub mod exit;
