@@ -17,7 +17,7 @@ per problem, when:
 - config/iam/README.md does not say what an allowed action is for;
 - a policy (a file or one shown) allows dynamodb:DeleteItem other than in a
   statement of its own confined to `leaderd check`'s scratch records (the
-  `dynamodb:LeadingKeys` condition on the prefix src/lease/keys.rs names):
+  `dynamodb:LeadingKeys` condition on the prefix src/core/keys.rs names):
   leaderd's credentials must never delete an election's record;
 - the errors of a call are not classified with its own action (the next
   `Action::…` after the call), so that a denied call would name another.
@@ -78,7 +78,7 @@ UNMAPPED = {
 
 # Actions allowed only on `leaderd check`'s scratch records.
 SCRATCH_ONLY = {"dynamodb:DeleteItem"}
-KEYS = ROOT / "src/lease/keys.rs"
+KEYS = ROOT / "src/core/keys.rs"
 CHECK_PREFIX = re.compile(r'pub const CHECK_PREFIX: &str = "([^"]+)";')
 
 CALL = re.compile(r"\.\s*([a-z][a-z0-9_]*)\s*\(\s*\)")

@@ -5,6 +5,15 @@
 //! drivers (`crate::election`, `crate::balance`, `leaderd lock`) do the
 //! IO and hand it what happened, with the instant now.
 //!
+//! - `record`: the lease record and the conditions of its writes (tested
+//!   in `record/tests.rs`);
+//! - `keys`: the keys of the records that are not elections' (members,
+//!   sessions, `leaderd check`'s scratch records);
+//! - `store_error`: `StoreError`, every class of failure a store can
+//!   answer (the core is told them as values);
 //! - `time`: instants on the boot-time clock, as plain values.
 
+pub mod keys;
+pub mod record;
+pub mod store_error;
 pub mod time;

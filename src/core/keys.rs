@@ -3,7 +3,8 @@
 //! table. No election can be named with a `#` or a `/`, so none of them is
 //! ever taken for an election.
 
-use super::{Lease, Record, StoreError};
+use super::record::{Lease, Record};
+use super::store_error::StoreError;
 
 /// Keys of the daemons' member records (see `crate::balance`) start with
 /// this. No election can be named so (election names never hold `#` or
@@ -21,7 +22,7 @@ pub fn is_member_key(key: &str) -> bool {
 }
 
 /// The well-formed member records among `records`: what every store's
-/// [`super::LeaseStore::members`] returns of what it read. A member record of an
+/// `LeaseStore::members` returns of what it read. A member record of an
 /// unknown format is no member to this build: membership is advice.
 pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
     records
@@ -33,7 +34,7 @@ pub fn member_records(records: impl IntoIterator<Item = Record>) -> Vec<Lease> {
         .collect()
 }
 
-/// Keys of the daemons' session records (see `crate::election::session`)
+/// Keys of the daemons' session records (see `crate::core::session`)
 /// start with this; like member keys, no election can be named so.
 pub const SESSION_PREFIX: &str = "#session/";
 
@@ -72,7 +73,7 @@ pub fn is_check_key(key: &str) -> bool {
 }
 
 /// `Ok` for a key of `leaderd check`'s scratch records, an error for any
-/// other: what every [`super::LeaseStore::delete_check_record`] checks
+/// other: what every `LeaseStore::delete_check_record` checks
 /// first.
 pub fn scratch_only(key: &str) -> Result<(), StoreError> {
     if is_check_key(key) {
