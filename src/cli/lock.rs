@@ -11,7 +11,7 @@
 //! process's own clock), with a write conditional on that `rvn`. A record a
 //! daemon holds through its session is timed by that session's `rvn`, and
 //! the session is ended before the lock is taken
-//! ([`election::session::judge_session`], the daemon's rule). No wall
+//! ([`crate::core::session::judge_session`], the daemon's rule). No wall
 //! clock is compared.
 //!
 //! The token printed by `acquire` and `renew` names the write it came from
@@ -221,7 +221,7 @@ enum Round {
 
 /// The write that would take the lock now, if any, by the daemon's rules:
 /// a held or handed record is timed by its `rvn`, one held through a
-/// daemon's session by that session's ([`election::session::judge_session`]).
+/// daemon's session by that session's ([`crate::core::session::judge_session`]).
 struct Waiter {
     name: String,
     identity: String,
@@ -291,7 +291,7 @@ impl Waiter {
     /// What to do about `election`, held through the session `key` whose
     /// record reads `session` at `at`.
     fn session_plan(&mut self, election: Lease, key: &str, session: &Record, at: Instant) -> Plan {
-        use election::session::SessionVerdict as V;
+        use crate::core::session::SessionVerdict as V;
         let stamp = lease::Stamp::now();
         let take = |w: &Self| {
             Plan::Write(
@@ -299,7 +299,7 @@ impl Waiter {
                 Condition::RvnIs(election.rvn.clone()),
             )
         };
-        match election::session::judge_session(
+        match crate::core::session::judge_session(
             &mut self.takeover,
             key,
             session,

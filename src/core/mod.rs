@@ -5,6 +5,19 @@
 //! drivers (`crate::election`, `crate::balance`, `leaderd lock`) do the
 //! IO and hand it what happened, with the instant now.
 //!
+//! - `election`: one election's rules: its settings, published state, and
+//!   the core, a state machine (observations in, actions out), with
+//!   its tests;
+//! - `takeover`: the takeover rule, the one place it is written (the
+//!   core, the session, the sweep, `leaderd lock` and balance use it);
+//! - `hints`: what a leader tells its followers, and a follower's
+//!   bookkeeping of that stream;
+//! - `session`: a daemon's session, one record whose renewals keep every
+//!   election held through it (its tests in `session/tests.rs`);
+//! - `sweep`: which ended or abandoned session records the daemon's sweep
+//!   deletes (its tests in `sweep/tests.rs`);
+//! - `model` (tests only): the model checker of the election core and the
+//!   session, with `stateright`;
 //! - `record`: the lease record and the conditions of its writes (tested
 //!   in `record/tests.rs`);
 //! - `keys`: the keys of the records that are not elections' (members,
@@ -13,7 +26,14 @@
 //!   answer (the core is told them as values);
 //! - `time`: instants on the boot-time clock, as plain values.
 
+pub mod election;
+pub mod hints;
 pub mod keys;
+#[cfg(test)]
+mod model;
 pub mod record;
+pub mod session;
 pub mod store_error;
+pub mod sweep;
+pub mod takeover;
 pub mod time;

@@ -13,15 +13,16 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use std::time::Duration;
 
-use super::core::{Action, Core, Input, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
-use super::hints::{Hint, HintFeed, LeaseEvent};
-use super::session::{SessionAnswer, SessionView};
+use super::hint_feed::HintFeed;
 use super::session_reads::SessionReads;
 use super::session_task::DemandShare;
 use super::{Command, ElectionState, Observer, Outcome, Transition};
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
+use crate::core::election::{Action, Core, Input, Note, Tick, WriteOp};
+use crate::core::hints::{Hint, LeaseEvent};
+use crate::core::session::{SessionAnswer, SessionView};
 use crate::lease::{Condition, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
 use crate::text;
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::lease::memory::{Fault, MemoryStore};
-use crate::lease::{Lease, Record, new_rvn};
+use crate::lease::{HolderMeta, Lease, Record, new_rvn};
 
 const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);

@@ -4,29 +4,24 @@
 //! its state on a `watch` channel, so the HTTP server, the metrics and the
 //! child supervisor observe it without ever locking or slowing it.
 //! Elections are independent tasks: a slow request in one never delays
-//! another's renewal.
+//! another's renewal. Every decision is the pure core's (`crate::core`:
+//! the election core, the takeover rule, hints, the session, the sweep);
+//! its types are re-exported here, where the rest of leaderd uses them.
 //!
-//! - this file: the election's settings, their timing rules and published
-//!   state, and the handle to its task;
-//! - `core`: every decision (when to take over, renew, stop the job,
-//!   release; how hints and a successor count) in one state machine
-//!   without IO: observations in, actions out;
+//! - this file: the handle to an election's task, what the task follows
+//!   ([`Links`]) and what it reports ([`Observer`]);
 //! - `driver`: the tokio task that runs the core: store requests, clock,
 //!   commands, hints, published state, logs and metrics;
-//! - `takeover`: the takeover rule, the one place it is written (the
-//!   core, `leaderd lock` and balance use it);
-//! - `hints`: a follower's bookkeeping of the leader's watch stream;
+//! - `timing`: the timing rules an election's settings must keep, checked
+//!   as the configuration is built;
+//! - `hint_feed`: the task's end of a watch client;
 //! - `error_log`: how store errors are logged, once per change;
-//! - [`session`]: a daemon's session, one record whose renewals keep every
-//!   election held through it (pure, like the core);
-//! - `session_task`: the tokio task that runs the session;
-//! - `session_sweep`: which ended or abandoned session records the daemon's
-//!   sweep deletes (pure; its tests in `session_sweep/tests.rs`);
+//! - `session_task`: the tokio task that runs the daemon's session, and
+//!   its sweep of ended sessions;
 //! - `session_reads`: what the daemon knows of other daemons' sessions,
 //!   one read shared by all its elections;
 //! - `record_check`: the read-back of the records held through the
 //!   session, which notices one deleted or rewritten under its tenure;
-//! - `model` (tests): the model checker of the core;
 //! - `tests`, `hint_tests`: paused-clock tests of the engine and of the
 //!   hints.
 
@@ -37,357 +32,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app_check::Verdict;
-use crate::clock::{Clock, Instant};
-use crate::lease::{HolderMeta, LeaseStore, Record, StoreError};
-use crate::text;
-
-/// Timing and identity of one election.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ElectionConfig {
-    /// The election's name (the lease record's key).
-    pub name: String,
-    /// Our identity, written as `holder`.
-    pub identity: String,
-    /// L: the lease we promise to honour.
-    pub lease_duration: Duration,
-    /// R: how often the leader renews.
-    pub renew_interval: Duration,
-    /// P: follower poll and renew retry interval.
-    pub retry_interval: Duration,
-    /// G: time between the stop signal and the kill, before validity ends.
-    pub kill_grace: Duration,
-    /// D: the clock-rate drift we tolerate, as a fraction (0.01 = 1%).
-    pub max_clock_drift: f64,
-    /// M: margin subtracted from the leader's validity.
-    pub safety_margin: Duration,
-    /// After creating a missing item, wait the takeover wait of its lease
-    /// (renewing) before leading.
-    pub strict_new_lease: bool,
-    /// Advertised in the lease record.
-    pub holder_meta: Option<HolderMeta>,
-}
-
-/// The built-in timing: the defaults of the configuration's timing keys.
-pub mod defaults {
-    use std::time::Duration;
-
-    /// L, `lease.duration`.
-    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
-
-    /// R, `lease.renew_interval`, for a lease of `lease_duration`: half of it.
-    pub fn renew_interval(lease_duration: Duration) -> Duration {
-        lease_duration / 2
-    }
-    /// P, `lease.retry_interval`.
-    pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
-    /// D, `lease.max_clock_drift`.
-    pub const MAX_CLOCK_DRIFT: f64 = 0.01;
-    /// M, `lease.safety_margin`.
-    pub const SAFETY_MARGIN: Duration = Duration::from_millis(200);
-    /// G, `child.kill_grace`.
-    pub const KILL_GRACE: Duration = Duration::from_secs(2);
-}
-
-impl ElectionConfig {
-    /// A config with the built-in defaults for everything but name and
-    /// identity (tests).
-    #[cfg(any(test, feature = "testing"))]
-    pub fn with_defaults(name: impl Into<String>, identity: impl Into<String>) -> Self {
-        ElectionConfig {
-            name: name.into(),
-            identity: identity.into(),
-            lease_duration: defaults::LEASE_DURATION,
-            renew_interval: defaults::renew_interval(defaults::LEASE_DURATION),
-            retry_interval: defaults::RETRY_INTERVAL,
-            kill_grace: defaults::KILL_GRACE,
-            max_clock_drift: defaults::MAX_CLOCK_DRIFT,
-            safety_margin: defaults::SAFETY_MARGIN,
-            strict_new_lease: false,
-            holder_meta: None,
-        }
-    }
-
-    /// Check the timing rules, the one place they are written: every
-    /// interval above zero, D in [0, 0.5), R < L, and the invariant
-    /// R + G + M + L·D < L, without which a leader could still be running its
-    /// job when a follower's wait ends.
-    pub fn validate(&self) -> Result<(), TimingError> {
-        let l = self.lease_duration;
-        if l.is_zero() || self.renew_interval.is_zero() || self.retry_interval.is_zero() {
-            return Err(TimingError::Zero);
-        }
-        check_drift(self.max_clock_drift)?;
-        if self.renew_interval >= l {
-            return Err(TimingError::RenewNotShorter {
-                renew: self.renew_interval,
-                lease: l,
-            });
-        }
-        let drift = l.mul_f64(self.max_clock_drift);
-        let sum = self.renew_interval + self.kill_grace + self.safety_margin + drift;
-        if sum >= l {
-            return Err(TimingError::Invariant {
-                renew: self.renew_interval,
-                kill_grace: self.kill_grace,
-                safety_margin: self.safety_margin,
-                drift,
-                lease: l,
-            });
-        }
-        Ok(())
-    }
-
-    /// How many renew retries fit between a missed renew and the stop signal.
-    /// Fewer than two is worth a warning: one slow answer then costs the lease.
-    pub fn retries_that_fit(&self) -> u32 {
-        let window = self
-            .validity()
-            .saturating_sub(self.kill_grace + self.renew_interval);
-        (window.as_secs_f64() / self.retry_interval.as_secs_f64()).floor() as u32
-    }
-
-    /// L·(1−D) − M: how long a successful write keeps the leader valid.
-    pub fn validity(&self) -> Duration {
-        self.lease_duration
-            .mul_f64(1.0 - self.max_clock_drift)
-            .saturating_sub(self.safety_margin)
-    }
-
-    /// R + P: a watch stream that says nothing this long is taken for
-    /// broken, and the follower polls every P again.
-    pub fn hint_quiet(&self) -> Duration {
-        self.renew_interval + self.retry_interval
-    }
-
-    /// While hints flow, the longest a follower goes without reading the
-    /// store: 2·L. It reads sooner at the end of the takeover wait of the
-    /// rvn it read last (see [`Self::due_read_slack`]), about once a lease.
-    pub fn hint_confirm_interval(&self) -> Duration {
-        self.lease_duration * 2
-    }
-
-    /// While hints flow, a follower past the takeover wait of the rvn it
-    /// read last reads when the next renewal is told, or this much later
-    /// at most: min(R, 2·P). Reading just after a renewal finds an rvn
-    /// timed from its hint, so the next such read is a whole lease away
-    /// (60/L reads a minute, 6 at the defaults); and a dead leader's lease
-    /// is taken at most 2·P after its takeover wait ends, whatever the
-    /// stream says.
-    pub fn due_read_slack(&self) -> Duration {
-        self.renew_interval.min(self.retry_interval * 2)
-    }
-}
-
-/// D must be at least 0 and below 0.5.
-pub fn check_drift(max_clock_drift: f64) -> Result<(), TimingError> {
-    if (0.0..0.5).contains(&max_clock_drift) {
-        Ok(())
-    } else {
-        Err(TimingError::Drift(max_clock_drift))
-    }
-}
-
-/// A timing rule an election's settings break (see
-/// [`ElectionConfig::validate`]); the message names the values.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum TimingError {
-    /// The lease, renew or retry interval is zero.
-    #[error("lease duration, renew_interval and retry_interval must be above zero")]
-    Zero,
-    /// D is outside [0, 0.5).
-    #[error("max_clock_drift = {0} must be at least 0 and below 0.5")]
-    Drift(f64),
-    /// R ≥ L.
-    #[error("renew_interval ({}) must be shorter than lease duration ({})", text::duration(*renew), text::duration(*lease))]
-    RenewNotShorter {
-        /// R.
-        renew: Duration,
-        /// L.
-        lease: Duration,
-    },
-    /// R + G + M + L·D ≥ L.
-    #[error(
-        "timing invariant R + G + M + L·D < L violated: renew_interval {} + kill_grace {} + safety_margin {} + lease_duration·max_clock_drift {} = {} is not below lease_duration {}",
-        text::duration(*renew),
-        text::duration(*kill_grace),
-        text::duration(*safety_margin),
-        text::duration(*drift),
-        text::duration(*renew + *kill_grace + *safety_margin + *drift),
-        text::duration(*lease)
-    )]
-    Invariant {
-        /// R.
-        renew: Duration,
-        /// G.
-        kill_grace: Duration,
-        /// M.
-        safety_margin: Duration,
-        /// L·D.
-        drift: Duration,
-        /// L.
-        lease: Duration,
-    },
-}
-
-/// Where this instance stands in one election.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Not leading; polling the record.
-    Follower,
-    /// Created the item under `strict_new_lease`; renewing but not leading yet.
-    Confirming,
-    /// Leading, inside validity.
-    Leader,
-    /// Lost the lease or could not renew in time: the child must stop now and be
-    /// killed by `Tenure::valid_until`. Not leading.
-    Stopping,
-}
-
-/// One term of leadership.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Tenure {
-    /// The fencing token of this tenure.
-    pub fencing_token: u64,
-    /// Unix ms when it began (for humans).
-    pub since_unix_ms: u64,
-    /// Boot-clock instant it began.
-    pub since: Instant,
-    /// The end of validity: the child must be dead by then.
-    pub valid_until: Instant,
-    /// `valid_until − G`: the stop signal is due then unless renewed.
-    pub stop_at: Instant,
-    /// Counts tenures in this process: a new number is a new tenure.
-    pub seq: u64,
-    /// Lease duration promised in the record, ms.
-    pub lease_ms: u64,
-}
-
-/// The engine's published state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ElectionState {
-    /// Election name.
-    pub election: String,
-    /// Our identity.
-    pub identity: String,
-    /// Our role.
-    pub role: Role,
-    /// Present while `Leader`, `Confirming` or `Stopping`.
-    pub tenure: Option<Tenure>,
-    /// The holder as last observed (ourselves while leading).
-    pub leader: Option<String>,
-    /// The fencing token as last observed.
-    pub fencing_token: Option<u64>,
-    /// Boot instant of the last successful store answer.
-    pub observed_at: Option<Instant>,
-    /// Unix ms of the same, for humans.
-    pub observed_at_unix_ms: Option<u64>,
-    /// The class of the last store error, cleared by the next success.
-    pub last_error: Option<String>,
-    /// What is wrong with the stored record, if it is malformed.
-    pub malformed: Option<String>,
-    /// The stored record's format, as stored, when this build does not
-    /// know it (see [`crate::lease::FORMAT`]): it never writes that record.
-    pub unknown_format: Option<String>,
-    /// The session the record names as last observed (ours while leading
-    /// through it); `None` for a record that is its own lease.
-    pub session: Option<String>,
-    /// Boot instant at which the campaign loop last made progress.
-    pub heartbeat: Instant,
-    /// True once the first read of the record has been answered.
-    pub first_observation_done: bool,
-    /// True once the task has ended (after a final release).
-    pub finished: bool,
-    /// Campaign rounds completed as a follower (read, and the acquisition
-    /// attempt it allowed, if any). `--acquire-timeout 0` gives up after one.
-    pub rounds: u64,
-    /// While the leader's events reach this follower: the boot instant at
-    /// which its watch stream counts as quiet (last event + R + P). `None`
-    /// while it polls the store instead.
-    pub hints_until: Option<Instant>,
-}
-
-impl ElectionState {
-    /// Whether we lead at `now`: role `Leader` and before the stop time. Callers
-    /// pass the current clock reading so a stalled engine cannot make a stale
-    /// state look valid.
-    pub fn is_leader_at(&self, now: Instant) -> bool {
-        self.role == Role::Leader && self.tenure.as_ref().is_some_and(|t| now < t.stop_at)
-    }
-
-    /// Whether this instance follows with the leader's events flowing at
-    /// `now`, rather than polling the store.
-    pub fn watching_leader_at(&self, now: Instant) -> bool {
-        self.role != Role::Leader && self.hints_until.is_some_and(|until| now < until)
-    }
-
-    /// Validity left at `now` while leading, else zero.
-    pub fn lease_remaining(&self, now: Instant) -> Duration {
-        match &self.tenure {
-            Some(t) if self.is_leader_at(now) => t.valid_until - now,
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-/// Made-up states for tests of what watches the engines (HTTP, metrics):
-/// one place that builds them, so a new field is added once.
-#[cfg(any(test, feature = "testing"))]
-impl ElectionState {
-    /// A follower of `election` as `identity` that last heard from the store
-    /// at `now` (unix ms 1,700,000,000,000) and knows of no leader.
-    pub fn example(election: &str, identity: &str, now: Instant) -> ElectionState {
-        ElectionState {
-            election: election.into(),
-            identity: identity.into(),
-            role: Role::Follower,
-            tenure: None,
-            leader: None,
-            fencing_token: None,
-            observed_at: Some(now),
-            observed_at_unix_ms: Some(1_700_000_000_000),
-            last_error: None,
-            malformed: None,
-            unknown_format: None,
-            session: None,
-            heartbeat: now,
-            first_observation_done: true,
-            finished: false,
-            rounds: 1,
-            hints_until: None,
-        }
-    }
-
-    /// The same, seeing `leader` hold the lease under `token`.
-    #[must_use]
-    pub fn seeing(self, leader: &str, token: u64) -> ElectionState {
-        ElectionState {
-            leader: Some(leader.into()),
-            fencing_token: Some(token),
-            ..self
-        }
-    }
-
-    /// The same, in `role` of a tenure begun at `since` under `token` with
-    /// the default timing: a 10 s lease, valid for 9.7 s, stop at 7.7 s.
-    #[must_use]
-    pub fn in_tenure(self, role: Role, token: u64, since: Instant) -> ElectionState {
-        let identity = self.identity.clone();
-        ElectionState {
-            role,
-            tenure: Some(Tenure {
-                fencing_token: token,
-                since_unix_ms: 1_700_000_000_000,
-                since,
-                valid_until: since + Duration::from_millis(9_700),
-                stop_at: since + Duration::from_millis(7_700),
-                seq: 1,
-                lease_ms: 10_000,
-            }),
-            ..self.seeing(&identity, token)
-        }
-    }
-}
+use crate::clock::Clock;
+use crate::lease::{LeaseStore, Record, StoreError};
 
 /// What a renew, acquire or store call came to, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,18 +101,6 @@ pub trait Observer: Send + Sync + 'static {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoObserver;
 impl Observer for NoObserver {}
-
-/// What to do after a voluntary release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AfterRelease {
-    /// End the election task.
-    Exit,
-    /// Sit out this long, then campaign again.
-    SitOut(Duration),
-    /// Follow at once: the lease went to a named successor, which others
-    /// wait for as if it were held.
-    Follow,
-}
 
 /// Requests to the election task.
 #[derive(Debug)]
@@ -687,28 +321,28 @@ pub fn spawn_gated(
     }
 }
 
-pub mod core;
 mod driver;
 mod error_log;
+mod hint_feed;
 #[cfg(test)]
 mod hint_tests;
-mod hints;
-#[cfg(test)]
-mod model;
 mod record_check;
-pub mod session;
 mod session_reads;
-mod session_sweep;
 mod session_task;
-mod takeover;
 #[cfg(test)]
 mod tests;
+mod timing;
 
-pub use self::core::{Action, Core, Input, Note, Tick, WriteOp};
+pub use crate::core::election::{
+    Action, AfterRelease, Core, ElectionConfig, ElectionState, Input, Note, Role, Tenure, Tick,
+    WriteOp, defaults,
+};
+pub use crate::core::hints::{Hint, LeaseEvent};
+pub use crate::core::session::SessionView;
+pub use crate::core::takeover::{TakeoverTimer, takeover_wait};
 use error_log::ErrorLog;
-pub use hints::{Aim, Hint, HintFeed, LeaseEvent, Target};
+pub use hint_feed::{Aim, HintFeed, Target};
 pub use record_check::{CheckTarget, spawn_record_check};
-pub use session::SessionView;
 pub use session_reads::{KnownSession, SessionReads};
 pub use session_task::{Demand, SESSION_LABEL, SessionHandle, spawn_session};
-pub use takeover::{TakeoverTimer, takeover_wait};
+pub use timing::{TimingError, check_drift};

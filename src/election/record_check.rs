@@ -30,10 +30,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::error_log::{ErrorLog, RequestKind};
-use super::session::SessionView;
 use super::session_task::SESSION_LABEL;
 use super::{ElectionState, Observer, Outcome, Steering};
 use crate::clock::Clock;
+use crate::core::session::SessionView;
 use crate::lease::{LeaseStore, READ_MANY_LIMIT, Record};
 
 /// The metric `op` of the check's reads.

@@ -29,10 +29,11 @@ use std::time::Duration;
 
 use tokio::sync::{OnceCell, watch};
 
-use super::session::{Flow, SessionAnswer};
-use super::takeover::takeover_wait;
-use super::{ElectionConfig, Observer, Outcome, SESSION_LABEL};
+use super::{Observer, Outcome, SESSION_LABEL};
 use crate::clock::{Clock, Instant};
+use crate::core::election::ElectionConfig;
+use crate::core::session::{Flow, SessionAnswer};
+use crate::core::takeover::takeover_wait;
 use crate::lease::{LeaseStore, READ_MANY_LIMIT, Record, StoreError, is_session_key};
 
 /// One read on its way, and its answer once it came.

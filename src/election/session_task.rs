@@ -11,12 +11,12 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::core::{Action, Note, Tick, WriteOp};
 use super::error_log::{ErrorLog, RequestKind};
-use super::session::{SessionCore, SessionInput, SessionView};
-use super::session_sweep::SessionSweep;
-use super::{ElectionConfig, Observer, Outcome};
+use super::{Observer, Outcome};
 use crate::clock::Clock;
+use crate::core::election::{Action, ElectionConfig, Note, Tick, WriteOp};
+use crate::core::session::{SessionCore, SessionInput, SessionView};
+use crate::core::sweep::SessionSweep;
 use crate::lease::{LeaseStore, Record, Stamp, StoreError, WriteOutcome};
 
 /// The `election` label of the session's store requests in metrics (no

@@ -216,7 +216,7 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(member_records(self.scan(budget).await?))
     }
 
-    /// Read every session record (see `crate::election::session`) in one
+    /// Read every session record (see `crate::core::session`) in one
     /// go, hand them to `judge` once the read has answered, and delete
     /// those it names, each only if it still has the `rvn` it was judged
     /// by (a session renewed or ended meanwhile stays, and so does a record

@@ -17,7 +17,8 @@
 //! replaced) and its queries; [`schema`] creates, upgrades and checks the
 //! table; [`lanes`] hands out the connections; [`row`] reads a row,
 //! whatever SQLite stored in it; `file_watch` watches the file's directory;
-//! `tests` are its unit tests.
+//! `tests` are its unit tests, `sweep_tests` those of the sweep of session
+//! records.
 //!
 //! Columns are not type-checked by SQLite (no STRICT table), so a row written
 //! by another tool may hold anything; such a row is read as
@@ -35,6 +36,8 @@ mod file_watch;
 mod lanes;
 mod row;
 mod schema;
+#[cfg(test)]
+mod sweep_tests;
 #[cfg(test)]
 mod tests;
 

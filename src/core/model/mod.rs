@@ -46,12 +46,14 @@ use stateright::{Model, Property};
 
 use std::collections::BTreeMap;
 
-use super::core::{Action as CoreAction, Core, Input, Mutations, Tick};
+use super::election::{
+    Action as CoreAction, AfterRelease, Core, ElectionConfig, Input, Mutations, Role, Tick,
+};
 use super::hints::LeaseEvent;
 use super::session::{SessionCore, SessionView};
-use super::{AfterRelease, ElectionConfig, Role};
-use crate::clock::Instant;
-use crate::lease::{Condition, HolderMeta, Lease, Record, Stamp, StoreError, WriteOutcome};
+use crate::core::record::{Condition, HolderMeta, Lease, Record, Stamp, WriteOutcome};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
 
 mod checks;
 mod network;

@@ -26,8 +26,9 @@
 use std::collections::HashMap;
 
 use super::takeover::takeover_wait;
-use crate::clock::Instant;
-use crate::lease::{Record, StaleSession, is_session_key};
+use crate::core::keys::is_session_key;
+use crate::core::record::{Record, StaleSession};
+use crate::core::time::Instant;
 
 /// The most session records a sweep times at once (key, `rvn`, first
 /// sight: about 150 bytes each with a short identity). Forgetting a record

@@ -1,10 +1,11 @@
 //! The model's sessions: each core's daemon session beside it, with its
 //! own store requests, and the store's session records.
 
-use super::super::core::{Action as CoreAction, Input};
+use super::super::election::{Action as CoreAction, Input};
 use super::super::session::{Flow, SessionAnswer, SessionCore, SessionInput};
 use super::{ElectionModel, Lane, Node, Request, World};
-use crate::lease::{Condition, Lease, Record, StoreError};
+use crate::core::record::{Condition, Lease, Record};
+use crate::core::store_error::StoreError;
 
 impl Node {
     /// The request slot of `lane`.

@@ -1,10 +1,10 @@
-//! Tests of the session sweep: the judge alone, and with the SQLite store.
+//! Tests of the session sweep's judge (with the SQLite store: in
+//! `crate::lease::sqlite`'s `sweep_tests`).
 
 use std::time::Duration;
 
 use super::*;
-use crate::lease::sqlite::SqliteStore;
-use crate::lease::{Lease, LeaseStore, Malformed, RvnGuard, UnknownFormat};
+use crate::core::record::{Lease, Malformed, RvnGuard, UnknownFormat};
 
 const MS: Duration = Duration::from_millis(1);
 const D: f64 = 0.01;
@@ -187,106 +187,4 @@ fn the_memory_is_bounded_and_keeps_what_it_timed_first() {
     let rest = &all[..5];
     assert_eq!(sweep.judge(rest, t0() + (2 * WAIT - MS), LATE_S), []);
     assert_eq!(sweep.judge(rest, t0() + 2 * WAIT, LATE_S).len(), 5);
-}
-
-/// The session records left in `store`.
-async fn session_keys(store: &SqliteStore) -> Vec<String> {
-    store
-        .scan(Duration::from_secs(10))
-        .await
-        .expect("scan")
-        .iter()
-        .filter_map(|r| r.key().map(str::to_owned))
-        .filter(|k| is_session_key(k))
-        .collect()
-}
-
-/// Sweep `store` with `sweep`, judged at `at` with the wall clock two days
-/// ahead of every `expires_at` (the skewed daemon of the defect report).
-async fn sweep_at(store: &SqliteStore, sweep: &mut SessionSweep, at: Instant) -> u64 {
-    let two_days_ahead = crate::clock::unix_ms() / 1000 + 2 * 24 * 3600;
-    let mut judge = |records: &[Record]| sweep.judge(records, at, two_days_ahead);
-    store
-        .sweep_sessions(&mut judge, Duration::from_secs(10))
-        .await
-        .expect("sweep")
-}
-
-#[tokio::test]
-async fn on_sqlite_only_sessions_unchanged_for_the_wait_are_deleted() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(&dir.path().join("l.db")).expect("open");
-    let budget = Duration::from_secs(10);
-    let open = |key: &str| Lease::stamped(key, "owner", 1, 10_000, 1_000, None);
-    let (live, renewed, ended, later) = (
-        open("#session/live/1"),
-        open("#session/renewed/1"),
-        open("#session/ended/1"),
-        open("#session/later/1"),
-    );
-    for lease in [&live, &renewed, &ended, &later] {
-        store.create(lease, budget).await.expect("create");
-    }
-    store
-        .release(&ended.released(), &ended.rvn, "owner", budget)
-        .await
-        .expect("end the session");
-    let path = store.path().to_owned();
-    rusqlite::Connection::open(&path)
-        .and_then(|c| {
-            c.execute(
-                "UPDATE leases SET format = 3 WHERE election = '#session/later/1'",
-                [],
-            )
-        })
-        .expect("a later release's session");
-    let mut sweep = SessionSweep::new(D);
-
-    // Every record is timed, none goes at first sight.
-    assert_eq!(sweep_at(&store, &mut sweep, t0()).await, 0);
-    // Observed for less than the wait: kept.
-    assert_eq!(sweep_at(&store, &mut sweep, t0() + (WAIT - MS)).await, 0);
-    // Renewed in between: timed anew; the live one and the ended one,
-    // unchanged for the wait, go.
-    let renewal = renewed.renewed();
-    store
-        .renew(&renewal, &renewed.rvn, budget)
-        .await
-        .expect("renew");
-    assert_eq!(sweep_at(&store, &mut sweep, t0() + WAIT).await, 2);
-    assert_eq!(
-        session_keys(&store).await,
-        ["#session/later/1", "#session/renewed/1"]
-    );
-    assert_eq!(
-        sweep_at(&store, &mut sweep, t0() + (2 * WAIT - MS)).await,
-        0
-    );
-    assert_eq!(sweep_at(&store, &mut sweep, t0() + 2 * WAIT).await, 1);
-    // A later format's record is never touched, however long it stays.
-    assert_eq!(sweep_at(&store, &mut sweep, t0() + 100 * WAIT).await, 0);
-    assert_eq!(session_keys(&store).await, ["#session/later/1"]);
-    let stored = store.read("#session/later/1", budget).await.expect("read");
-    assert!(
-        matches!(stored, Record::UnknownFormat(_)),
-        "{stored:?} is not the later format's record"
-    );
-}
-
-/// More records than one delete transaction takes: all go, in turns.
-#[tokio::test]
-async fn on_sqlite_many_stale_sessions_all_go() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(&dir.path().join("l.db")).expect("open");
-    let budget = Duration::from_secs(10);
-    for i in 0..600 {
-        let key = format!("#session/node-{i:03}/0123456789abcdef");
-        let lease = Lease::stamped(&key, "node", 1, 10_000, 1_000, None);
-        store.create(&lease, budget).await.expect("create");
-    }
-    let mut sweep = SessionSweep::new(D);
-    assert_eq!(sweep_at(&store, &mut sweep, t0()).await, 0);
-    assert_eq!(sweep.timing(), 600);
-    assert_eq!(sweep_at(&store, &mut sweep, t0() + WAIT).await, 600);
-    assert_eq!(session_keys(&store).await, Vec::<String>::new());
 }

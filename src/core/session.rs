@@ -37,13 +37,12 @@
 //! Its rules are tested one input at a time in `tests`
 //! (`session/tests.rs`).
 
-use super::ElectionConfig;
-use super::core::{Action, Backoff, Note, Tick, WriteOp};
+use super::election::{Action, Backoff, ElectionConfig, Note, Tick, WriteOp};
 use super::takeover::TakeoverTimer;
-use crate::clock::Instant;
-use crate::lease::{
-    Condition, HolderMeta, Lease, Record, Stamp, StoreError, WriteOutcome, session_key,
-};
+use crate::core::keys::session_key;
+use crate::core::record::{Condition, HolderMeta, Lease, Record, Stamp, WriteOutcome};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
 
 /// What a taker may do about an election held through a session, judged
 /// from that session's record as read now.

@@ -5,8 +5,9 @@
 use super::super::hints::{AfterHint, Hint};
 use super::super::takeover::takeover_wait;
 use super::{Action, Backoff, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
-use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Malformed, Record, StoreError, UnknownFormat, WriteOutcome};
+use crate::core::record::{Condition, Lease, Malformed, Record, UnknownFormat, WriteOutcome};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
 
 impl Core {
     /// The follower's wake between rounds: at `poll_at`, or, while the

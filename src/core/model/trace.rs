@@ -50,7 +50,7 @@ impl ElectionModel {
                         .as_deref()
                         .map(|s| format!(
                             " via {}",
-                            s.trim_start_matches(crate::lease::SESSION_PREFIX)
+                            s.trim_start_matches(crate::core::keys::SESSION_PREFIX)
                         ))
                         .unwrap_or_default(),
                     l.successor
@@ -63,7 +63,7 @@ impl ElectionModel {
                 .sessions
                 .iter()
                 .map(|(key, s)| {
-                    let key = key.trim_start_matches(crate::lease::SESSION_PREFIX);
+                    let key = key.trim_start_matches(crate::core::keys::SESSION_PREFIX);
                     match s.holder {
                         Some(_) => format!("; session {key} rvn {}", s.rvn),
                         None => format!("; session {key} ended"),

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use super::super::hints::{Hint, LeaseEvent};
 use super::super::session::{Flow, SessionAnswer, SessionView};
-use super::{Action, Core, Input, Tick, WriteOp};
-use crate::clock::Instant;
-use crate::election::ElectionConfig;
-use crate::lease::{Condition, HolderMeta, Lease, Record, WriteOutcome};
+use super::{Action, Core, ElectionConfig, Input, Role, Tick, WriteOp};
+use crate::core::record::{Condition, HolderMeta, Lease, Record, WriteOutcome};
+use crate::core::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
 const KEY: &str = "#session/b/n1";
@@ -351,7 +350,7 @@ fn leader() -> (Core, Lease) {
         }
     };
     core.handle(&raw(25), Input::Written(Ok(WriteOutcome::Applied)));
-    assert_eq!(core.state().role, crate::election::Role::Leader);
+    assert_eq!(core.state().role, Role::Leader);
     (core, created)
 }
 
@@ -374,7 +373,7 @@ fn a_check_that_finds_the_record_deleted_or_rewritten_ends_the_tenure() {
             record: Record::Absent,
         },
     );
-    assert_eq!(core.state().role, crate::election::Role::Leader);
+    assert_eq!(core.state().role, Role::Leader);
     assert!(core.state().tenure.is_some());
     // Deleted under it: the tenure is lost, the job stops now (kill grace
     // from now, not at the end of the session's validity).
@@ -387,7 +386,7 @@ fn a_check_that_finds_the_record_deleted_or_rewritten_ends_the_tenure() {
     );
     let tenure = core.state().tenure.clone().expect("stopping");
     assert_eq!(tenure.stop_at, raw(4_000).now, "{tenure:?}");
-    assert_ne!(core.state().role, crate::election::Role::Leader);
+    assert_ne!(core.state().role, Role::Leader);
     // Rewritten by another holder: the same.
     let (mut core, created) = leader();
     let other = Lease::stamped("e", "b", created.fencing_token + 1, 10_000, 1, None);
@@ -398,7 +397,7 @@ fn a_check_that_finds_the_record_deleted_or_rewritten_ends_the_tenure() {
             record: Record::Valid(other),
         },
     );
-    assert_ne!(core.state().role, crate::election::Role::Leader);
+    assert_ne!(core.state().role, Role::Leader);
 }
 
 #[test]
@@ -447,7 +446,7 @@ fn a_take_waiting_for_the_session_is_dropped_when_the_app_check_closes() {
     while let Some(action) = core.poll_action() {
         assert!(!matches!(action, Action::Write { .. }), "{action:?}");
     }
-    assert_ne!(core.state().role, crate::election::Role::Leader);
+    assert_ne!(core.state().role, Role::Leader);
 }
 
 #[test]

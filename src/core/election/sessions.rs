@@ -9,8 +9,9 @@
 use super::super::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
 use super::super::takeover::takeover_wait;
 use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
-use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
+use crate::core::record::{Condition, Lease, Record, WriteOutcome};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
 
 /// The acquisition a round found allowed but could not make for want of
 /// a session: made as soon as the session opens, under the same
@@ -415,7 +416,7 @@ impl Core {
     }
 
     /// The tenure's validity moved on with the session's.
-    fn publish_validity(&mut self, term: &Term, role: super::super::Role) {
+    fn publish_validity(&mut self, term: &Term, role: super::Role) {
         let valid_until = term.last_send + self.cfg.validity();
         self.state.role = role;
         self.state.tenure = Some(Self::tenure_of(term, valid_until, self.stop_at(term)));

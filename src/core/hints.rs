@@ -29,18 +29,17 @@
 //!   until the record's tenure changes: a stream that lies (or lags) costs
 //!   polls, not a leaderless election.
 //!
-//! The transport (an HTTP stream, `crate::watch::client`) is outside the core:
+//! The transport (an HTTP stream, `crate::watch::client`, fed to the
+//! election through `crate::election`'s `HintFeed`) is outside the core:
 //! it gets the address to watch and hands back what arrived.
 
 use std::collections::{BTreeMap, VecDeque};
-
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, watch};
 
-use crate::clock::Instant;
-use crate::lease::Lease;
+use super::record::Lease;
+use super::time::Instant;
 
 /// What a leader tells its followers (one line of the watch stream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -127,48 +126,6 @@ pub enum Hint {
     },
     /// The stream ended, broke or could not be opened.
     Ended,
-}
-
-/// The engine's side of a watch client: it says where to watch (the
-/// leader's advertised address, or nowhere) and receives what arrives.
-#[derive(Debug)]
-pub struct HintFeed {
-    /// Where the engine's word goes.
-    pub target: Target,
-    /// What arrived, in order.
-    pub hints: mpsc::Receiver<Hint>,
-}
-
-/// Where a feed is told the address to watch.
-#[derive(Debug)]
-pub enum Target {
-    /// A watch client of the feed's own, told through this channel.
-    Channel(watch::Sender<Option<String>>),
-    /// A client shared by many feeds (the daemons' streams, with
-    /// sessions), told at once; dropping it takes the feed out.
-    Shared(Box<dyn Aim>),
-}
-
-/// A shared watch client's side of one feed.
-pub trait Aim: Send + Sync + std::fmt::Debug {
-    /// Watch `address` from now on; `None`: nothing.
-    fn aim(&self, address: Option<String>);
-}
-
-impl HintFeed {
-    /// Watch `address` from now on; `None`: nothing.
-    pub fn aim(&self, address: Option<String>) {
-        match &self.target {
-            Target::Channel(tx) => {
-                tx.send_if_modified(|t| {
-                    let changed = *t != address;
-                    *t = address;
-                    changed
-                });
-            }
-            Target::Shared(shared) => shared.aim(address),
-        }
-    }
 }
 
 /// What a follower does after a hint.

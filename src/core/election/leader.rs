@@ -3,10 +3,10 @@
 //! anyone).
 
 use super::super::hints::LeaseEvent;
-use super::super::{AfterRelease, Role, Tenure};
-use super::{Action, Core, Note, Pending, Phase, Term, Tick, WriteOp};
-use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Record, StoreError, WriteOutcome};
+use super::{Action, AfterRelease, Core, Note, Pending, Phase, Role, Tenure, Term, Tick, WriteOp};
+use crate::core::record::{Condition, Lease, Record, WriteOutcome};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
 
 impl Core {
     pub(super) fn stop_at(&self, term: &Term) -> Instant {

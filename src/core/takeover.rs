@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::clock::Instant;
+use crate::core::time::Instant;
 
 /// How long a record whose holder promised `lease_ms` must stay unchanged
 /// before it may be taken over: the lease stretched by the clock drift D

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use stateright::{Checker, Chooser, HasDiscoveries, Model};
 
 use super::{Bounds, ElectionModel, LED_AFTER_CRASH, Step, World};
-use crate::election::core::Mutations;
+use crate::core::election::Mutations;
 
 const ONE_JOB: &str = "one job at a time";
 const TOKENS: &str = "fencing tokens rise";

@@ -1,10 +1,10 @@
 //! The election core: every rule of one election in one IO-free state machine.
 //!
 //! The core reads no clock, draws no random number and does no IO. Its
-//! driver (`driver.rs`, a tokio task; the model checker in the tests)
-//! hands it what happened, each with a [`Tick`] (the boot-clock instant now,
-//! and the stamp a write made now would carry), and carries out what it
-//! asks for:
+//! driver (`crate::election`'s, a tokio task; the model checker in the
+//! tests) hands it what happened, each with a [`Tick`] (the boot-clock
+//! instant now, and the stamp a write made now would carry), and carries
+//! out what it asks for:
 //!
 //! - in: an [`Input`]: the answer to the store request it asked for (the
 //!   instant is the tick's, the send instant the core noted itself when it
@@ -16,7 +16,9 @@
 //!   ([`Core::next_wake`]). At most one store request is in flight: while
 //!   one is, the core wants no wake-up and is fed nothing but its answer.
 //!
-//! The rules (all instants on the boot-time clock), each in its room:
+//! Its settings are in `config` ([`ElectionConfig`]), what it publishes
+//! in `state` ([`ElectionState`]). The rules (all instants on the
+//! boot-time clock), each in its room:
 //! - `follower`: a follower takes over a record held by, or handed to,
 //!   someone else only once the takeover rule allows it ([`TakeoverTimer`],
 //!   the one place that rule is written); a released record is taken at
@@ -27,7 +29,8 @@
 //!   the job ([`Role::Stopping`]) and follows once validity ends;
 //! - `sessions`: tenures held through sessions (tested step by step in
 //!   `session_tests`);
-//! - hints only make a follower read sooner, never lead (see `hints.rs`).
+//! - hints only make a follower read sooner, never lead (see
+//!   `crate::core::hints`).
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -36,9 +39,9 @@ use std::time::Duration;
 use super::hints::{Hint, Hints, LeaseEvent};
 use super::session::{SessionAnswer, SessionView};
 use super::takeover::TakeoverTimer;
-use super::{AfterRelease, ElectionConfig, ElectionState, Role};
-use crate::clock::Instant;
-use crate::lease::{Condition, Lease, Record, Stamp, StoreError, WriteOutcome};
+use crate::core::record::{Condition, Lease, Record, Stamp, WriteOutcome};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
 
 /// What the driver tells the core along with every input: the instant now
 /// on the boot-time clock, and what a write made now is stamped with.
@@ -388,12 +391,12 @@ enum Pending {
 /// opening of a session): P at first, doubling up to 4·P, each drawn from
 /// [d, 2d) with the tick's jitter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub(in crate::election) struct Backoff {
+pub(in crate::core) struct Backoff {
     failures: u32,
 }
 
 impl Backoff {
-    pub(in crate::election) fn next_pause(&mut self, retry: Duration, jitter: f64) -> Duration {
+    pub(in crate::core) fn next_pause(&mut self, retry: Duration, jitter: f64) -> Duration {
         let base = retry * 2u32.saturating_pow(self.failures.min(2));
         self.failures = self.failures.saturating_add(1);
         base + base.mul_f64(jitter.clamp(0.0, 0.999))
@@ -790,9 +793,14 @@ impl Core {
     }
 }
 
+mod config;
 mod follower;
 mod leader;
 #[cfg(test)]
 mod session_tests;
 mod sessions;
+mod state;
+
+pub use config::{ElectionConfig, defaults};
 use sessions::{DeferredTake, SessionWatch};
+pub use state::{AfterRelease, ElectionState, Role, Tenure};
