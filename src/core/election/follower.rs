@@ -2,11 +2,11 @@
 //! or wait until when), how a hint counts, and what an acquisition's
 //! answer comes to.
 
-use super::super::hints::{AfterHint, Hint};
-use super::super::takeover::takeover_wait;
 use super::{Action, Backoff, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
+use crate::core::hints::{AfterHint, Hint};
 use crate::core::record::{Condition, Lease, Malformed, Record, UnknownFormat, WriteOutcome};
 use crate::core::store_error::StoreError;
+use crate::core::takeover::takeover_wait;
 use crate::core::time::Instant;
 
 impl Core {
@@ -367,7 +367,7 @@ impl Core {
         #[cfg(test)]
         if self.mutations.released_hint_trusted
             && let Hint::Event { event, .. } = &hint
-            && let super::super::hints::LeaseEvent::Released { rvn, .. } = &**event
+            && let crate::core::hints::LeaseEvent::Released { rvn, .. } = &**event
             && self.may_campaign
         {
             let token = self.next_token(self.last_token, tick);
@@ -377,7 +377,7 @@ impl Core {
         }
         #[cfg(test)]
         if let Hint::Event { event, .. } = &hint
-            && let super::super::hints::LeaseEvent::Renewed { rvn, lease_ms, .. } = &**event
+            && let crate::core::hints::LeaseEvent::Renewed { rvn, lease_ms, .. } = &**event
         {
             self.hints.remember_lease_ms(rvn, *lease_ms);
         }

@@ -2,8 +2,8 @@
 //! job must stop, and how the lease is released (to a named successor or
 //! anyone).
 
-use super::super::hints::LeaseEvent;
 use super::{Action, AfterRelease, Core, Note, Pending, Phase, Role, Tenure, Term, Tick, WriteOp};
+use crate::core::hints::LeaseEvent;
 use crate::core::record::{Condition, Lease, Record, WriteOutcome};
 use crate::core::store_error::StoreError;
 use crate::core::time::Instant;

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use super::super::hints::{Hint, LeaseEvent};
-use super::super::session::{Flow, SessionAnswer, SessionView};
 use super::{Action, Core, ElectionConfig, Input, Role, Tick, WriteOp};
+use crate::core::hints::{Hint, LeaseEvent};
 use crate::core::record::{Condition, HolderMeta, Lease, Record, WriteOutcome};
+use crate::core::session::{Flow, SessionAnswer, SessionView};
 use crate::core::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);

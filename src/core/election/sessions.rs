@@ -1,16 +1,16 @@
 //! Elections held through sessions: a tenure lasts as long as the
-//! daemon's session (see `super::super::session`), and an election held
+//! daemon's session (see `crate::core::session`), and an election held
 //! through another daemon's session is taken over only once that session
 //! has been timed out by the takeover rule *and ended* (a write
 //! conditional on the session's `rvn`). Ending it first is what makes a
 //! renew of the owner still on its way fail instead of stretching the
 //! tenures of elections taken from under it.
 
-use super::super::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
-use super::super::takeover::takeover_wait;
 use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
 use crate::core::record::{Condition, Lease, Record, WriteOutcome};
+use crate::core::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
 use crate::core::store_error::StoreError;
+use crate::core::takeover::takeover_wait;
 use crate::core::time::Instant;
 
 /// The acquisition a round found allowed but could not make for want of

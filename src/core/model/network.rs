@@ -1,7 +1,7 @@
 //! The hostile network: what a follower may be told at any time.
 
-use super::super::hints::{Hint, LeaseEvent};
 use super::{ELECTION, ElectionModel, Forged, World};
+use crate::core::hints::{Hint, LeaseEvent};
 
 impl ElectionModel {
     pub(super) fn forged_event(&self, w: &World, receiver: usize, kind: Forged) -> Option<Hint> {

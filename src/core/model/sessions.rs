@@ -1,10 +1,10 @@
 //! The model's sessions: each core's daemon session beside it, with its
 //! own store requests, and the store's session records.
 
-use super::super::election::{Action as CoreAction, Input};
-use super::super::session::{Flow, SessionAnswer, SessionCore, SessionInput};
 use super::{ElectionModel, Lane, Node, Request, World};
+use crate::core::election::{Action as CoreAction, Input};
 use crate::core::record::{Condition, Lease, Record};
+use crate::core::session::{Flow, SessionAnswer, SessionCore, SessionInput};
 use crate::core::store_error::StoreError;
 
 impl Node {

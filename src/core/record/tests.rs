@@ -109,7 +109,7 @@ fn a_record_held_through_a_session_is_format_2_and_never_stale_by_itself() {
     );
     assert!(released.expires_at_s < HELD_THROUGH_SESSION_EXPIRES_AT_S);
     let session = Lease {
-        election: super::super::keys::session_key("me", "n"),
+        election: crate::core::keys::session_key("me", "n"),
         ..own
     };
     assert_eq!(session.format(), FORMAT_SESSIONS);
