@@ -10,10 +10,10 @@
 //! distinct states over the two; the walks take half of it);
 //! docs/model-checking.md gives the figures of a longer run.
 
-use std::time::Instant as Wall;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use stateright::report::{ReportData, ReportDiscovery, Reporter};
 use stateright::{Checker, Chooser, HasDiscoveries, Model};
 
 use super::{Bounds, ElectionModel, LED_AFTER_CRASH, Step, World};
@@ -62,6 +62,25 @@ fn budget() -> usize {
         .unwrap_or(BUDGET)
 }
 
+/// The random numbers of one walk (SplitMix64): seeded by the checker for
+/// each walk, so that the walks are the same for the same seed, and drawn
+/// without a generator from outside the core.
+#[derive(Debug, Clone)]
+struct Dice(u64);
+
+impl Dice {
+    /// A number in `0..n` (`n` > 0); the bias of the modulo is below
+    /// 2^-32 for the few thousand steps a walk chooses among.
+    fn below(&mut self, n: u32) -> u32 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z % u64::from(n)) as u32
+    }
+}
+
 /// Random walks that take the ordinary steps (wake, store, answer, time)
 /// ten times as often as a fault (a hint, a loss, a freeze, a crash, a
 /// resign, a frozen core's request served), so that a walk lives long
@@ -73,17 +92,17 @@ struct FaultShy {
 }
 
 impl Chooser<ElectionModel> for FaultShy {
-    type State = StdRng;
+    type State = Dice;
 
-    fn new_state(&self, seed: u64) -> StdRng {
-        StdRng::seed_from_u64(seed)
+    fn new_state(&self, seed: u64) -> Dice {
+        Dice(seed)
     }
 
-    fn choose_initial_state(&self, _rng: &mut StdRng, _initial: &[World]) -> usize {
+    fn choose_initial_state(&self, _dice: &mut Dice, _initial: &[World]) -> usize {
         0
     }
 
-    fn choose_action(&self, rng: &mut StdRng, w: &World, steps: &[Step]) -> usize {
+    fn choose_action(&self, dice: &mut Dice, w: &World, steps: &[Step]) -> usize {
         let weight = |s: &Step| match s {
             // The walks pause a core for a lease at least, its request
             // still on its way (breadth first covers shorter pauses).
@@ -107,9 +126,10 @@ impl Chooser<ElectionModel> for FaultShy {
         };
         let total: u32 = steps.iter().map(weight).sum();
         if total == 0 {
-            return rng.random_range(0..steps.len());
+            let len = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+            return dice.below(len) as usize;
         }
-        let mut pick = rng.random_range(0..total);
+        let mut pick = dice.below(total);
         for (i, s) in steps.iter().enumerate() {
             if pick < weight(s) {
                 return i;
@@ -143,7 +163,6 @@ struct Found {
 /// Explore `model` up to `states` states (or the whole space); print what
 /// was explored and every property broken, with its trace.
 fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> Found {
-    let started = Wall::now();
     let walks = FaultShy {
         pause: model.cfg.lease_duration.as_millis() as u64,
     };
@@ -153,22 +172,45 @@ fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> 
         .target_state_count(states)
         .finish_when(HasDiscoveries::AnyFailures);
     match search {
-        Search::BreadthFirst => report(label, builder.spawn_bfs().join(), states, started),
-        Search::RandomWalks => report(
-            label,
-            builder.spawn_simulation(26, walks).join(),
-            states,
-            started,
-        ),
+        Search::BreadthFirst => report(label, builder.spawn_bfs(), states),
+        Search::RandomWalks => report(label, builder.spawn_simulation(26, walks), states),
     }
 }
 
-fn report(
-    label: &str,
-    checker: impl Checker<ElectionModel>,
-    states: usize,
-    started: Wall,
-) -> Found {
+/// How long a search took, as the checker timed it (the core reads no
+/// clock, not even in its tests).
+#[derive(Default)]
+struct Took(Duration);
+
+impl Reporter<ElectionModel> for Took {
+    fn report_checking(&mut self, data: ReportData) {
+        // The last report is the final one, or one a moment before it.
+        self.0 = self.0.max(data.duration);
+    }
+
+    fn report_discoveries(
+        &mut self,
+        _model: &ElectionModel,
+        _discoveries: BTreeMap<&'static str, ReportDiscovery<ElectionModel>>,
+    ) {
+        // Printed with their traces by `report`.
+    }
+
+    fn delay(&self) -> Duration {
+        // How often the checker's progress is looked at: also how long
+        // a search may outlast its end before it is reported.
+        Duration::from_millis(50)
+    }
+}
+
+/// Wait for `checker`'s search to end; print what was explored and every
+/// property broken, with its trace.
+fn report<C>(label: &str, checker: C, states: usize) -> Found
+where
+    C: Checker<ElectionModel> + Send + Sync,
+{
+    let mut took = Took::default();
+    let checker = checker.join_and_report(&mut took);
     let mut found = Found {
         states: checker.unique_state_count(),
         broken: Vec::new(),
@@ -195,7 +237,7 @@ fn report(
         } else {
             "stopped at the state budget"
         },
-        started.elapsed().as_secs_f64()
+        took.0.as_secs_f64()
     );
     found
 }
