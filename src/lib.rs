@@ -34,6 +34,8 @@
 //!   start, signal, stop, reap; its guard, the separate process that owns
 //!   the child's kill deadline and kills what the child leaves behind.
 //! - [`reaper`]: zombie reaping when leaderd runs as PID 1.
+//! - [`resign`]: the resign command, which HTTP hands the daemon, and its
+//!   answer.
 //! - [`daemon`]: wiring for `leaderd run`, and its one event loop; the job's
 //!   reconcile policy (pure: the election's state in, actions out), step-down
 //!   (resign, a failing app check) and signals each in a file of its own.
@@ -55,6 +57,7 @@ pub mod lease;
 pub mod metrics;
 pub mod notify;
 pub mod reaper;
+pub mod resign;
 pub mod shutdown;
 pub mod supervisor;
 pub(crate) mod text;

@@ -10,8 +10,8 @@ use nix::sys::signal::Signal;
 use super::Daemon;
 use crate::clock::Instant;
 use crate::exit;
-use crate::http::ResignRequest;
 use crate::lease::StoreError;
+use crate::resign::ResignRequest;
 use crate::supervisor::ChildExit;
 
 /// What woke the loop.

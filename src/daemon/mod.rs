@@ -35,10 +35,11 @@ use crate::election::{
     self, ElectionConfig, ElectionHandle, ElectionState, LeaseEvent, SessionHandle, SessionView,
 };
 use crate::exit;
-use crate::http::{self, AppState, ResignRequest};
+use crate::http::{self, AppState};
 use crate::lease::{self, LeaseStore, StoreError};
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier};
+use crate::resign::ResignRequest;
 use crate::shutdown::Signals;
 use crate::supervisor::Child;
 use crate::watch::client as hints;

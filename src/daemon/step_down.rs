@@ -13,7 +13,7 @@ use super::Daemon;
 use crate::app_check::Verdict;
 use crate::config::Mode;
 use crate::election::AfterRelease;
-use crate::http::{ResignError, ResignRequest, Resigned};
+use crate::resign::{ResignError, ResignRequest, Resigned};
 
 /// Why the primary election is being given up once the child is gone.
 pub(super) enum StepDown {

@@ -48,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio_io_timeout::TimeoutStream;
 
 pub use error::ApiError;
-pub use resign::{RESIGN_READERS, ResignError, ResignRequest, Resigned};
+pub use resign::RESIGN_READERS;
 pub use router::{AppState, DEFAULT_REQUEST_TIMEOUT, ElectionEntry, router, wedge_threshold};
 
 /// The content type of the watch stream: newline-delimited JSON.

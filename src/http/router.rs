@@ -22,13 +22,14 @@ use super::read::{
     Renders, healthz, leader_named, leader_primary, metrics_text, status, watch_daemon,
     watch_events,
 };
-use super::resign::{RESIGN_READERS, ResignRequest, resign};
+use super::resign::{RESIGN_READERS, resign};
 use super::{connection_limit, guard};
 use crate::app_check::Verdict;
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionView};
 use crate::metrics::Metrics;
+use crate::resign::ResignRequest;
 use crate::watch::watchers::Watchers;
 
 /// Default for [`AppState::request_timeout`].
