@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::Clock;
 use leaderd::election::{
-    ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionReads, SessionView,
+    ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionReads, SessionView, TaskContext,
 };
 use leaderd::http::{AppState, router};
 use leaderd::lease::{self, Condition, Lease, LeaseStore, StoreSpec};
@@ -42,8 +42,11 @@ async fn fixture(sessions: bool, buffer: usize) -> Fixture {
         .await
         .expect("a SQLite store");
     let peers = Arc::new(SessionReads::new(
-        store.clone(),
-        (clock.clone(), Arc::new(NoObserver)),
+        TaskContext {
+            store: store.clone(),
+            clock: clock.clone(),
+            observer: Arc::new(NoObserver),
+        },
         &ElectionConfig::with_defaults("report", "web-1"),
     ));
     let now = clock.now();

@@ -161,14 +161,29 @@ impl Setting<Duration> {
     }
 }
 
-/// The election's own override, else the `[lease]` value, else the default
-/// (whose origin reads `default`).
+/// A setting's built-in default, and how its origin reads.
+struct Builtin<'a, T> {
+    value: T,
+    origin: &'a str,
+}
+
+impl<T> Builtin<'_, T> {
+    /// A default that is a constant: its origin reads `default`.
+    fn constant(value: T) -> Self {
+        Builtin {
+            value,
+            origin: "default",
+        }
+    }
+}
+
+/// The election's own override, else the `[lease]` value, else the default.
 fn pick<T: Copy>(
     over: Option<T>,
     over_key: String,
     base: Option<T>,
     base_key: &str,
-    (default, default_origin): (T, &str),
+    default: Builtin<'_, T>,
     raw: &RawConfig,
 ) -> Setting<T> {
     match (over, base) {
@@ -183,9 +198,9 @@ fn pick<T: Copy>(
             origin: raw.origin(base_key),
         },
         (None, None) => Setting {
-            value: default,
+            value: default.value,
             key: base_key.to_string(),
-            origin: default_origin.to_owned(),
+            origin: default.origin.to_owned(),
         },
     }
 }
@@ -211,7 +226,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("duration"),
         d(lease.duration),
         "lease.duration",
-        (defaults::LEASE_DURATION, "default"),
+        Builtin::constant(defaults::LEASE_DURATION),
         raw,
     );
     let renew = pick(
@@ -219,10 +234,10 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("renew_interval"),
         d(lease.renew_interval),
         "lease.renew_interval",
-        (
-            defaults::renew_interval(duration.value),
-            &format!("default: half of {}", duration.key),
-        ),
+        Builtin {
+            value: defaults::renew_interval(duration.value),
+            origin: &format!("default: half of {}", duration.key),
+        },
         raw,
     );
     let retry = pick(
@@ -230,7 +245,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("retry_interval"),
         d(lease.retry_interval),
         "lease.retry_interval",
-        (defaults::RETRY_INTERVAL, "default"),
+        Builtin::constant(defaults::RETRY_INTERVAL),
         raw,
     );
     let drift = pick(
@@ -238,7 +253,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("max_clock_drift"),
         lease.max_clock_drift.map(|f| f.0),
         "lease.max_clock_drift",
-        (defaults::MAX_CLOCK_DRIFT, "default"),
+        Builtin::constant(defaults::MAX_CLOCK_DRIFT),
         raw,
     );
     let margin = pick(
@@ -246,7 +261,7 @@ fn pick_timing(i: usize, raw: &RawConfig) -> Timing {
         over("safety_margin"),
         d(lease.safety_margin),
         "lease.safety_margin",
-        (defaults::SAFETY_MARGIN, "default"),
+        Builtin::constant(defaults::SAFETY_MARGIN),
         raw,
     );
     Timing {

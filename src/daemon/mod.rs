@@ -42,7 +42,7 @@ use crate::notify::{self, Notifier};
 use crate::resign::ResignRequest;
 use crate::shutdown::Signals;
 use crate::supervisor::Child;
-use crate::watch::client as hints;
+use crate::watch::client::{self as hints, Pacing};
 use crate::watch::mux::Mux;
 use crate::watch::watchers::Watchers;
 
@@ -107,85 +107,27 @@ pub async fn run(
     let http_addr = listener.local_addr().ok();
     let advertised = advertise::advertise_in_records(&mut cfg, http_addr);
 
-    let kept = cfg.metrics.elections.iter().chain([&cfg.primary]);
-    let metrics = Arc::new(Metrics::shaped(metrics::Shape {
-        sessions: cfg.sessions,
-        job: (!cfg.child.command.is_empty()).then(|| cfg.primary.clone()),
-        own_series: metrics::OwnSeries::decide(
-            cfg.elections.len(),
-            cfg.metrics.election_series_limit,
-            kept.map(String::as_str),
-        ),
-    }));
+    let metrics = Arc::new(Metrics::shaped(metrics_shape(&cfg)));
     let app_check = cfg
         .app_check
         .clone()
         .map(|c| app_check::spawn(c, metrics.clone()));
-    let session = cfg
-        .sessions
-        .then(|| start_session(&cfg, &store, &clock, &metrics));
-    // With sessions, what every election tells goes out on one stream.
-    let told = session
-        .as_ref()
-        .map(|_| broadcast::channel::<LeaseEvent>(TOLD_BUFFER).0);
-    let own = session.as_ref().map(|s| s.view.clone());
-    let following = Following::new(&cfg, &store, (&clock, &metrics), own);
-    let handles = start_elections(
-        &cfg,
-        &store,
-        &clock,
-        &metrics,
-        app_check.as_ref(),
-        session.as_ref(),
-        (told.as_ref(), &following),
-    );
-    // Balance looks up the sessions its watchers name.
-    let watchers = (cfg.balance && session.is_some()).then(Watchers::default);
-    let balancer = cfg.balance.then(|| {
-        let membership = match (&session, &following.mux, &watchers) {
-            (Some(s), Some(mux), Some(watchers)) => Membership::Sessions(SessionMembers {
-                reads: following.reads.clone(),
-                labels: s.labels.clone(),
-                mux: mux.clone(),
-                watchers: watchers.clone(),
-            }),
-            _ => Membership::Records,
-        };
-        start_balancer(
-            &cfg,
-            &store,
-            &handles,
-            (&clock, app_check.as_ref(), &metrics),
-            advertised,
-            membership,
-        )
-    });
-
-    if let Some(s) = &session {
-        start_record_check(&cfg, &store, &handles, s, (&clock, &metrics));
-    }
+    let wiring = Wiring {
+        cfg: &cfg,
+        store: &store,
+        clock: &clock,
+        metrics: &metrics,
+        app_check: app_check.as_ref(),
+    };
+    let mut started = wiring.start(advertised);
 
     let (resign_tx, resign_rx) = mpsc::channel(8);
     let (job_health, job_health_rx) = watch::channel(None);
-    let mut app = http_state(&cfg, &handles, &clock, &metrics, resign_tx, job_health_rx);
-    if let Some(rx) = &app_check {
-        app = app.with_app_check(rx.clone());
-    }
-    if let Some(b) = &balancer {
-        app = app.with_balance(b.share.clone());
-    }
-    if let Some(s) = &session {
-        app = app.with_session(s.view.clone(), s.validity);
-    }
-    if let Some(told) = told {
-        app = app.with_daemon_stream(told, watchers);
-    }
-    let http = match http::Server::start(listener, http::router(app)) {
-        Ok(server) => server,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the HTTP server");
-            return exit::SOFTWARE;
-        }
+    let app = wiring.http_state(&mut started, resign_tx, job_health_rx);
+    let Ok(http) = http::Server::start(listener, http::router(app))
+        .inspect_err(|e| tracing::error!(error = %e, "cannot start the HTTP server"))
+    else {
+        return exit::SOFTWARE;
     };
     // The bound address (port 0 in the configuration picks a free one).
     let listen = http_addr.map_or_else(|| cfg.http.listen.to_string(), |a| a.to_string());
@@ -195,7 +137,7 @@ pub async fn run(
     test_hooks::start();
     let notify_task = tokio::spawn(notify::report_states(
         notifier.clone(),
-        handles.values().map(|h| h.state.clone()).collect(),
+        started.handles.values().map(|h| h.state.clone()).collect(),
         cfg.primary.clone(),
         clock.clone(),
     ));
@@ -204,19 +146,19 @@ pub async fn run(
         cfg,
         clock,
         metrics,
-        handles,
+        handles: started.handles,
         signals,
         resign_rx,
         store_check,
         job_health,
         app_check,
-        balancer,
+        balancer: started.balancer,
     });
     let code = daemon.run().await;
 
     notifier.send("STOPPING=1");
     daemon.release_all().await;
-    if let Some(session) = session {
+    if let Some(session) = started.session {
         // Its elections are released: end it, so nobody waits it out.
         session.close().await;
     }
@@ -249,58 +191,263 @@ async fn open_and_check_store(
     Ok((store, Some(rx)))
 }
 
-/// One engine per election. Their first store requests are spread: a
-/// thousand elections reach the store over a second instead of in one burst
-/// that would open a connection per election (and keep them all pooled), and
-/// their renewals stay that far apart afterwards. One election starts at
-/// once. With sessions (`told`: the daemon's stream), every election tells
-/// that stream too, and the followers watch other daemons' streams through
-/// one mux instead of one stream per election.
-fn start_elections(
-    cfg: &Config,
-    store: &Arc<dyn LeaseStore>,
-    clock: &Clock,
-    metrics: &Arc<Metrics>,
-    app_check: Option<&watch::Receiver<Verdict>>,
-    session: Option<&SessionHandle>,
-    (told, following): (Option<&broadcast::Sender<LeaseEvent>>, &Following),
-) -> BTreeMap<String, ElectionHandle> {
-    let n = cfg.elections.len();
-    let Following {
-        reads: session_reads,
-        mux,
-    } = following;
-    cfg.elections
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let hints = match &mux {
-                Some(mux) => mux.feed(e.name.clone()),
-                None => hints::spawn(
-                    e.name.clone(),
-                    clock.clone(),
-                    e.retry_interval,
-                    e.hint_quiet(),
-                ),
+/// How the metrics are shaped by the configuration: with sessions or
+/// not, the job's election, which elections have series of their own.
+fn metrics_shape(cfg: &Config) -> metrics::Shape {
+    let kept = cfg.metrics.elections.iter().chain([&cfg.primary]);
+    metrics::Shape {
+        sessions: cfg.sessions,
+        job: (!cfg.child.command.is_empty()).then(|| cfg.primary.clone()),
+        own_series: metrics::OwnSeries::decide(
+            cfg.elections.len(),
+            cfg.metrics.election_series_limit,
+            kept.map(String::as_str),
+        ),
+    }
+}
+
+/// What every part `run` starts is started with: the configuration, the
+/// store, the clock, the metrics and the app check's verdict.
+struct Wiring<'a> {
+    cfg: &'a Config,
+    store: &'a Arc<dyn LeaseStore>,
+    clock: &'a Clock,
+    metrics: &'a Arc<Metrics>,
+    app_check: Option<&'a watch::Receiver<Verdict>>,
+}
+
+/// What `run` started besides HTTP and the job.
+struct Started {
+    /// One engine per election.
+    handles: BTreeMap<String, ElectionHandle>,
+    /// The daemon's session, with `sessions`.
+    session: Option<SessionHandle>,
+    /// The daemon's stream (what every election tells), with `sessions`.
+    told: Option<broadcast::Sender<LeaseEvent>>,
+    /// The sessions named by the daemons that watch this one's stream
+    /// (balance looks them up), with balance and sessions.
+    watchers: Option<Watchers>,
+    /// The balancer, with balance.
+    balancer: Option<Balancer>,
+}
+
+impl Wiring<'_> {
+    /// What the tasks beside the elections run with.
+    fn tasks(&self) -> election::TaskContext {
+        election::TaskContext {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            observer: self.metrics.clone(),
+        }
+    }
+
+    /// The session (with sessions), the elections, the balancer (with
+    /// balance) and the check of the records held through the session;
+    /// `advertised`: the address written into the records.
+    fn start(&self, advertised: Option<String>) -> Started {
+        let cfg = self.cfg;
+        let session = cfg.sessions.then(|| self.start_session());
+        // With sessions, what every election tells goes out on one stream.
+        let told = session
+            .as_ref()
+            .map(|_| broadcast::channel::<LeaseEvent>(TOLD_BUFFER).0);
+        let own = session.as_ref().map(|s| s.view.clone());
+        let following = Following::new(self, own);
+        let handles = self.start_elections(session.as_ref(), told.as_ref(), &following);
+        // Balance looks up the sessions its watchers name.
+        let watchers = (cfg.balance && session.is_some()).then(Watchers::default);
+        let balancer = cfg.balance.then(|| {
+            let membership = match (&session, &following.mux, &watchers) {
+                (Some(s), Some(mux), Some(watchers)) => Membership::Sessions(SessionMembers {
+                    reads: following.reads.clone(),
+                    labels: s.labels.clone(),
+                    mux: mux.clone(),
+                    watchers: watchers.clone(),
+                }),
+                _ => Membership::Records,
             };
-            let handle = election::spawn_gated(
-                store.clone(),
-                e.clone(),
-                clock.clone(),
-                metrics.clone(),
-                campaign_delay(i, n),
-                election::Links {
-                    gate: app_check.cloned(),
-                    hints: Some(hints),
-                    session: session.map(|s| s.view.clone()),
-                    session_reads: Some(session_reads.clone()),
-                    demand: session.map(|s| s.demand.clone()),
-                    told: told.cloned(),
-                },
-            );
-            (e.name.clone(), handle)
-        })
-        .collect()
+            self.start_balancer(&handles, advertised, membership)
+        });
+        if let Some(s) = &session {
+            self.start_record_check(&handles, s);
+        }
+        Started {
+            handles,
+            session,
+            told,
+            watchers,
+            balancer,
+        }
+    }
+
+    /// One engine per election. Their first store requests are spread: a
+    /// thousand elections reach the store over a second instead of in one
+    /// burst that would open a connection per election (and keep them all
+    /// pooled), and their renewals stay that far apart afterwards. One
+    /// election starts at once. With sessions (`told`: the daemon's
+    /// stream), every election tells that stream too, and the followers
+    /// watch other daemons' streams through one mux instead of one stream
+    /// per election.
+    fn start_elections(
+        &self,
+        session: Option<&SessionHandle>,
+        told: Option<&broadcast::Sender<LeaseEvent>>,
+        following: &Following,
+    ) -> BTreeMap<String, ElectionHandle> {
+        let cfg = self.cfg;
+        let n = cfg.elections.len();
+        cfg.elections
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let hints = match &following.mux {
+                    Some(mux) => mux.feed(e.name.clone()),
+                    None => hints::spawn(e.name.clone(), self.clock.clone(), Pacing::of(e)),
+                };
+                let handle = election::spawn_gated(
+                    self.store.clone(),
+                    e.clone(),
+                    self.clock.clone(),
+                    self.metrics.clone(),
+                    campaign_delay(i, n),
+                    election::Links {
+                        gate: self.app_check.cloned(),
+                        hints: Some(hints),
+                        session: session.map(|s| s.view.clone()),
+                        session_reads: Some(following.reads.clone()),
+                        demand: session.map(|s| s.demand.clone()),
+                        told: told.cloned(),
+                    },
+                );
+                (e.name.clone(), handle)
+            })
+            .collect()
+    }
+
+    /// The daemon's session, with `sessions`: on the primary election's
+    /// timing (every election has the same, checked in `Config::load`) and
+    /// advertising what its records advertise.
+    fn start_session(&self) -> SessionHandle {
+        // Balance counts on the session as this instance's member record: it
+        // stays open. Otherwise it is open only while an election wants it.
+        election::spawn_session(
+            self.tasks(),
+            primary_timing(self.cfg).clone(),
+            self.cfg.balance,
+        )
+    }
+
+    /// The check of the records held through the session (see
+    /// `election::record_check`), every R of the session's timing; it ends
+    /// with the session.
+    fn start_record_check(
+        &self,
+        handles: &BTreeMap<String, ElectionHandle>,
+        session: &SessionHandle,
+    ) {
+        let cfg = self.cfg;
+        let targets = cfg
+            .elections
+            .iter()
+            .filter_map(|e| {
+                let h = handles.get(&e.name)?;
+                Some(election::CheckTarget {
+                    name: e.name.clone(),
+                    strict: e.strict_new_lease,
+                    state: h.state.clone(),
+                    steering: h.steering(),
+                })
+            })
+            .collect();
+        election::spawn_record_check(
+            self.tasks(),
+            targets,
+            session.view.clone(),
+            primary_timing(cfg).renew_interval,
+            cfg.identity.clone(),
+        );
+    }
+
+    /// The balancer, when `balance` is on: every election may move, except
+    /// the primary when a job runs under it (that one moves by resign or
+    /// shutdown, which stop the job first).
+    fn start_balancer(
+        &self,
+        handles: &BTreeMap<String, ElectionHandle>,
+        address: Option<String>,
+        membership: Membership,
+    ) -> Balancer {
+        let cfg = self.cfg;
+        let timing = primary_timing(cfg);
+        let config = BalanceConfig {
+            identity: cfg.identity.clone(),
+            lease_duration: timing.lease_duration,
+            renew_interval: timing.renew_interval,
+            retry_interval: timing.retry_interval,
+            max_clock_drift: timing.max_clock_drift,
+            address,
+        };
+        let pinned = (!cfg.child.command.is_empty()).then_some(cfg.primary.as_str());
+        let elections = handles
+            .iter()
+            .map(|(name, h)| Elected {
+                name: name.clone(),
+                state: h.state.clone(),
+                steering: (Some(name.as_str()) != pinned).then(|| h.steering()),
+            })
+            .collect();
+        balance::spawn(
+            self.store.clone(),
+            config,
+            elections,
+            self.clock.clone(),
+            self.app_check.cloned(),
+            membership,
+            self.metrics.clone(),
+        )
+    }
+
+    /// What the HTTP handlers read: every election's state, the job's
+    /// health, the way to ask for a resign, and what `started` has to show
+    /// (the app check, balance, the session; the daemon's stream, which
+    /// is handed over).
+    fn http_state(
+        &self,
+        started: &mut Started,
+        resign: mpsc::Sender<ResignRequest>,
+        job_health: watch::Receiver<Option<String>>,
+    ) -> AppState {
+        let cfg = self.cfg;
+        let mut app = AppState::new(
+            cfg.primary.clone(),
+            self.clock.clone(),
+            self.metrics.clone(),
+            resign,
+        )
+        .with_admin_token(cfg.http.admin_token.clone())
+        .with_store_timeout(cfg.health.store_timeout)
+        .with_job_health(job_health);
+        for e in &cfg.elections {
+            if let Some(h) = started.handles.get(&e.name) {
+                app = app
+                    .with_election(h.state.clone(), http::wedge_threshold(e))
+                    .with_watch(&e.name, h.events.clone());
+            }
+        }
+        if let Some(rx) = self.app_check {
+            app = app.with_app_check(rx.clone());
+        }
+        if let Some(b) = &started.balancer {
+            app = app.with_balance(b.share.clone());
+        }
+        if let Some(s) = &started.session {
+            app = app.with_session(s.view.clone(), s.validity);
+        }
+        if let Some(told) = started.told.take() {
+            app = app.with_daemon_stream(told, started.watchers.take());
+        }
+        app
+    }
 }
 
 /// The timing of the primary election: with sessions, every election's
@@ -321,150 +468,23 @@ struct Following {
 }
 
 impl Following {
-    fn new(
-        cfg: &Config,
-        store: &Arc<dyn LeaseStore>,
-        (clock, metrics): (&Clock, &Arc<Metrics>),
-        own: Option<watch::Receiver<Option<SessionView>>>,
-    ) -> Following {
-        let timing = primary_timing(cfg);
+    fn new(wiring: &Wiring<'_>, own: Option<watch::Receiver<Option<SessionView>>>) -> Following {
+        let timing = primary_timing(wiring.cfg);
         // One read of a session answers every election that times it.
-        let reads = Arc::new(election::SessionReads::new(
-            store.clone(),
-            (clock.clone(), metrics.clone()),
-            timing,
-        ));
+        let reads = Arc::new(election::SessionReads::new(wiring.tasks(), timing));
         // Streams name this daemon's session only for balance (a leader
         // learns its members so); without it the session opens and ends
         // with what this daemon leads, which need not reopen every stream.
         let mux = own.map(|own| {
             Mux::new(
-                clock.clone(),
-                (timing.retry_interval, timing.hint_quiet()),
+                wiring.clock.clone(),
+                Pacing::of(timing),
                 reads.clone(),
-                cfg.balance.then_some(own),
+                wiring.cfg.balance.then_some(own),
             )
         });
         Following { reads, mux }
     }
-}
-
-/// The daemon's session, with `sessions`: on the primary election's
-/// timing (every election has the same, checked in `Config::load`) and
-/// advertising what its records advertise.
-fn start_session(
-    cfg: &Config,
-    store: &Arc<dyn LeaseStore>,
-    clock: &Clock,
-    metrics: &Arc<Metrics>,
-) -> SessionHandle {
-    let timing = primary_timing(cfg);
-    // Balance counts on the session as this instance's member record: it
-    // stays open. Otherwise it is open only while an election wants it.
-    election::spawn_session(
-        store.clone(),
-        timing.clone(),
-        clock.clone(),
-        metrics.clone(),
-        cfg.balance,
-    )
-}
-
-/// The check of the records held through the session (see
-/// `election::record_check`), every R of the session's timing; it ends
-/// with the session.
-fn start_record_check(
-    cfg: &Config,
-    store: &Arc<dyn LeaseStore>,
-    handles: &BTreeMap<String, ElectionHandle>,
-    session: &SessionHandle,
-    (clock, metrics): (&Clock, &Arc<Metrics>),
-) {
-    let targets = cfg
-        .elections
-        .iter()
-        .filter_map(|e| {
-            let h = handles.get(&e.name)?;
-            Some(election::CheckTarget {
-                name: e.name.clone(),
-                strict: e.strict_new_lease,
-                state: h.state.clone(),
-                steering: h.steering(),
-            })
-        })
-        .collect();
-    election::spawn_record_check(
-        store.clone(),
-        targets,
-        session.view.clone(),
-        (clock.clone(), primary_timing(cfg).renew_interval),
-        metrics.clone(),
-        cfg.identity.clone(),
-    );
-}
-
-/// The balancer, when `balance` is on: every election may move, except the
-/// primary when a job runs under it (that one moves by resign or shutdown,
-/// which stop the job first).
-fn start_balancer(
-    cfg: &Config,
-    store: &Arc<dyn LeaseStore>,
-    handles: &BTreeMap<String, ElectionHandle>,
-    (clock, app_check, metrics): (&Clock, Option<&watch::Receiver<Verdict>>, &Arc<Metrics>),
-    address: Option<String>,
-    membership: Membership,
-) -> Balancer {
-    let timing = primary_timing(cfg);
-    let config = BalanceConfig {
-        identity: cfg.identity.clone(),
-        lease_duration: timing.lease_duration,
-        renew_interval: timing.renew_interval,
-        retry_interval: timing.retry_interval,
-        max_clock_drift: timing.max_clock_drift,
-        address,
-    };
-    let pinned = (!cfg.child.command.is_empty()).then_some(cfg.primary.as_str());
-    let elections = handles
-        .iter()
-        .map(|(name, h)| Elected {
-            name: name.clone(),
-            state: h.state.clone(),
-            steering: (Some(name.as_str()) != pinned).then(|| h.steering()),
-        })
-        .collect();
-    balance::spawn(
-        store.clone(),
-        config,
-        elections,
-        clock.clone(),
-        app_check.cloned(),
-        membership,
-        metrics.clone(),
-    )
-}
-
-/// What the HTTP handlers read: every election's state, the job's health,
-/// the way to ask for a resign.
-fn http_state(
-    cfg: &Config,
-    handles: &BTreeMap<String, ElectionHandle>,
-    clock: &Clock,
-    metrics: &Arc<Metrics>,
-    resign: mpsc::Sender<ResignRequest>,
-    job_health: watch::Receiver<Option<String>>,
-) -> AppState {
-    let mut app = AppState::new(cfg.primary.clone(), clock.clone(), metrics.clone(), resign)
-        .with_admin_token(cfg.http.admin_token.clone())
-        .with_store_timeout(cfg.health.store_timeout)
-        .with_job_health(job_health);
-    for e in &cfg.elections {
-        if let Some(h) = handles.get(&e.name) {
-            app = app
-                .with_election(h.state.clone(), http::wedge_threshold(e))
-                .with_watch(&e.name, h.events.clone());
-        }
-    }
-    app
 }
 
 /// Check the store until it answers. A wrong schema is final and goes to

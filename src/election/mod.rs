@@ -102,6 +102,19 @@ pub trait Observer: Send + Sync + 'static {
 pub struct NoObserver;
 impl Observer for NoObserver {}
 
+/// What the daemon's tasks beside its elections (its session, the reads
+/// of other daemons' sessions, the check of its records) run with: the
+/// store, the clock they decide by, and where they report.
+#[derive(Clone)]
+pub struct TaskContext {
+    /// The lease store.
+    pub store: Arc<dyn LeaseStore>,
+    /// The clock every decision is timed with.
+    pub clock: Clock,
+    /// Where store requests and their outcomes are reported (the metrics).
+    pub observer: Arc<dyn Observer>,
+}
+
 /// Requests to the election task.
 #[derive(Debug)]
 pub enum Command {

@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 
 use super::error_log::{ErrorLog, RequestKind};
 use super::session_task::SESSION_LABEL;
-use super::{ElectionState, Observer, Outcome, Steering};
+use super::{ElectionState, Observer, Outcome, Steering, TaskContext};
 use crate::clock::Clock;
 use crate::core::session::SessionView;
 use crate::lease::{LeaseStore, READ_MANY_LIMIT, Record};
@@ -54,13 +54,17 @@ pub struct CheckTarget {
 /// Start the check of `targets`, held by `identity` through the session
 /// `own` shows, every `every` (R).
 pub fn spawn_record_check(
-    store: Arc<dyn LeaseStore>,
+    context: TaskContext,
     targets: Vec<CheckTarget>,
     own: watch::Receiver<Option<SessionView>>,
-    (clock, every): (Clock, Duration),
-    observer: Arc<dyn Observer>,
+    every: Duration,
     identity: String,
 ) -> JoinHandle<()> {
+    let TaskContext {
+        store,
+        clock,
+        observer,
+    } = context;
     let check = RecordCheck {
         store,
         targets,

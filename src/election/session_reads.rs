@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::{OnceCell, watch};
 
-use super::{Observer, Outcome, SESSION_LABEL};
+use super::{Observer, Outcome, SESSION_LABEL, TaskContext};
 use crate::clock::{Clock, Instant};
 use crate::core::election::ElectionConfig;
 use crate::core::session::{Flow, SessionAnswer};
@@ -175,11 +175,12 @@ impl SessionReads {
     /// for R + P has stopped ([`ElectionConfig::hint_quiet`]); a read past
     /// a session's due waits up to min(R, 2·P) for its next write to be
     /// told ([`ElectionConfig::due_read_slack`]).
-    pub fn new(
-        store: Arc<dyn LeaseStore>,
-        (clock, observer): (Clock, Arc<dyn Observer>),
-        timing: &ElectionConfig,
-    ) -> SessionReads {
+    pub fn new(context: TaskContext, timing: &ElectionConfig) -> SessionReads {
+        let TaskContext {
+            store,
+            clock,
+            observer,
+        } = context;
         SessionReads {
             store,
             clock,
@@ -425,8 +426,11 @@ mod tests {
 
     fn reads(store: &MemoryStore, clock: &Clock) -> Arc<SessionReads> {
         Arc::new(SessionReads::new(
-            Arc::new(store.clone()),
-            (clock.clone(), Arc::new(super::super::NoObserver)),
+            TaskContext {
+                store: Arc::new(store.clone()),
+                clock: clock.clone(),
+                observer: Arc::new(super::super::NoObserver),
+            },
             &ElectionConfig::with_defaults("-", "me"),
         ))
     }

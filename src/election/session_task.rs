@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::error_log::{ErrorLog, RequestKind};
-use super::{Observer, Outcome};
+use super::{Observer, Outcome, TaskContext};
 use crate::clock::Clock;
 use crate::core::election::{Action, ElectionConfig, Note, Tick, WriteOp};
 use crate::core::session::{SessionCore, SessionInput, SessionView};
@@ -134,13 +134,12 @@ impl Drop for SessionHandle {
 /// M). With `always` it opens at once and stays open (balance counts on
 /// it); else it opens once an election wants it ([`Demand`]) and ends a
 /// lease after the last stopped wanting it.
-pub fn spawn_session(
-    store: Arc<dyn LeaseStore>,
-    cfg: ElectionConfig,
-    clock: Clock,
-    observer: Arc<dyn Observer>,
-    always: bool,
-) -> SessionHandle {
+pub fn spawn_session(context: TaskContext, cfg: ElectionConfig, always: bool) -> SessionHandle {
+    let TaskContext {
+        store,
+        clock,
+        observer,
+    } = context;
     let validity = cfg.validity();
     let sweeper = Arc::new(Mutex::new(Sweeper {
         sweep: SessionSweep::new(cfg.max_clock_drift),

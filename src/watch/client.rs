@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::wire::{self, LineSplitter, MAX_LINE};
 use crate::clock::{Clock, Instant};
-use crate::election::{Hint, HintFeed, LeaseEvent, Target};
+use crate::election::{ElectionConfig, Hint, HintFeed, LeaseEvent, Target};
 use crate::http_client::{self, CONNECT_TIMEOUT};
 use crate::text;
 
@@ -42,21 +42,11 @@ pub fn watch_path(election: &str) -> String {
     format!("/v1/elections/{}/watch", text::path_segment(election))
 }
 
-/// Start a watch client for `election`; the engine gets the feed. A
-/// stream silent for `quiet` (R + P: a leader sends an event every R) is
-/// abandoned and opened again. The client ends when the engine drops it.
-pub fn spawn(
-    election: String,
-    clock: Clock,
-    retry_interval: Duration,
-    quiet: Duration,
-) -> HintFeed {
+/// Start a watch client for `election`, paced by `pacing`; the engine
+/// gets the feed. The client ends when the engine drops it.
+pub fn spawn(election: String, clock: Clock, pacing: Pacing) -> HintFeed {
     let (target_tx, target) = watch::channel(None);
     let (hints_tx, hints) = mpsc::channel(QUEUE);
-    let pacing = Pacing {
-        retry_interval,
-        quiet,
-    };
     tokio::spawn(run(election, clock, pacing, target, hints_tx));
     HintFeed {
         target: Target::Channel(target_tx),
@@ -65,13 +55,37 @@ pub fn spawn(
 }
 
 /// How a watch client paces itself.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pacing {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
     /// The first pause before opening a stream again (P), doubling up to
     /// [`MAX_PAUSE`] while attempts fail.
-    pub(super) retry_interval: Duration,
-    /// The longest silence a stream may keep (R + P).
-    pub(super) quiet: Duration,
+    pub retry_interval: Duration,
+    /// The longest silence a stream may keep before it is abandoned and
+    /// opened again (R + P: a leader sends an event every R).
+    pub quiet: Duration,
+}
+
+impl Pacing {
+    /// The pacing of a client that watches for an election timed by
+    /// `timing`: P, and R + P.
+    pub fn of(timing: &ElectionConfig) -> Pacing {
+        Pacing {
+            retry_interval: timing.retry_interval,
+            quiet: timing.hint_quiet(),
+        }
+    }
+}
+
+/// One stream to open: on which address, at which path, naming which
+/// session of this daemon's (if any).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StreamRequest<'a> {
+    /// The leader's address.
+    pub(super) address: &'a str,
+    /// The stream's path.
+    pub(super) path: &'a str,
+    /// This daemon's session, named to the leader.
+    pub(super) session: Option<&'a str>,
 }
 
 /// What the operator has been told about watching one election's leader:
@@ -205,7 +219,12 @@ async fn stream(
 ) -> Result<(), String> {
     let mut held = false;
     let path = watch_path(election);
-    follow(address, (&path, None), clock, quiet, |at, event| {
+    let request = StreamRequest {
+        address,
+        path: &path,
+        session: None,
+    };
+    follow(request, clock, quiet, |at, event| {
         if event.election() != Some(election) {
             return Err("an event of another election".into());
         }
@@ -228,18 +247,21 @@ async fn stream(
     }
 }
 
-/// Open the stream at `path` on `address` (saying which session this
-/// daemon holds, if `session`) and hand each event to `on_event` with the
-/// instant it arrived, until the stream ends (`Ok`), breaks, is silent for
-/// `quiet`, says something that is not an event, or `on_event` refuses one
-/// (an error naming why).
+/// Open the stream `request` names and hand each event to `on_event` with
+/// the instant it arrived, until the stream ends (`Ok`), breaks, is silent
+/// for `quiet`, says something that is not an event, or `on_event`
+/// refuses one (an error naming why).
 pub(super) async fn follow(
-    address: &str,
-    (path, session): (&str, Option<&str>),
+    request: StreamRequest<'_>,
     clock: &Clock,
     quiet: Duration,
     mut on_event: impl FnMut(Instant, LeaseEvent) -> Result<(), String>,
 ) -> Result<(), String> {
+    let StreamRequest {
+        address,
+        path,
+        session,
+    } = request;
     let (mut sender, conn) = http_client::connect(address, CONNECT_TIMEOUT).await?;
     let mut request = Request::get(path)
         .header(HOST, address)

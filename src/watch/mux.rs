@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Pacing, Reported, follow, pauses};
+use super::client::{Pacing, Reported, StreamRequest, follow, pauses};
 use crate::clock::{Clock, Instant};
 use crate::election::{
     Aim, Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads, SessionView, Target,
@@ -70,24 +70,22 @@ struct Feed {
 
 impl Mux {
     /// A mux timed on `clock`: a failed stream is opened again after
-    /// `retry_interval` (doubling while it fails), one silent for `quiet`
-    /// (R + P: a daemon with a session tells of a write every R) is given
-    /// up; sessions' writes are told to `reads`. Each stream is opened
-    /// naming this daemon's session, `own`, and opened again when that
-    /// session is opened or replaced (the header is only read on a request).
+    /// `pacing`'s retry interval (doubling while it fails), one silent for
+    /// its `quiet` (R + P: a daemon with a session tells of a write every
+    /// R) is given up; sessions' writes are told to `reads`. Each stream
+    /// is opened naming this daemon's session, `own`, and opened again
+    /// when that session is opened or replaced (the header is only read
+    /// on a request).
     pub fn new(
         clock: Clock,
-        (retry_interval, quiet): (Duration, Duration),
+        pacing: Pacing,
         reads: Arc<SessionReads>,
         own: Option<watch::Receiver<Option<SessionView>>>,
     ) -> Mux {
         Mux {
             inner: Arc::new(Inner {
                 clock,
-                pacing: Pacing {
-                    retry_interval,
-                    quiet,
-                },
+                pacing,
                 reads,
                 own,
                 state: Mutex::new(State::default()),
@@ -220,9 +218,13 @@ impl Inner {
             let mut sessions: HashMap<String, Instant> = HashMap::new();
             let mut own = self.own.clone();
             let named = own_key(own.as_mut());
-            let path = (WATCH_PATH, named.as_deref());
+            let request = StreamRequest {
+                address: &address,
+                path: WATCH_PATH,
+                session: named.as_deref(),
+            };
             let outcome = tokio::select! {
-                outcome = follow(&address, path, &self.clock, self.pacing.quiet, |at, event| {
+                outcome = follow(request, &self.clock, self.pacing.quiet, |at, event| {
                     self.deliver(&address, &mut sessions, &mut reported, at, event)
                 }) => Some(outcome),
                 () = own_key_changed(own.as_mut(), named.as_deref()) => Some(Ok(())),
@@ -312,7 +314,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::{ElectionConfig, NoObserver};
+    use crate::election::{ElectionConfig, NoObserver, TaskContext};
     use crate::lease::memory::MemoryStore;
     use crate::watch::wire;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -382,13 +384,20 @@ mod tests {
         let (address, mut named) = stream_server().await;
         let clock = Clock::tokio();
         let reads = Arc::new(SessionReads::new(
-            Arc::new(MemoryStore::new()),
-            (clock.clone(), Arc::new(NoObserver)),
+            TaskContext {
+                store: Arc::new(MemoryStore::new()),
+                clock: clock.clone(),
+                observer: Arc::new(NoObserver),
+            },
             &ElectionConfig::with_defaults("-", "me"),
         ));
         let (own_tx, own) = watch::channel(None);
         let second = Duration::from_secs(1);
-        let mux = Mux::new(clock, (second, 10 * second), reads, Some(own));
+        let pacing = Pacing {
+            retry_interval: second,
+            quiet: 10 * second,
+        };
+        let mux = Mux::new(clock, pacing, reads, Some(own));
         let feed = mux.feed("e".to_owned());
         feed.aim(Some(address));
         // Opened before our session was: no name.
