@@ -323,16 +323,6 @@ impl Waiter {
     /// and write what the rules allow.
     async fn round(&mut self, store: &dyn LeaseStore, clock: &Clock, retry: Duration) -> Round {
         let name = text::echo_plain(&self.name);
-        let failed = |what: &str, e: StoreError, next: Instant| match e {
-            // No retry can help.
-            StoreError::WrongSchema { .. } => Round::Unusable(e),
-            e => Round::Again {
-                next,
-                failed: Some((what.to_owned(), e.to_string())),
-                blocked: None,
-                waiting: false,
-            },
-        };
         let changed = |next: Instant| Round::Again {
             next,
             failed: None,
@@ -401,6 +391,20 @@ impl Waiter {
             Ok(WriteOutcome::ConditionFailed { .. }) => changed(clock.now()),
             Err(e) => failed(&format!("cannot take lock {name}"), e, clock.now() + retry),
         }
+    }
+}
+
+/// A round whose request (`what`) failed with `e`: tried again at `next`,
+/// unless no retry can help.
+fn failed(what: &str, e: StoreError, next: Instant) -> Round {
+    match e {
+        StoreError::WrongSchema { .. } => Round::Unusable(e),
+        e => Round::Again {
+            next,
+            failed: Some((what.to_owned(), e.to_string())),
+            blocked: None,
+            waiting: false,
+        },
     }
 }
 

@@ -616,6 +616,28 @@ fn build_primary(raw: &RawConfig, names: &[String]) -> Result<String, ConfigErro
     }
 }
 
+/// The `[health]` section: `store_timeout`, if set, within its bounds.
+fn build_health(raw: &RawConfig) -> Result<HealthConfig, ConfigError> {
+    let store_timeout = raw.health.store_timeout.map(|d| d.0);
+    if let Some(t) = store_timeout {
+        check_range(
+            "health.store_timeout",
+            &raw.origin("health.store_timeout"),
+            t,
+            Duration::from_nanos(1),
+            limits::MAX_WAIT,
+        )
+        .map_err(|e| match e {
+            ConfigError::Invalid { key, message } => ConfigError::Invalid {
+                key,
+                message: format!("{message} (leave it unset to ignore the store in /healthz)"),
+            },
+            other => other,
+        })?;
+    }
+    Ok(HealthConfig { store_timeout })
+}
+
 pub(super) fn build(
     mut raw: RawConfig,
     acquire_timeout: Option<Duration>,
@@ -658,24 +680,7 @@ pub(super) fn build(
         level,
     };
 
-    let store_timeout = raw.health.store_timeout.map(|d| d.0);
-    if let Some(t) = store_timeout {
-        check_range(
-            "health.store_timeout",
-            &raw.origin("health.store_timeout"),
-            t,
-            Duration::from_nanos(1),
-            limits::MAX_WAIT,
-        )
-        .map_err(|e| match e {
-            ConfigError::Invalid { key, message } => ConfigError::Invalid {
-                key,
-                message: format!("{message} (leave it unset to ignore the store in /healthz)"),
-            },
-            other => other,
-        })?;
-    }
-    let health = HealthConfig { store_timeout };
+    let health = build_health(&raw)?;
     let app_check = build_app_check(&raw)?;
     let metrics = build_metrics(&raw, &names)?;
     warnings.append(&mut raw.warnings);

@@ -26,6 +26,68 @@ fn watching(name: &str, now: Instant) -> ElectionState {
     }
 }
 
+/// The series of the elections counted together in the test below, and
+/// their values: one label, their counts summed.
+const OTHERS: [(&str, f64); 16] = [
+    (
+        r##"leaderd_transitions_total{direction="gained",election="#others"}"##,
+        3.0,
+    ),
+    (
+        r##"leaderd_transitions_total{direction="lost",election="#others"}"##,
+        0.0,
+    ),
+    (r##"leaderd_leases_lost_total{election="#others"}"##, 1.0),
+    (
+        r##"leaderd_renew_total{election="#others",result="ok"}"##,
+        1.0,
+    ),
+    (
+        r##"leaderd_renew_total{election="#others",result="error"}"##,
+        0.0,
+    ),
+    (
+        r##"leaderd_acquire_attempts_total{election="#others",result="ok"}"##,
+        0.0,
+    ),
+    (
+        r##"leaderd_store_request_duration_seconds_count{election="#others",op="read"}"##,
+        3.0,
+    ),
+    (r##"leaderd_watch_streams{election="#others"}"##, 1.0),
+    (
+        r##"leaderd_renew_total{election="#session",result="ok"}"##,
+        1.0,
+    ),
+    // By state, every state present.
+    (
+        r##"leaderd_elections{election="#others",state="leading"}"##,
+        2.0,
+    ),
+    (
+        r##"leaderd_elections{election="#others",state="watching"}"##,
+        1.0,
+    ),
+    (
+        r##"leaderd_elections{election="#others",state="polling"}"##,
+        1.0,
+    ),
+    (
+        r##"leaderd_elections{election="#others",state="no_leader"}"##,
+        1.0,
+    ),
+    (
+        r##"leaderd_elections{election="#others",state="stopping"}"##,
+        1.0,
+    ),
+    (
+        r##"leaderd_elections{election="#others",state="confirming"}"##,
+        1.0,
+    ),
+    // Led counts every election.
+    ("leaderd_elections_led", 3.0),
+];
+
 #[tokio::test(start_paused = true)]
 async fn above_the_limit_only_the_kept_elections_have_series_and_the_others_are_counted_together() {
     let clock = Clock::tokio();
@@ -69,65 +131,7 @@ async fn above_the_limit_only_the_kept_elections_have_series_and_the_others_are_
         Some(1.0)
     );
     // The others: one label, their counts summed.
-    for (series, value) in [
-        (
-            r##"leaderd_transitions_total{direction="gained",election="#others"}"##,
-            3.0,
-        ),
-        (
-            r##"leaderd_transitions_total{direction="lost",election="#others"}"##,
-            0.0,
-        ),
-        (r##"leaderd_leases_lost_total{election="#others"}"##, 1.0),
-        (
-            r##"leaderd_renew_total{election="#others",result="ok"}"##,
-            1.0,
-        ),
-        (
-            r##"leaderd_renew_total{election="#others",result="error"}"##,
-            0.0,
-        ),
-        (
-            r##"leaderd_acquire_attempts_total{election="#others",result="ok"}"##,
-            0.0,
-        ),
-        (
-            r##"leaderd_store_request_duration_seconds_count{election="#others",op="read"}"##,
-            3.0,
-        ),
-        (r##"leaderd_watch_streams{election="#others"}"##, 1.0),
-        (
-            r##"leaderd_renew_total{election="#session",result="ok"}"##,
-            1.0,
-        ),
-        // By state, every state present.
-        (
-            r##"leaderd_elections{election="#others",state="leading"}"##,
-            2.0,
-        ),
-        (
-            r##"leaderd_elections{election="#others",state="watching"}"##,
-            1.0,
-        ),
-        (
-            r##"leaderd_elections{election="#others",state="polling"}"##,
-            1.0,
-        ),
-        (
-            r##"leaderd_elections{election="#others",state="no_leader"}"##,
-            1.0,
-        ),
-        (
-            r##"leaderd_elections{election="#others",state="stopping"}"##,
-            1.0,
-        ),
-        (
-            r##"leaderd_elections{election="#others",state="confirming"}"##,
-            1.0,
-        ),
-        // Led counts every election.
-        ("leaderd_elections_led", 3.0),
-    ] {
+    for (series, value) in OTHERS {
         assert_eq!(at(series), Some(value), "{series} in\n{text}");
     }
     // No series names an election counted together.

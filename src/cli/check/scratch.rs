@@ -63,23 +63,15 @@ pub async fn try_calls(
     report: &mut Report,
 ) -> String {
     let key = check_key(identity, &new_rvn()[..12]);
-    let kind = store.kind();
-    let n = |op| name(kind, op);
-
-    // The delete first, before anything exists: see the module's doc.
-    let can_delete = match store.delete_check_record(&key, &new_rvn(), BUDGET).await {
-        Ok(_) => true,
-        Err(e) => {
-            let failed = store_failure(n(Op::Delete), &e);
-            let detail = format!(
-                "{}; so nothing was written, and the other writes were tried on conditions that cannot hold",
-                failed.detail
-            );
-            report.add(fail(failed.item, detail).fix(failed.fix.unwrap_or_default()));
-            false
-        }
+    let mut trial = Trial {
+        store,
+        key: &key,
+        report,
+        current: None,
+        maybe_written: Vec::new(),
     };
-
+    // The delete first, before anything exists: see the module's doc.
+    let can_delete = trial.delete_before().await;
     let first = Lease::stamped(
         &key,
         identity,
@@ -88,121 +80,210 @@ pub async fn try_calls(
         crate::clock::unix_ms(),
         None,
     );
-    // Every rvn a write may have left the record with (an answer lost
-    // after the write, a timeout).
-    let mut maybe_written: Vec<String> = Vec::new();
-    let mut current: Option<String> = None;
     if can_delete {
-        match store.put(&first, &Condition::NotExists, BUDGET).await {
+        trial.create(&first).await;
+    } else {
+        trial.put_refused(&first).await;
+    }
+    trial.read_back().await;
+    trial.rewrite(&first).await;
+    if features.sessions {
+        trial.batch_read().await;
+    }
+    if features.balance && !features.sessions {
+        trial.members().await;
+    }
+    if can_delete {
+        let Trial {
+            current,
+            maybe_written,
+            report,
+            ..
+        } = trial;
+        remove(store, &key, current, maybe_written, report).await;
+    }
+    key
+}
+
+/// The calls tried on one scratch record, and what they left it with.
+struct Trial<'a> {
+    store: &'a dyn LeaseStore,
+    key: &'a str,
+    report: &'a mut Report,
+    /// The `rvn` the record has, once written.
+    current: Option<String>,
+    /// Every rvn a write may have left the record with (an answer lost
+    /// after the write, a timeout).
+    maybe_written: Vec<String>,
+}
+
+impl Trial<'_> {
+    /// How the report names `op` on this store.
+    fn name(&self, op: Op) -> &'static str {
+        name(self.store.kind(), op)
+    }
+
+    /// The delete, on a condition the absent record cannot meet: whether
+    /// it is allowed.
+    async fn delete_before(&mut self) -> bool {
+        match self
+            .store
+            .delete_check_record(self.key, &new_rvn(), BUDGET)
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                let failed = store_failure(self.name(Op::Delete), &e);
+                let detail = format!(
+                    "{}; so nothing was written, and the other writes were tried on conditions that cannot hold",
+                    failed.detail
+                );
+                self.report
+                    .add(fail(failed.item, detail).fix(failed.fix.unwrap_or_default()));
+                false
+            }
+        }
+    }
+
+    /// Create the record (it can be deleted again).
+    async fn create(&mut self, first: &Lease) {
+        let (key, put) = (self.key, self.name(Op::Put));
+        match self.store.put(first, &Condition::NotExists, BUDGET).await {
             Ok(WriteOutcome::Applied) => {
-                current = Some(first.rvn.clone());
-                report.add(ok(
-                    n(Op::Put),
+                self.current = Some(first.rvn.clone());
+                self.report.add(ok(
+                    put,
                     format!(
                         "created the scratch record {key}, on the condition that it did not exist"
                     ),
                 ));
             }
-            Ok(WriteOutcome::ConditionFailed { .. }) => report.add(
+            Ok(WriteOutcome::ConditionFailed { .. }) => self.report.add(
                 fail(
-                    n(Op::Put),
+                    put,
                     format!("the scratch record {key} was there before it was created"),
                 )
                 .fix("run the check again (its key is fresh each time)"),
             ),
             Err(e) => {
                 if e.maybe_applied() {
-                    maybe_written.push(first.rvn.clone());
+                    self.maybe_written.push(first.rvn.clone());
                 }
-                report.add(store_failure(n(Op::Put), &e));
+                self.report.add(store_failure(put, &e));
             }
         }
-    } else {
-        match store
-            .put(&first, &Condition::RvnIs(new_rvn()), BUDGET)
+    }
+
+    /// A put on a condition that cannot hold (the record could not be
+    /// deleted again): the store must refuse it by its condition, not by
+    /// a permission.
+    async fn put_refused(&mut self, first: &Lease) {
+        let (key, put) = (self.key, self.name(Op::Put));
+        match self
+            .store
+            .put(first, &Condition::RvnIs(new_rvn()), BUDGET)
             .await
         {
-            Ok(WriteOutcome::ConditionFailed { .. }) => report.add(ok(
-                n(Op::Put),
+            Ok(WriteOutcome::ConditionFailed { .. }) => self.report.add(ok(
+                put,
                 "allowed: a put on a condition that cannot hold was refused by its condition, not by a permission",
             )),
             Ok(WriteOutcome::Applied) => {
                 // Cannot happen (no record has a fresh rvn); say so.
-                maybe_written.push(first.rvn.clone());
+                self.maybe_written.push(first.rvn.clone());
                 let detail = format!("a put on a condition that cannot hold was applied to {key}");
-                report.add(
-                    fail(n(Op::Put), detail)
+                self.report.add(
+                    fail(put, detail)
                         .fix("use a store that honours conditional writes: leaderd's safety rests on them"),
                 );
             }
-            Err(e) => report.add(store_failure(n(Op::Put), &e)),
+            Err(e) => self.report.add(store_failure(put, &e)),
         }
     }
 
-    match store.read(&key, BUDGET).await {
-        Ok(Record::Valid(l)) if current.as_ref() == Some(&l.rvn) => report.add(ok(
-            n(Op::Get),
-            "read the scratch record back, consistently, as written",
-        )),
-        Ok(Record::Absent) if current.is_none() => report.add(ok(
-            n(Op::Get),
-            "allowed: read the scratch record, absent as it should be (nothing was written)",
-        )),
-        Ok(other) => report.add(
-            fail(
-                n(Op::Get),
-                format!("read back something else than was written: {}", found(&other)),
-            )
-            .fix("make sure every read is strongly consistent (DynamoDB: nothing in front of it that caches)"),
-        ),
-        Err(e) => report.add(store_failure(n(Op::Get), &e)),
+    /// Read the record back: as written, or absent when nothing was.
+    async fn read_back(&mut self) {
+        let get = self.name(Op::Get);
+        match self.store.read(self.key, BUDGET).await {
+            Ok(Record::Valid(l)) if self.current.as_ref() == Some(&l.rvn) => self.report.add(ok(
+                get,
+                "read the scratch record back, consistently, as written",
+            )),
+            Ok(Record::Absent) if self.current.is_none() => self.report.add(ok(
+                get,
+                "allowed: read the scratch record, absent as it should be (nothing was written)",
+            )),
+            Ok(other) => self.report.add(
+                fail(
+                    get,
+                    format!("read back something else than was written: {}", found(&other)),
+                )
+                .fix("make sure every read is strongly consistent (DynamoDB: nothing in front of it that caches)"),
+            ),
+            Err(e) => self.report.add(store_failure(get, &e)),
+        }
     }
 
-    if let Some(rvn) = current.clone() {
+    /// Rewrite the record on the condition of its `rvn`, if it was
+    /// written.
+    async fn rewrite(&mut self, first: &Lease) {
+        let Some(rvn) = self.current.clone() else {
+            return;
+        };
+        let put = self.name(Op::Put);
         let second = first.renewed();
-        match store
-            .put(&second, &Condition::RvnIs(rvn.clone()), BUDGET)
+        match self
+            .store
+            .put(&second, &Condition::RvnIs(rvn), BUDGET)
             .await
         {
             Ok(WriteOutcome::Applied) => {
-                current = Some(second.rvn.clone());
-                report.add(ok(
-                    n(Op::Put),
+                self.current = Some(second.rvn.clone());
+                self.report.add(ok(
+                    put,
                     "rewrote it on the condition of the rvn it had, as renewals and takeovers write",
                 ));
             }
-            Ok(WriteOutcome::ConditionFailed { .. }) => report.add(
+            Ok(WriteOutcome::ConditionFailed { .. }) => self.report.add(
                 fail(
-                    n(Op::Put),
+                    put,
                     "a rewrite on the condition of the rvn just read was refused",
                 )
                 .fix("make sure every read is strongly consistent"),
             ),
             Err(e) => {
                 if e.maybe_applied() {
-                    maybe_written.push(second.rvn.clone());
+                    self.maybe_written.push(second.rvn.clone());
                 }
-                report.add(store_failure(n(Op::Put), &e));
+                self.report.add(store_failure(put, &e));
             }
         }
     }
 
-    if features.sessions {
-        match store.read_many(std::slice::from_ref(&key), BUDGET).await {
+    /// Read the record in a batch, as a daemon with sessions checks the
+    /// records it holds.
+    async fn batch_read(&mut self) {
+        let batch_get = self.name(Op::BatchGet);
+        let key = self.key.to_owned();
+        match self
+            .store
+            .read_many(std::slice::from_ref(&key), BUDGET)
+            .await
+        {
             Ok(records) => {
                 let rvn = match records.first() {
                     Some(Record::Valid(l)) => Some(&l.rvn),
                     _ => None,
                 };
-                if rvn == current.as_ref() {
-                    report.add(ok(
-                        n(Op::BatchGet),
+                if rvn == self.current.as_ref() {
+                    self.report.add(ok(
+                        batch_get,
                         "read it in a batch, as a daemon with sessions checks the records it holds",
                     ));
                 } else {
-                    report.add(
+                    self.report.add(
                         fail(
-                            n(Op::BatchGet),
+                            batch_get,
                             format!(
                                 "a batch read found something else than was written: {}",
                                 records.first().map_or("nothing".to_owned(), found)
@@ -212,15 +293,17 @@ pub async fn try_calls(
                     );
                 }
             }
-            Err(e) => report.add(store_failure(n(Op::BatchGet), &e)),
+            Err(e) => self.report.add(store_failure(batch_get, &e)),
         }
     }
 
-    if features.balance && !features.sessions {
-        match store.members(BUDGET).await {
-            Ok(members) => report.add(
+    /// Read the member records, as balance without sessions does.
+    async fn members(&mut self) {
+        let scan = self.name(Op::Scan);
+        match self.store.members(BUDGET).await {
+            Ok(members) => self.report.add(
                 ok(
-                    n(Op::Scan),
+                    scan,
                     format!(
                         "read the member records ({} found), as balance without sessions does every renew interval",
                         members.len()
@@ -228,14 +311,9 @@ pub async fn try_calls(
                 )
                 .with("members", members.len()),
             ),
-            Err(e) => report.add(store_failure(n(Op::Scan), &e)),
+            Err(e) => self.report.add(store_failure(scan, &e)),
         }
     }
-
-    if can_delete {
-        remove(store, &key, current, maybe_written, report).await;
-    }
-    key
 }
 
 /// Delete the scratch record, whichever `rvn` it was left with, and read

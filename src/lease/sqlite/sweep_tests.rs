@@ -37,6 +37,20 @@ async fn store_with(path: &Path, keys: &[&str]) -> (SqliteStore, Vec<Lease>) {
     (store, leases)
 }
 
+/// `keys` judged stale, each by the `rvn` its lease among `leases` has.
+fn stale_of(leases: &[Lease], keys: &[&str]) -> Vec<StaleSession> {
+    keys.iter()
+        .map(|key| StaleSession {
+            key: (*key).to_owned(),
+            rvn: leases
+                .iter()
+                .find(|l| l.election == *key)
+                .map(|l| l.rvn.clone())
+                .expect("one of the leases"),
+        })
+        .collect()
+}
+
 /// The keys of every record left in `store`, in order.
 async fn keys_left(store: &SqliteStore) -> Vec<String> {
     store
@@ -77,13 +91,15 @@ async fn a_sweep_deletes_what_its_judge_names_only_if_unchanged_and_a_session() 
             [],
         )
         .expect("a later release's session");
-    let rvn_of = |key: &str| {
-        leases
-            .iter()
-            .find(|l| l.election == key)
-            .map(|l| l.rvn.clone())
-            .expect("one of the leases")
-    };
+    let named = stale_of(
+        &leases,
+        &[
+            "#session/a/named",
+            "#session/c/renewed",
+            "#session/d/later-format",
+            "e",
+        ],
+    );
     let mut judged = Vec::new();
     let mut judge = |records: &[Record]| {
         judged = records
@@ -97,18 +113,7 @@ async fn a_sweep_deletes_what_its_judge_names_only_if_unchanged_and_a_session() 
                 [],
             )
             .expect("a renew");
-        [
-            "#session/a/named",
-            "#session/c/renewed",
-            "#session/d/later-format",
-            "e",
-        ]
-        .into_iter()
-        .map(|key| StaleSession {
-            key: key.to_owned(),
-            rvn: rvn_of(key),
-        })
-        .collect()
+        named.clone()
     };
     assert_eq!(store.sweep_sessions(&mut judge, budget).await, Ok(1));
     assert_eq!(
