@@ -2,7 +2,7 @@
 //! abandoned sessions do not pile up in a store without TTL (SQLite; see
 //! `LeaseStore::sweep_sessions`). Pure: the records one read found, the
 //! boot-time instant its answer arrived and the wall clock then in; the
-//! records to delete out. Its tests are in `tests` (`session_sweep/tests.rs`).
+//! records to delete out. Its tests are in `tests` (`sweep/tests.rs`).
 //!
 //! A session record is deleted once its `rvn` stayed unchanged for the
 //! **takeover wait** of its `lease_ms` (L·(1+D), D this daemon's) on this

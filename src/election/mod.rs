@@ -129,7 +129,7 @@ pub enum Command {
         done: oneshot::Sender<bool>,
     },
     /// What the daemon's check of its records found (see
-    /// [`core::Input::Checked`]).
+    /// [`Input::Checked`]).
     Checked {
         /// The tenure checked.
         fencing_token: u64,
@@ -216,7 +216,7 @@ impl Steering {
     }
 
     /// Tell the election what the daemon's check of its record found (see
-    /// [`core::Input::Checked`]); dropped when its queue is full (the next check
+    /// [`Input::Checked`]); dropped when its queue is full (the next check
     /// tells it again).
     pub fn checked(&self, fencing_token: u64, record: Record) {
         let _ = self.commands.try_send(Box::new(Command::Checked {

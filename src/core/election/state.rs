@@ -63,7 +63,7 @@ pub struct ElectionState {
     /// What is wrong with the stored record, if it is malformed.
     pub malformed: Option<String>,
     /// The stored record's format, as stored, when this build does not
-    /// know it (see [`crate::lease::FORMAT`]): it never writes that record.
+    /// know it (see [`crate::core::record::FORMAT`]): it never writes that record.
     pub unknown_format: Option<String>,
     /// The session the record names as last observed (ours while leading
     /// through it); `None` for a record that is its own lease.
