@@ -2,14 +2,18 @@
 //!
 //! Data flows one way: configuration -> lease stores -> election engines ->
 //! (child supervisor, HTTP, metrics, watch) watching the engines' state.
+//! Every decision the engines make is the pure core's, which imports none
+//! of the other modules.
 //!
 //! - [`core`]: the pure part: every decision, without IO, clock reads or
 //!   randomness of its own.
 //! - [`clock`]: the boot-time clock every decision is timed with.
-//! - [`lease`]: the lease record, the store interface and its backends
-//!   (SQLite's connection lanes, table and queries each in a file of their own).
-//! - [`election`]: one task per election: campaign, renew, stop, release;
-//!   and the daemon's session, which keeps every election held through it.
+//! - [`lease`]: the store interface and its backends (SQLite's connection
+//!   lanes, table and queries each in a file of their own); the record
+//!   they store is the core's.
+//! - [`election`]: one task per election, running the core's rules:
+//!   campaign, renew, stop, release; and the task of the daemon's session,
+//!   which keeps every election held through it.
 //! - [`balance`]: many elections shared fairly among the daemons that
 //!   campaign for them (member records in the store, handovers).
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
