@@ -176,6 +176,9 @@ fn shipped_config_file_documents_every_key() {
         "store.table",
         "store.region",
         "store.endpoint_url",
+        "store.url",
+        "store.password_file",
+        "store.ca_file",
         "store.create_table",
         "store.fail_fast",
         "lease.duration",
@@ -238,6 +241,127 @@ fn shipped_file_commented_examples_are_valid_values() {
     assert_eq!(c.elections[0].lease_duration, Duration::from_secs(30));
     assert_eq!(c.elections[0].renew_interval, Duration::from_secs(5));
     assert_eq!(c.health.store_timeout, Some(Duration::from_secs(30)));
+}
+
+// ---------------------------------------------------------------------------
+// PostgreSQL.
+
+#[test]
+fn postgres_takes_its_url_from_any_layer_and_bounds_statements_by_the_renew_interval() {
+    let url = "postgres://leaderd@db.example.com/app?sslmode=require";
+    for (vars, flags) in [
+        (
+            vec![("LEADERD_STORE__URL", url)],
+            vec!["--store", "postgres"],
+        ),
+        (vec![], vec!["--store", "postgres", "--store-url", url]),
+    ] {
+        let c = load_ok(None, &vars, &flags);
+        assert_eq!(c.store.kind, StoreKind::Postgres);
+        let pg = c.store.postgres.as_ref().expect("postgres settings");
+        assert_eq!(pg.url, url);
+        assert_eq!(pg.table, "leaderd");
+        assert_eq!(pg.statement_timeout, Duration::from_secs(5));
+    }
+    let file = "[store]\nkind = \"postgres\"\nurl = \"postgres://u:secret@db/app\"\n\
+                [[elections]]\nname = \"a\"\nduration = \"6s\"\n\
+                [[elections]]\nname = \"b\"\n";
+    let c = load_ok(Some(file), &[], &["--no-sessions"]);
+    let pg = c.store.postgres.expect("postgres settings");
+    assert_eq!(
+        pg.statement_timeout,
+        Duration::from_secs(3),
+        "the shortest R"
+    );
+    assert!(
+        !format!("{pg:?}").contains("secret"),
+        "the password is never shown: {pg:?}"
+    );
+}
+
+#[test]
+fn postgres_settings_that_cannot_work_are_one_line_each() {
+    let pg = ["--store", "postgres"];
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let mut flags = vec!["--store", "postgres"];
+        flags.extend_from_slice(extra);
+        flags
+    }
+    let text = load_err(None, &[], &pg, "store.url");
+    assert!(text.contains("needs store.url"), "{text}");
+    let text = load_err(
+        None,
+        &[],
+        &with(&["--store-url", "postgres://u:secret@db:nope/app"]),
+        "store.url",
+    );
+    assert!(text.contains("not a valid PostgreSQL URL"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+    let text = load_err(
+        None,
+        &[],
+        &with(&["--store-url", "http://db/app"]),
+        "store.url",
+    );
+    assert!(text.contains("is not a postgres:// URL"), "{text}");
+    let pw = tempfile::NamedTempFile::new().expect("a file");
+    let pw_path = pw.path().to_str().expect("UTF-8");
+    let text = load_err(
+        None,
+        &[],
+        &with(&[
+            "--store-url",
+            "postgres://u:pw@db/app",
+            "--store-password-file",
+            pw_path,
+        ]),
+        "store.password_file",
+    );
+    assert!(text.contains("keep one of them"), "{text}");
+    let text = load_err(
+        None,
+        &[],
+        &with(&[
+            "--store-url",
+            "postgres://u@db/app",
+            "--store-password-file",
+            "/nonexistent/pw",
+        ]),
+        "store.password_file",
+    );
+    assert!(text.contains("cannot be read"), "{text}");
+    let text = load_err(
+        None,
+        &[],
+        &with(&[
+            "--store-url",
+            "postgres://u@db/app?sslmode=require",
+            "--store-ca-file",
+            pw_path,
+        ]),
+        "store.ca_file",
+    );
+    assert!(text.contains("does not verify"), "{text}");
+    let text = load_err(
+        None,
+        &[],
+        &with(&["--store-url", "postgres://u@db/app", "--table", "a.b.c"]),
+        "store.table",
+    );
+    assert!(text.contains("more than one"), "{text}");
+    // Fine: the file exists, the mode verifies.
+    load_ok(
+        None,
+        &[],
+        &with(&[
+            "--store-url",
+            "postgres://u@db/app?sslmode=verify-full",
+            "--store-ca-file",
+            pw_path,
+        ]),
+    );
+    // Another store's kind ignores the PostgreSQL keys.
+    load_ok(None, &[("LEADERD_STORE__URL", "not a url")], &[]);
 }
 
 // ---------------------------------------------------------------------------

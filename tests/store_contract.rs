@@ -19,7 +19,9 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use common::emulators::{self, Emulator};
+use common::postgres::{PgServer, shared_postgres};
 use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
+use leaderd::lease::postgres::{PostgresStore, quoted_table};
 use leaderd::lease::sqlite::SqliteStore;
 use leaderd::lease::{
     Condition, HolderMeta, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome,
@@ -58,6 +60,24 @@ pub trait Backend: Send + Sync {
     async fn put_raw(&self, election: &str, attrs: &[(&str, RawValue)]);
     /// A store whose table does not exist.
     async fn store_without_table(&self) -> Arc<dyn LeaseStore>;
+    /// Whether the store's columns are typed (PostgreSQL): another tool
+    /// can leave an attribute out or give it a value of its type that
+    /// leaderd cannot use (a negative number, JSON of another shape), but
+    /// never a value of another type ([`RawValue::B`] anywhere, a string
+    /// for a number).
+    fn typed(&self) -> bool {
+        false
+    }
+}
+
+/// A number attribute another tool spoiled: a string where the store
+/// takes one, else a negative number.
+fn bad_number(b: &dyn Backend, text: &'static str) -> RawValue {
+    if b.typed() {
+        RawValue::N(-41)
+    } else {
+        RawValue::S(text)
+    }
 }
 
 fn lease(election: &str, holder: &str, fencing_token: u64) -> Lease {
@@ -433,15 +453,30 @@ mod contract {
     /// malformed, naming the attribute; nothing panics, `list` included.
     pub async fn malformed_records_are_reported(b: &dyn Backend) {
         let store = b.store().await;
-        let cases: Vec<(&'static str, Option<RawValue>)> = vec![
-            ("rvn", None),
-            ("rvn", Some(RawValue::B(b"\x01\x02"))),
-            ("fencing_token", Some(RawValue::S("not-a-number"))),
-            ("fencing_token", None),
-            ("holder", Some(RawValue::B(b"\xff"))),
-            ("lease_ms", Some(RawValue::S("ten seconds"))),
-            ("acquired_at", None),
-        ];
+        let cases: Vec<(&'static str, Option<RawValue>)> = if b.typed() {
+            vec![
+                ("rvn", None),
+                ("fencing_token", Some(RawValue::N(-1))),
+                ("fencing_token", None),
+                (
+                    "holder_meta",
+                    Some(RawValue::S(r#"{"address": 7, "labels": {}}"#)),
+                ),
+                ("holder_meta", Some(RawValue::S(r#"["a", "b"]"#))),
+                ("lease_ms", Some(RawValue::N(-10_000))),
+                ("acquired_at", None),
+            ]
+        } else {
+            vec![
+                ("rvn", None),
+                ("rvn", Some(RawValue::B(b"\x01\x02"))),
+                ("fencing_token", Some(RawValue::S("not-a-number"))),
+                ("fencing_token", None),
+                ("holder", Some(RawValue::B(b"\xff"))),
+                ("lease_ms", Some(RawValue::S("ten seconds"))),
+                ("acquired_at", None),
+            ]
+        };
         let mut elections = Vec::new();
         for (attr, value) in &cases {
             let election = common::unique_name("malformed");
@@ -492,7 +527,7 @@ mod contract {
     pub async fn malformed_overwrite_only_while_unchanged(b: &dyn Backend) {
         let store = b.store().await;
         let election = common::unique_name("overwrite");
-        let bad_token = Some(RawValue::S("not-a-number"));
+        let bad_token = Some(bad_number(b, "not-a-number"));
 
         b.put_raw(&election, &spoiled("fencing_token", bad_token.clone()))
             .await;
@@ -582,7 +617,7 @@ mod contract {
         let election = common::unique_name("corrupt");
         b.put_raw(
             &election,
-            &spoiled("fencing_token", Some(RawValue::S("forty-one"))),
+            &spoiled("fencing_token", Some(bad_number(b, "forty-one"))),
         )
         .await;
         expect_malformed(read(&store, &election).await);
@@ -636,7 +671,12 @@ mod contract {
     /// a member. Items of formats 1 and 2 are this build's.
     pub async fn unknown_format_is_never_written(b: &dyn Backend) {
         let store = b.store().await;
-        for (format, shown) in [(RawValue::N(3), "3"), (RawValue::S("x"), "\"x\"")] {
+        let formats = if b.typed() {
+            [(RawValue::N(3), "3"), (RawValue::N(-1), "-1")]
+        } else {
+            [(RawValue::N(3), "3"), (RawValue::S("x"), "\"x\"")]
+        };
+        for (format, shown) in formats {
             let election = common::unique_name("format");
             // First malformed in this format, to learn its raw rvn.
             b.put_raw(&election, &spoiled("fencing_token", None)).await;
@@ -1102,3 +1142,103 @@ async fn emulator_restart_loses_the_table() {
         "read after restart: {read:?}"
     );
 }
+
+// ------------------------------------------------------------ PostgreSQL
+
+/// One fresh table on the shared PostgreSQL server; every `store()` has its
+/// own connections, over TLS verified against the test's CA.
+struct Postgres {
+    server: &'static PgServer,
+    table: String,
+}
+
+impl Postgres {
+    async fn new() -> Postgres {
+        let server = tokio::task::spawn_blocking(shared_postgres)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        let table = common::unique_name("contract");
+        PostgresStore::new(&server.spec(&table))
+            .expect("a store")
+            .create_table(BUDGET)
+            .await
+            .unwrap_or_else(|e| panic!("creating table {table}: {e}\n{}", server.log()));
+        Postgres { server, table }
+    }
+}
+
+/// A plain client of leaderd's role, as another tool would connect.
+async fn raw_client(server: &PgServer) -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(&server.url("disable"), tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connecting as another tool: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+#[async_trait]
+impl Backend for Postgres {
+    async fn store(&self) -> Arc<dyn LeaseStore> {
+        Arc::new(PostgresStore::new(&self.server.spec(&self.table)).expect("a store"))
+    }
+
+    async fn put_raw(&self, election: &str, attrs: &[(&str, RawValue)]) {
+        use tokio_postgres::types::{ToSql, Type};
+        let client = raw_client(self.server).await;
+        let table = quoted_table(&self.table);
+        let mut names = vec!["election".to_owned()];
+        let mut placeholders = vec!["$1".to_owned()];
+        let mut params: Vec<(Box<dyn ToSql + Sync + Send>, Type)> =
+            vec![(Box::new(election.to_owned()), Type::TEXT)];
+        for (name, value) in attrs {
+            let n = params.len() + 1;
+            names.push((*name).to_owned());
+            let cast = if *name == "holder_meta" {
+                "::jsonb"
+            } else {
+                ""
+            };
+            placeholders.push(format!("${n}{cast}"));
+            params.push(match value {
+                RawValue::S(s) => (Box::new((*s).to_owned()), Type::TEXT),
+                RawValue::N(n) => (Box::new(*n), Type::INT8),
+                RawValue::B(_) => panic!("a typed column takes no bytes (see Backend::typed)"),
+            });
+        }
+        let key = election.to_owned();
+        client
+            .execute_typed(
+                &format!("DELETE FROM {table} WHERE election = $1"),
+                &[(&key, Type::TEXT)],
+            )
+            .await
+            .expect("raw delete");
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = params
+            .iter()
+            .map(|(v, t)| (&**v as &(dyn ToSql + Sync), t.clone()))
+            .collect();
+        client
+            .execute_typed(
+                &format!(
+                    "INSERT INTO {table} ({}) VALUES ({})",
+                    names.join(", "),
+                    placeholders.join(", ")
+                ),
+                &params,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("raw insert: {e:?}"));
+    }
+
+    async fn store_without_table(&self) -> Arc<dyn LeaseStore> {
+        let never_created = common::unique_name("missing");
+        Arc::new(PostgresStore::new(&self.server.spec(&never_created)).expect("a store"))
+    }
+
+    fn typed(&self) -> bool {
+        true
+    }
+}
+
+contract_tests!(postgres, Postgres::new().await);

@@ -59,7 +59,7 @@ pub enum Command {
     Check(CheckArgs),
     /// Read the store and print each election's holder, fencing token and age.
     Status(StatusArgs),
-    /// Manage the DynamoDB table.
+    /// Manage the DynamoDB or PostgreSQL table.
     Table(TableArgs),
     /// A lock that outlives one command (pipeline steps): acquire, renew,
     /// release, status.
@@ -243,9 +243,11 @@ pub struct TableArgs {
 /// The `table` subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum TableAction {
-    /// Create the DynamoDB table (on-demand billing) and wait until it is ACTIVE.
+    /// Create the DynamoDB table (on-demand billing) and wait until it is
+    /// ACTIVE; or the PostgreSQL table (`--print`: print its SQL instead).
     Create(TableCreateArgs),
-    /// Print the table's status, key schema and TTL setting.
+    /// Print the table's status, key schema and TTL setting (PostgreSQL:
+    /// whether its columns, key and privileges are as leaderd needs).
     Describe(TableDescribeArgs),
 }
 
@@ -261,6 +263,10 @@ pub struct TableCreateArgs {
     /// How long to wait for the table to become ACTIVE (at most 1 day).
     #[arg(long, value_name = "DURATION", value_parser = parse_wait, default_value = "2m")]
     pub wait: Duration,
+    /// PostgreSQL: print the CREATE TABLE statement and the grant leaderd's
+    /// role needs, and connect to nothing (for a DBA who creates it by hand).
+    #[arg(long)]
+    pub print: bool,
 }
 
 /// `leaderd table describe`.

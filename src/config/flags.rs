@@ -36,6 +36,18 @@ pub struct StoreArgs {
     /// DynamoDB endpoint, e.g. http://127.0.0.1:8000 [config: store.endpoint_url].
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
+    /// PostgreSQL URL, e.g. postgres://leaderd@db:5432/app?sslmode=verify-full
+    /// [config: store.url].
+    #[arg(long, value_name = "URL")]
+    pub store_url: Option<String>,
+    /// File holding the PostgreSQL password; default PGPASSWORD
+    /// [config: store.password_file].
+    #[arg(long, value_name = "FILE")]
+    pub store_password_file: Option<PathBuf>,
+    /// CA certificates (PEM) the PostgreSQL server's must chain to under
+    /// sslmode=verify-ca|verify-full; default the system's [config: store.ca_file].
+    #[arg(long, value_name = "FILE")]
+    pub store_ca_file: Option<PathBuf>,
 }
 
 /// `leaderd run [OPTIONS] [-- COMMAND [ARGS…]]`.
@@ -155,6 +167,15 @@ pub(super) fn apply_store_flags(store: &mut RawStore, args: &StoreArgs) {
     }
     if let Some(url) = &args.endpoint_url {
         store.endpoint_url = Some(url.clone());
+    }
+    if let Some(url) = &args.store_url {
+        store.url = Some(url.clone());
+    }
+    if let Some(file) = &args.store_password_file {
+        store.password_file = Some(file.clone());
+    }
+    if let Some(file) = &args.store_ca_file {
+        store.ca_file = Some(file.clone());
     }
 }
 

@@ -26,6 +26,11 @@
 //!   (release every lease, exit with the child's code) and `restart` apply.
 //!   `signal_on_gain` / `signal_on_loss` are only valid in that mode, which
 //!   also needs a command.
+//! - PostgreSQL (`store.kind = "postgres"`): `store.url` is required and
+//!   read at once (a malformed one is a configuration error); a password
+//!   in it and `store.password_file` together are an error. Each statement
+//!   runs under a `statement_timeout` of the shortest renew interval (5 s
+//!   for the tools), the longest a renewal waits for its write.
 //! - `store.path` is relative to the working directory; `store.region` unset
 //!   means the standard AWS sources decide when the store is opened
 //!   (`AWS_REGION`, the AWS profile, the EC2 instance metadata: see
@@ -52,6 +57,7 @@ use crate::election::ElectionConfig;
 use crate::exit::CONFIG as EX_CONFIG;
 use crate::lease::StoreSpec;
 use crate::lease::dynamodb::DynamoSpec;
+use crate::lease::postgres::PostgresSpec;
 
 mod app_check;
 mod build;
@@ -108,6 +114,8 @@ pub enum StoreKind {
     Sqlite,
     /// Amazon DynamoDB.
     Dynamodb,
+    /// A PostgreSQL table.
+    Postgres,
 }
 
 /// When the child runs.
@@ -156,7 +164,12 @@ pub struct StoreConfig {
     pub region: Option<String>,
     /// `store.endpoint_url`; `None`: the region's AWS endpoint.
     pub endpoint_url: Option<String>,
-    /// `store.create_table`: create the DynamoDB table at start if missing.
+    /// `store.url`, `store.password_file`, `store.ca_file` and the
+    /// statement timeout: the PostgreSQL store (`None` unless `store.kind`
+    /// is `postgres`; the table is [`StoreConfig::table`]).
+    pub postgres: Option<PostgresSpec>,
+    /// `store.create_table`: create the DynamoDB or PostgreSQL table at
+    /// start if missing.
     pub create_table: bool,
     /// `store.fail_fast`: exit 69 if the store is unreachable at start.
     pub fail_fast: bool,
@@ -169,6 +182,13 @@ impl StoreConfig {
             StoreKind::Sqlite => StoreSpec::Sqlite(self.path.clone()),
             StoreKind::Dynamodb => StoreSpec::Dynamodb {
                 config: self.dynamo(),
+                create_table: self.create_table,
+            },
+            StoreKind::Postgres => StoreSpec::Postgres {
+                config: self
+                    .postgres
+                    .clone()
+                    .expect("build_store sets it whenever store.kind is postgres"),
                 create_table: self.create_table,
             },
         }

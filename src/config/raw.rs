@@ -88,6 +88,9 @@ pub(super) struct RawStore {
     pub(super) table: Option<String>,
     pub(super) region: Option<String>,
     pub(super) endpoint_url: Option<String>,
+    pub(super) url: Option<String>,
+    pub(super) password_file: Option<PathBuf>,
+    pub(super) ca_file: Option<PathBuf>,
     pub(super) create_table: Option<bool>,
     pub(super) fail_fast: Option<bool>,
 }

@@ -57,6 +57,13 @@ pub enum StoreError {
         /// What differs.
         detail: String,
     },
+    /// The store answers but will not do what leaderd needs, whoever asks
+    /// again: a PostgreSQL server in recovery (a standby) or refusing
+    /// writes, a role without the privileges on the table. The one line
+    /// says what and how to fix it. Retried like any error (a grant may
+    /// come while leaderd runs), but a store found so at start is refused.
+    #[error("store unusable: {0}")]
+    Unusable(String),
     /// The request was rejected as invalid, or another unexpected answer.
     #[error("store error: {0}")]
     Other(String),
@@ -75,6 +82,7 @@ impl StoreError {
             StoreError::TableMissing(_) => "table_missing",
             StoreError::TableNotActive { .. } => "table_not_active",
             StoreError::WrongSchema { .. } => "wrong_schema",
+            StoreError::Unusable(_) => "unusable",
             StoreError::Other(_) => "error",
         }
     }

@@ -10,9 +10,9 @@
 //!
 //! The rooms: this file holds the [`LeaseStore`] trait, the opening of a
 //! store, and the record's writes stamped now (a random `rvn`, the wall
-//! clock); [`sqlite`] and [`dynamodb`] are the stores; `memory` is the
-//! in-process store of the engine's tests; `tests` tests what every store
-//! does alike.
+//! clock); [`sqlite`], [`dynamodb`] and [`postgres`] are the stores;
+//! `memory` is the in-process store of the engine's tests; `tests` tests
+//! what every store does alike.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use async_trait::async_trait;
 pub mod dynamodb;
 #[cfg(test)]
 pub(crate) mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 pub use crate::core::keys::{
@@ -48,14 +49,23 @@ pub enum StoreSpec {
         /// Create the table at start if it is missing.
         create_table: bool,
     },
+    /// A PostgreSQL table.
+    Postgres {
+        /// The server, the table and how to connect.
+        config: postgres::PostgresSpec,
+        /// Create the table at start if it is missing.
+        create_table: bool,
+    },
 }
 
 /// How long opening waits for a table it creates to become ACTIVE.
 const CREATE_TABLE_WAIT: Duration = Duration::from_secs(60);
 
 /// Open the store for `leaderd run`: the SQLite file is created (and set up)
-/// if missing; the DynamoDB table too when asked. No AWS region found is an
-/// error (see [`dynamodb::region`]).
+/// if missing; the DynamoDB or PostgreSQL table too when asked. No AWS
+/// region found is an error (see [`dynamodb::region`]), and so is a
+/// PostgreSQL server that answers but cannot serve (see
+/// [`postgres::PostgresStore::open`]).
 pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
     match spec {
         StoreSpec::Sqlite(path) => sqlite::SqliteStore::open(path)
@@ -75,11 +85,19 @@ pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
             }
             Ok(Arc::new(store))
         }
+        StoreSpec::Postgres {
+            config,
+            create_table,
+        } => postgres::PostgresStore::open(config, *create_table, false)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| e.to_string()),
     }
 }
 
 /// Open the store only to read it (`leaderd status`): no file, table or item
 /// is created, and a missing SQLite file is an error naming the path.
+/// PostgreSQL: as [`open`] checks it.
 pub async fn open_to_read(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, String> {
     match spec {
         StoreSpec::Sqlite(path) => sqlite::SqliteStore::open_read_only(path)
@@ -89,6 +107,10 @@ pub async fn open_to_read(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, Strin
             let config = config.resolve().await.map_err(|e| e.to_string())?;
             Ok(Arc::new(dynamodb::DynamoStore::new(&config).await))
         }
+        StoreSpec::Postgres { config, .. } => postgres::PostgresStore::open(config, false, true)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| e.to_string()),
     }
 }
 
@@ -160,7 +182,8 @@ pub const READ_MANY_LIMIT: usize = 100;
 /// atomic.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
-    /// Short name for logs and metrics ("sqlite", "dynamodb", "memory").
+    /// Short name for logs and metrics ("sqlite", "dynamodb", "postgres",
+    /// "memory").
     fn kind(&self) -> &'static str;
 
     /// Strongly consistent read of one election's record, within `budget`.

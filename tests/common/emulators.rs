@@ -525,7 +525,7 @@ fn answers(kind: Kind, port: u16) -> Result<(), String> {
 }
 
 /// A loopback port nobody listens on right now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .expect("binding port 0 on loopback only fails if the network stack is broken");
     listener
@@ -536,7 +536,7 @@ fn free_port() -> u16 {
 
 /// Spawn `cmd` from the one spawner thread that lives as long as the test
 /// binary, so that `PR_SET_PDEATHSIG` fires only when the binary exits.
-fn spawn_tied(cmd: Command) -> std::io::Result<Child> {
+pub fn spawn_tied(cmd: Command) -> std::io::Result<Child> {
     type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
@@ -562,7 +562,7 @@ fn spawn_tied(cmd: Command) -> std::io::Result<Child> {
 }
 
 /// SIGKILL the child's whole process group and reap the child.
-fn kill_group(mut child: Child) {
+pub fn kill_group(mut child: Child) {
     // The child leads its own group (process_group(0)), so its pid is the
     // group id. (A pid always fits in i32.)
     if let Ok(pgid) = i32::try_from(child.id()) {
@@ -572,7 +572,7 @@ fn kill_group(mut child: Child) {
     let _ = child.wait();
 }
 
-fn log_tail(path: &Path) -> String {
+pub fn log_tail(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut f) = File::open(path) {
         let _ = f.read_to_string(&mut text);

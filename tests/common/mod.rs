@@ -4,6 +4,9 @@
 //! - [`daemon`]: start a real leaderd (`Leaderd`), talk HTTP to it, wait.
 //! - [`emulators`]: DynamoDB Local, dynalite and moto (IAM enforced) on
 //!   loopback.
+//! - [`postgres`]: PostgreSQL servers (TLS on) started in temporary
+//!   directories, their faults (SIGSTOP, kill -9 and restart) and a
+//!   standby.
 //! - [`proxy`]: a TCP proxy between a leaderd and its store that injects
 //!   faults (blackhole, latency, resets, refused writes) and counts requests.
 //! - [`history`]: the checker of the history `job.py` children record: no
@@ -18,6 +21,7 @@ pub mod app;
 pub mod daemon;
 pub mod emulators;
 pub mod history;
+pub mod postgres;
 pub mod procfs;
 pub mod proxy;
 pub mod stream;

@@ -127,6 +127,10 @@ pub fn store_failure(name: impl Into<String>, e: &StoreError) -> Item {
             "try again; if it persists, look at the table's capacity and the service's health"
                 .to_owned(),
         ),
+        StoreError::Unusable(_) => (
+            e.to_string(),
+            "do what the message says: grant the privileges it names, or point store.url at a writable primary".to_owned(),
+        ),
         StoreError::Other(_) => (
             e.to_string(),
             "correct what the message names".to_owned(),

@@ -5,6 +5,10 @@
 //! (reachable, ACTIVE, the key leaderd needs, TTL where sessions use it),
 //! CreateTable where `store.create_table` asks for it, the calls on a
 //! scratch record, and the clock against the `Date` of the answers.
+//! PostgreSQL: the server (a writable primary) and the table (its columns,
+//! key and the role's privileges), the table's creation where
+//! `store.create_table` asks for it, the calls on a scratch record, and
+//! the clock against the server's.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +16,7 @@ use std::time::Duration;
 use crate::config::{StoreConfig, StoreKind};
 use crate::lease::dynamodb::region::{self, RegionSource};
 use crate::lease::dynamodb::{DatedAnswer, DynamoConfig, DynamoStore, TtlStatus};
+use crate::lease::postgres::PostgresStore;
 use crate::lease::sqlite::SqliteStore;
 use crate::lease::{LeaseStore, StoreError, new_rvn};
 use crate::text::duration;
@@ -32,6 +37,7 @@ pub async fn check(plan: &Plan, store: &StoreConfig, report: &mut Report) {
     match store.kind {
         StoreKind::Sqlite => sqlite(plan, &store.path, report).await,
         StoreKind::Dynamodb => dynamodb(plan, store, report).await,
+        StoreKind::Postgres => postgres(plan, store, report).await,
     }
 }
 
@@ -316,6 +322,85 @@ async fn ttl(dynamo: &DynamoStore) -> Item {
     }
 }
 
+// ---------------------------------------------------------------------------
+// PostgreSQL.
+
+async fn postgres(plan: &Plan, store: &StoreConfig, report: &mut Report) {
+    let spec = store
+        .postgres
+        .as_ref()
+        .expect("the configuration sets it whenever store.kind is postgres");
+    let pg = match PostgresStore::new(spec) {
+        Ok(pg) => pg,
+        Err(e) => {
+            report.add(store_failure("store", &e));
+            return;
+        }
+    };
+    let server = pg.server().to_owned();
+    let name = pg.table().to_owned();
+    let mut checked = pg.check(BUDGET).await;
+    if store.create_table && matches!(checked, Err(StoreError::TableMissing(_))) {
+        // What `run` does at start with store.create_table.
+        checked = match pg.create_table(BUDGET).await {
+            Ok(()) => {
+                report.add(ok(
+                    "create table",
+                    format!("`{name}` did not exist: created (store.create_table = true), as `run` would"),
+                ));
+                pg.check(BUDGET).await
+            }
+            Err(e) => Err(e),
+        };
+    }
+    match checked {
+        Ok(()) => {
+            report.add(ok(
+                "table",
+                format!(
+                    "`{name}` at {server}: a writable primary; the table's columns, key (election) and privileges as leaderd needs"
+                ),
+            ));
+            scratch::try_calls(&pg, &plan.identity, plan.features, report).await;
+        }
+        Err(e) => {
+            let item = match &e {
+                StoreError::Transport(_) | StoreError::Timeout(_) => "store",
+                StoreError::Credentials(_) => "credentials",
+                _ => "table",
+            };
+            let failed = store_failure(item, &e);
+            let fix = match &e {
+                StoreError::Transport(_) | StoreError::Timeout(_) => "check store.url's host and port, sslmode and the CA file, and that this host reaches the server (DNS, routes, firewalls, pg_hba.conf)".to_owned(),
+                StoreError::Credentials(_) => "give leaderd's role its password: in store.url, store.password_file or PGPASSWORD".to_owned(),
+                StoreError::TableMissing(_) => "create it: `leaderd table create --store postgres` (or `--print` for the SQL), or set store.create_table = true".to_owned(),
+                StoreError::WrongSchema { .. } => "use another table (store.table), or recreate this one as `leaderd table create --store postgres --print` shows".to_owned(),
+                _ => failed.fix.clone().unwrap_or_default(),
+            };
+            report.add(failed.fix(fix));
+        }
+    }
+    let sent_ms = crate::clock::unix_ms();
+    let answer = pg.server_unix_ms(BUDGET).await;
+    let received_ms = crate::clock::unix_ms();
+    report.add(match answer {
+        Ok(server_ms) => {
+            let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            skew(
+                ms(sent_ms).saturating_sub(server_ms),
+                ms(received_ms).saturating_sub(server_ms),
+                received_ms.saturating_sub(sent_ms),
+                "its clock_timestamp()",
+            )
+        }
+        Err(e) => warn(
+            "clock",
+            format!("not compared: the server did not answer ({e})"),
+        )
+        .fix("compare this host's clock with a time server (chronyc tracking, timedatectl)"),
+    });
+}
+
 /// This host's wall clock against the store's, from the `Date` of the
 /// answer with the shortest round trip. A warning when it is surely more
 /// than a second off: fencing tokens and `leader_since` are taken from
@@ -331,6 +416,18 @@ pub fn clock(best: Option<DatedAnswer>, undated: u32) -> Item {
             .fix("compare this host's clock with a time server (chronyc tracking, timedatectl)");
     };
     let (least, most) = answer.skew_bounds_ms();
+    skew(
+        least,
+        most,
+        answer.received_ms.saturating_sub(answer.sent_ms),
+        "its Date header (whole seconds)",
+    )
+}
+
+/// The clock item for a skew of this host ahead of the store's between
+/// `least` and `most` ms (negative: behind), measured by `source` over a
+/// round trip of `round_trip_ms`.
+fn skew(least: i64, most: i64, round_trip_ms: u64, source: &str) -> Item {
     let signed = |ms: i64| {
         let d = duration(Duration::from_millis(ms.unsigned_abs()));
         match ms {
@@ -340,7 +437,7 @@ pub fn clock(best: Option<DatedAnswer>, undated: u32) -> Item {
         }
     };
     let bounds = format!(
-        "its Date header (whole seconds) puts this host between {} and {}",
+        "{source} puts this host between {} and {}",
         signed(least),
         signed(most)
     );
@@ -360,10 +457,7 @@ pub fn clock(best: Option<DatedAnswer>, undated: u32) -> Item {
     let item = item
         .with("skew_min_ms", least)
         .with("skew_max_ms", most)
-        .with(
-            "round_trip_ms",
-            answer.received_ms.saturating_sub(answer.sent_ms),
-        );
+        .with("round_trip_ms", round_trip_ms);
     if item.status == super::report::Status::Warn {
         item.fix("sync this host's clock (chrony, systemd-timesyncd): fencing tokens and leader_since come from it, though who leads never does")
     } else {

@@ -1,0 +1,206 @@
+//! The lease table: the SQL that creates it (`leaderd table create --store
+//! postgres`, `--print` for a DBA), and the check that a table is one
+//! leaderd can use: its columns and their types, keyed by `election`
+//! alone, and the privileges leaderd's role holds on it.
+
+use tokio_postgres::Client;
+
+use super::codec::COLUMNS;
+use super::errors::Names;
+use crate::lease::StoreError;
+
+/// Each column's type as `format_type` names it. The key is compared byte
+/// by byte (`COLLATE "C"`), so that the ranges that find member and
+/// session records are the same on every database, whatever its locale.
+const TYPES: [(&str, &str); 12] = [
+    ("election", "text"),
+    ("holder", "text"),
+    ("rvn", "text"),
+    ("fencing_token", "bigint"),
+    ("lease_ms", "bigint"),
+    ("acquired_at", "bigint"),
+    ("renewed_at", "bigint"),
+    ("expires_at", "bigint"),
+    ("holder_meta", "jsonb"),
+    ("successor", "text"),
+    ("format", "bigint"),
+    ("session", "text"),
+];
+
+/// The privileges leaderd's role needs on the table: reads, conditional
+/// writes (an insert that meets a row updates it to itself), and the
+/// deletion of ended sessions and of `leaderd check`'s scratch records.
+pub const PRIVILEGES: [&str; 4] = ["SELECT", "INSERT", "UPDATE", "DELETE"];
+
+/// `CREATE TABLE IF NOT EXISTS` for `table` (quoted as SQL reads it).
+pub fn create_sql(table: &str) -> String {
+    debug_assert!(TYPES.iter().map(|(c, _)| *c).eq(COLUMNS));
+    let columns = TYPES
+        .iter()
+        .map(|(column, ty)| match *column {
+            "election" => format!("    {column:<13} {ty} COLLATE \"C\" PRIMARY KEY"),
+            _ => format!("    {column:<13} {ty}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",\n");
+    format!("CREATE TABLE IF NOT EXISTS {table} (\n{columns}\n)")
+}
+
+/// Create the table unless it exists. An existing one is left alone
+/// without a `CREATE`, which would need the privilege to create in its
+/// schema even when it skips the table.
+pub async fn create(client: &Client, table: &str) -> Result<(), tokio_postgres::Error> {
+    let exists: bool = client
+        .query_typed_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[(&table, tokio_postgres::types::Type::TEXT)],
+        )
+        .await?
+        .try_get(0)?;
+    if exists {
+        return Ok(());
+    }
+    client.batch_execute(&create_sql(table)).await
+}
+
+/// What is wrong with the table `quoted` for leaderd's role, which needs
+/// the privileges `needed` (of [`PRIVILEGES`]) on it, if anything.
+pub async fn check(
+    client: &Client,
+    quoted: &str,
+    names: &Names,
+    needed: &[&str],
+) -> Result<(), CheckError> {
+    let table = &names.table;
+    let oid: Option<i64> = client
+        .query_typed_one(
+            "SELECT to_regclass($1)::oid::int8",
+            &[(&quoted, tokio_postgres::types::Type::TEXT)],
+        )
+        .await?
+        .try_get(0)?;
+    let Some(oid) = oid else {
+        return Err(StoreError::TableMissing(table.clone()).into());
+    };
+    let rows = client
+        .query_typed(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
+               coalesce((SELECT array_agg(k.attname::text ORDER BY k.attnum) \
+                 FROM pg_index i JOIN pg_attribute k \
+                   ON k.attrelid = i.indrelid AND k.attnum = ANY(i.indkey) \
+                 WHERE i.indrelid = a.attrelid AND i.indisprimary), '{}') \
+             FROM pg_attribute a \
+             WHERE a.attrelid = $1::int8::oid AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[(&oid, tokio_postgres::types::Type::INT8)],
+        )
+        .await?;
+    let mut columns = Vec::new();
+    let mut key: Vec<String> = Vec::new();
+    for row in &rows {
+        columns.push((row.try_get::<_, String>(0)?, row.try_get::<_, String>(1)?));
+        key = row.try_get(2)?;
+    }
+    let mut problems = Vec::new();
+    for (column, ty) in TYPES {
+        match columns.iter().find(|(name, _)| name == column) {
+            None => problems.push(format!("column `{column}` is missing")),
+            Some((_, found)) if found != ty => {
+                problems.push(format!("column `{column}` is {found}, expected {ty}"))
+            }
+            Some(_) => {}
+        }
+    }
+    if key != ["election"] {
+        problems.push(if key.is_empty() {
+            "it has no primary key, expected (election)".to_owned()
+        } else {
+            format!(
+                "its primary key is ({}), expected (election)",
+                key.join(", ")
+            )
+        });
+    }
+    if !problems.is_empty() {
+        return Err(StoreError::WrongSchema {
+            table: table.clone(),
+            detail: format!(
+                "{} (the table leaderd needs: `leaderd table create --store postgres --print`)",
+                problems.join("; ")
+            ),
+        }
+        .into());
+    }
+    let row = client
+        .query_typed_one(
+            "SELECT has_table_privilege($1::int8::oid, 'SELECT'), \
+               has_table_privilege($1::int8::oid, 'INSERT'), \
+               has_table_privilege($1::int8::oid, 'UPDATE'), \
+               has_table_privilege($1::int8::oid, 'DELETE')",
+            &[(&oid, tokio_postgres::types::Type::INT8)],
+        )
+        .await?;
+    let mut lacking = Vec::new();
+    for (i, privilege) in PRIVILEGES.iter().enumerate() {
+        if needed.contains(privilege) && !row.try_get::<_, bool>(i)? {
+            lacking.push(*privilege);
+        }
+    }
+    if !lacking.is_empty() {
+        return Err(StoreError::Unusable(format!(
+            "role `{}` lacks {} on table `{table}` at {}: {}",
+            names.user,
+            lacking.join(", "),
+            names.server,
+            names.grant()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Why a table cannot be used: a finding, or a failed request.
+#[derive(Debug)]
+pub enum CheckError {
+    /// What the check found.
+    Found(StoreError),
+    /// A request failed.
+    Request(tokio_postgres::Error),
+}
+
+impl From<StoreError> for CheckError {
+    fn from(e: StoreError) -> Self {
+        CheckError::Found(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for CheckError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        CheckError::Request(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_create_statement_names_every_column_once() {
+        let sql = create_sql("\"leaderd\"");
+        assert!(
+            sql.starts_with("CREATE TABLE IF NOT EXISTS \"leaderd\" ("),
+            "{sql}"
+        );
+        for column in COLUMNS {
+            assert_eq!(
+                sql.matches(&format!("    {column} ")).count(),
+                1,
+                "{column}: {sql}"
+            );
+        }
+        assert!(
+            sql.contains("election      text COLLATE \"C\" PRIMARY KEY"),
+            "{sql}"
+        );
+    }
+}
