@@ -440,7 +440,7 @@ fn the_table_is_checked_and_left_as_it_was() {
     assert_fails_on(
         &out,
         "table",
-        &["wrong key schema", "`id`", "fix: use another table"],
+        &["wrong schema", "`id`", "fix: use another table"],
     );
 
     let missing = common::unique_name("check");

@@ -38,6 +38,7 @@ mod load;
 mod lock;
 mod monitoring;
 mod pid1;
+mod postgres_store;
 mod reaper;
 mod record_format;
 mod safety;

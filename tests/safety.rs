@@ -1,4 +1,5 @@
-//! Never two leaders: three real leaderd instances on DynamoDB Local, each behind its own fault proxy and each running `job.py`,
+//! Never two leaders: three real leaderd instances on DynamoDB Local (the
+//! `postgres_` scenarios: on PostgreSQL), each behind its own fault proxy and each running `job.py`,
 //! which records its life in one shared history. Every scenario injects one
 //! fault at a random moment (timings drawn from a seed: printed, and replayed
 //! with `LEADERD_SAFETY_SEED=N`), lets the cluster recover, stops everything
@@ -18,7 +19,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use cluster::{
-    ClockShift, Cluster, ClusterSpec, L, R, RECOVERY, SLACK, VALIDITY, between,
+    ClockShift, Cluster, ClusterSpec, ClusterStore, L, R, RECOVERY, SLACK, VALIDITY, between,
     last_line_of_tenure, monotonic_ns, ms,
 };
 use common::history::Summary;
@@ -233,6 +234,96 @@ fn blackhole_of_the_leaders_store_traffic() {
     recover(&c, &mut rng, &[]);
     let summary = end(&mut c);
     assert_failover(&c, &summary, old, token);
+}
+
+// ------------------------------------------------------------ PostgreSQL
+
+fn postgres(name: &str, own_server: bool) -> ClusterSpec {
+    let mut spec = ClusterSpec::new(name);
+    spec.store = ClusterStore::Postgres;
+    spec.own_emulator = own_server;
+    spec
+}
+
+/// The leader's connections to PostgreSQL go silent (TLS inside the
+/// proxy's TCP): its renewals time out, its child stops by the end of its
+/// validity, and another instance takes over.
+#[test]
+fn postgres_blackhole_of_the_leaders_store_traffic() {
+    let (mut c, mut rng) = begin(postgres("pg-blackhole", false));
+    let (old, token) = settled_leader(&c, &mut rng);
+    let hold = between(
+        &mut rng,
+        Duration::from_millis(2_500),
+        Duration::from_millis(5_000),
+    );
+    let f = c.fault_begins(Some(old), format!("blackhole for {}", ms(hold)));
+    let cut = monotonic_ns();
+    c.set_fault(Some(old), Fault::Blackhole);
+    sleep(hold);
+    c.set_fault(Some(old), Fault::None);
+    c.fault_ends(f);
+    let log = c.history_text();
+    assert_tenure_ended_by(&c, &log, old, token, cut, VALIDITY + SLACK, "the cut");
+    recover(&c, &mut rng, &[]);
+    let summary = end(&mut c);
+    assert_failover(&c, &summary, old, token);
+}
+
+/// A third of every instance's chunks and new connections swallowed for
+/// a while (each swallowed one silences its connection): requests time
+/// out and connections are opened again, at random, on every instance.
+#[test]
+fn postgres_drops_on_every_instance() {
+    let (mut c, mut rng) = begin(postgres("pg-drops", false));
+    let _ = settled_leader(&c, &mut rng);
+    let hold = between(
+        &mut rng,
+        Duration::from_millis(4_000),
+        Duration::from_millis(8_000),
+    );
+    for proxy in &c.proxies {
+        proxy.seed(rng.random());
+    }
+    let f = c.fault_begins(None, format!("a third dropped for {}", ms(hold)));
+    c.set_fault(None, Fault::DropFraction(0.33));
+    sleep(hold);
+    c.set_fault(None, Fault::None);
+    c.fault_ends(f);
+    recover(&c, &mut rng, &[]);
+    end(&mut c);
+}
+
+/// The whole server SIGSTOPped for 2·L: no renewal answers, every child
+/// stops by the end of its validity; once it runs again, one leader.
+#[test]
+fn postgres_server_sigstopped_for_2_l() {
+    let (mut c, mut rng) = begin(postgres("pg-sigstop", true));
+    let (old, token) = settled_leader(&c, &mut rng);
+    let f = c.fault_begins(None, format!("server SIGSTOPped for {}", ms(L * 2)));
+    let cut = monotonic_ns();
+    c.pause_postgres(true);
+    sleep(L * 2);
+    c.pause_postgres(false);
+    c.fault_ends(f);
+    let log = c.history_text();
+    assert_tenure_ended_by(&c, &log, old, token, cut, VALIDITY + SLACK, "the stop");
+    recover(&c, &mut rng, &[]);
+    end(&mut c);
+}
+
+/// The server killed with -9 (every process) and started again on the
+/// same data: the leases it acknowledged survive, so no one leads early.
+#[test]
+fn postgres_server_killed_and_restarted() {
+    let (mut c, mut rng) = begin(postgres("pg-kill9", true));
+    let _ = settled_leader(&c, &mut rng);
+    let f = c.fault_begins(None, "server kill -9 and restart");
+    let down = c.restart_postgres();
+    c.fault_ends(f);
+    eprintln!("[{}] server gone for {}", c.name, ms(down));
+    recover(&c, &mut rng, &[]);
+    end(&mut c);
 }
 
 #[test]

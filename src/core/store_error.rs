@@ -50,7 +50,7 @@ pub enum StoreError {
         status: String,
     },
     /// The table's key schema is not the one leaderd needs.
-    #[error("table `{table}` has the wrong key schema: {detail}")]
+    #[error("table `{table}` has the wrong schema: {detail}")]
     WrongSchema {
         /// Table name.
         table: String,

@@ -1,7 +1,8 @@
-//! A three-instance leaderd cluster on DynamoDB Local for the safety
-//! scenarios (`tests/safety.rs`) and the soak (`tests/soak.rs`).
+//! A three-instance leaderd cluster on DynamoDB Local (or PostgreSQL) for
+//! the safety scenarios (`tests/safety.rs`) and the soak (`tests/soak.rs`).
 //!
-//! Every instance talks to the emulator through its own [`FaultProxy`], runs
+//! Every instance talks to the store through its own [`FaultProxy`] (raw
+//! TCP for PostgreSQL, TLS inside), runs
 //! `job.py` as its child, and every child appends to one shared history that
 //! the checker (`common::history`) reads at the end. Instances can be started
 //! with a shifted wall clock (libfaketime), frozen with their whole process
@@ -29,6 +30,7 @@ use crate::common;
 use crate::common::daemon::{http, leaderd_bin, listen_port, wait_until};
 use crate::common::emulators::{self, Emulator};
 use crate::common::history::{self, Summary, Violation};
+use crate::common::postgres::{PgServer, shared_postgres};
 use crate::common::procfs;
 use crate::common::proxy::{Fault, FaultProxy};
 
@@ -321,15 +323,26 @@ impl Node {
     }
 }
 
+/// The store a cluster runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterStore {
+    /// DynamoDB Local.
+    DynamoDbLocal,
+    /// PostgreSQL, TLS verified against the test's CA.
+    Postgres,
+}
+
 /// How to build a cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
+    /// The store.
+    pub store: ClusterStore,
     /// Test name, for the table and messages.
     pub name: String,
     /// `lease.strict_new_lease` for every instance.
     pub strict_new_lease: bool,
-    /// Run an emulator of our own (needed to restart it) instead of the one
-    /// shared by the test binary.
+    /// Run an emulator (or a PostgreSQL server) of our own (needed to
+    /// restart or stop it) instead of the one shared by the test binary.
     pub own_emulator: bool,
     /// Wall-clock shift of each of the three instances.
     pub shifts: [ClockShift; 3],
@@ -344,6 +357,7 @@ impl ClusterSpec {
     /// Three unshifted instances on the shared emulator, default settings.
     pub fn new(name: &str) -> ClusterSpec {
         ClusterSpec {
+            store: ClusterStore::DynamoDbLocal,
             name: name.to_owned(),
             strict_new_lease: false,
             own_emulator: false,
@@ -385,6 +399,8 @@ pub struct Cluster {
     pub faults: Vec<FaultRecord>,
     spec: ClusterSpec,
     emulator: Option<Emulator>,
+    /// The PostgreSQL server of our own (`own_emulator`).
+    postgres: Option<PgServer>,
     upstream: SocketAddr,
     endpoint: String,
     /// Starts per identity, to name log files of restarts apart.
@@ -403,17 +419,30 @@ impl Cluster {
         if spec.shifts.iter().any(|s| *s != ClockShift::None) {
             libfaketime();
         }
-        let (emulator, endpoint) = if spec.own_emulator {
-            let e = emulators::dynamodb_local();
-            let endpoint = e.endpoint.clone();
-            (Some(e), endpoint)
-        } else {
-            (None, emulators::shared_dynamodb_local().endpoint.clone())
+        let (mut emulator, mut postgres) = (None, None);
+        let endpoint = match (spec.store, spec.own_emulator) {
+            (ClusterStore::DynamoDbLocal, true) => {
+                let e = emulators::dynamodb_local();
+                let endpoint = e.endpoint.clone();
+                emulator = Some(e);
+                endpoint
+            }
+            (ClusterStore::DynamoDbLocal, false) => {
+                emulators::shared_dynamodb_local().endpoint.clone()
+            }
+            (ClusterStore::Postgres, own) => {
+                let port = if own {
+                    postgres.insert(PgServer::start()).port
+                } else {
+                    shared_postgres().port
+                };
+                format!("http://127.0.0.1:{port}")
+            }
         };
         let upstream: SocketAddr = endpoint
             .trim_start_matches("http://")
             .parse()
-            .expect("the emulator's endpoint is http://127.0.0.1:PORT");
+            .expect("the store's endpoint is http://127.0.0.1:PORT");
         // DynamoDB table names: letters, digits, '_', '-', '.'.
         let table = crate::common::unique_name(&format!("safety-{}", spec.name));
         let dir = tempfile::tempdir().expect("create a temporary directory");
@@ -422,7 +451,10 @@ impl Cluster {
         std::fs::write(&history, "").expect("create the history file");
         let proxies = IDENTITIES
             .iter()
-            .map(|_| FaultProxy::start(upstream))
+            .map(|_| match spec.store {
+                ClusterStore::DynamoDbLocal => FaultProxy::start(upstream),
+                ClusterStore::Postgres => FaultProxy::start_raw(upstream),
+            })
             .collect();
         let mut cluster = Cluster {
             name: spec.name.clone(),
@@ -434,6 +466,7 @@ impl Cluster {
             faults: Vec::new(),
             spec,
             emulator,
+            postgres,
             upstream,
             endpoint,
             starts: BTreeMap::new(),
@@ -474,9 +507,7 @@ impl Cluster {
             // Port 0: leaderd logs the port it got (no race over "free" ports).
             .args(["--listen", "127.0.0.1:0"])
             .args(["--identity", identity])
-            .args(["--store", "dynamodb"])
-            .args(["--endpoint-url", &self.proxies[index].endpoint()])
-            .args(["--table", &self.table])
+            .args(self.store_args(Some(index)))
             .args(timing_args())
             .env(
                 "LEADERD_LEASE__STRICT_NEW_LEASE",
@@ -572,21 +603,54 @@ impl Cluster {
         self.nodes[index] = node;
     }
 
-    /// Create the table (directly on the emulator, not through a proxy).
+    /// The PostgreSQL server, when that is the store.
+    pub fn postgres(&self) -> Option<&PgServer> {
+        match self.spec.store {
+            ClusterStore::DynamoDbLocal => None,
+            ClusterStore::Postgres => {
+                Some(self.postgres.as_ref().unwrap_or_else(|| shared_postgres()))
+            }
+        }
+    }
+
+    /// The store flags of instance `index` (through its proxy), or of a
+    /// tool that goes to the store directly (`None`).
+    fn store_args(&self, index: Option<usize>) -> Vec<String> {
+        let to = index.map(|i| self.proxies[i].addr());
+        match self.postgres() {
+            None => vec![
+                "--store".into(),
+                "dynamodb".into(),
+                "--endpoint-url".into(),
+                to.map_or_else(|| self.endpoint.clone(), |a| format!("http://{a}")),
+                "--table".into(),
+                self.table.clone(),
+            ],
+            Some(server) => {
+                let mut args = server.args(&self.table);
+                if let Some(addr) = to {
+                    let at = args
+                        .iter()
+                        .position(|a| a == "--store-url")
+                        .expect("the flags name the URL");
+                    args[at + 1] = args[at + 1]
+                        .replace(&format!("127.0.0.1:{}", server.port), &addr.to_string());
+                }
+                args
+            }
+        }
+    }
+
+    /// Create the table (directly on the store, not through a proxy).
     pub fn create_table(&self) {
         let mut cmd = Command::new(leaderd_bin());
         scrub_env(&mut cmd);
+        if self.spec.store == ClusterStore::DynamoDbLocal {
+            cmd.args(["--wait", "60s"]);
+        }
         let out = cmd
-            .args([
-                "table",
-                "create",
-                "--store",
-                "dynamodb",
-                "--table",
-                &self.table,
-            ])
-            .args(["--endpoint-url", &self.endpoint])
-            .args(["--wait", "60s"])
+            .args(["table", "create"])
+            .args(self.store_args(None))
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
             .env("AWS_REGION", "us-east-1")
@@ -600,6 +664,27 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// PostgreSQL: kill -9 every process of the server and start it again
+    /// on the same port and data (it recovers from its WAL). Returns how
+    /// long it was gone. Needs `own_emulator`.
+    pub fn restart_postgres(&mut self) -> Duration {
+        let t0 = Instant::now();
+        self.postgres
+            .as_mut()
+            .expect("restart_postgres needs a PostgreSQL cluster with own_emulator")
+            .kill9_and_restart();
+        t0.elapsed()
+    }
+
+    /// PostgreSQL: SIGSTOP (`true`) or SIGCONT every process of the server.
+    /// Needs `own_emulator`.
+    pub fn pause_postgres(&self, stop: bool) {
+        self.postgres
+            .as_ref()
+            .expect("pause_postgres needs a PostgreSQL cluster with own_emulator")
+            .pause(stop);
     }
 
     /// Kill the emulator and start it again on the same port with no data,

@@ -6,8 +6,9 @@
 //! `localhost` and 127.0.0.1) made by the test with the `openssl` command.
 //!
 //! A missing server or `openssl` is a test failure whose message says what
-//! to install, never a silent skip. Like the emulators, every server runs
-//! in its own process group and dies with the test binary.
+//! to install, never a silent skip. Like the emulators, every server dies
+//! with the test binary: its postmaster by `PR_SET_PDEATHSIG`, the
+//! processes it started of the postmaster's death.
 //!
 //! The cluster trades durability against an operating-system crash for
 //! speed (`fsync = off`, `initdb --no-sync`): the tests kill processes,
@@ -19,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::emulators::{free_port, kill_group, log_tail, spawn_tied};
@@ -193,7 +194,7 @@ impl PgServer {
             ])
             .arg("-D")
             .arg(dir.path().join("data"))
-            .args(["-R", "--no-sync", "-X", "stream"])
+            .args(["-R", "--no-sync", "-X", "stream", "--checkpoint=fast"])
             .env("PGPASSWORD", SUPERUSER.1)
             .env("PGSSLMODE", "require");
         as_owner(&mut backup, self.owner);
@@ -360,28 +361,53 @@ impl PgServer {
         run(&mut cmd, &format!("psql -c {sql:?}"))
     }
 
-    /// SIGSTOP (`true`) or SIGCONT every process of the server.
+    /// The server's processes: the postmaster, then every process it
+    /// started. Each of those leads a process group of its own (the
+    /// postmaster makes them so), so signalling the postmaster's group
+    /// reaches none of them.
+    fn processes(&self) -> Vec<i32> {
+        let Some(root) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) else {
+            return Vec::new();
+        };
+        let mut all = vec![root];
+        all.extend(
+            super::procfs::descendants(root)
+                .into_iter()
+                .map(|(pid, _)| pid),
+        );
+        all
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT every process of the server. Stopped,
+    /// it accepts no connection and answers nothing; the kernel still
+    /// takes what clients send.
     pub fn pause(&self, stop: bool) {
         let signal = if stop {
             Signal::SIGSTOP
         } else {
             Signal::SIGCONT
         };
-        let _ = killpg(self.pgid(), signal);
+        // The postmaster first: it forks no new backend while stopped.
+        for pid in self.processes() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+        }
     }
 
     /// Kill every process of the server with SIGKILL, and start it again
     /// on the same port and data (it recovers from its WAL).
     pub fn kill9_and_restart(&mut self) {
+        let all = self.processes();
+        for &pid in &all {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         if let Some(child) = self.child.take() {
-            let pgid = Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
             kill_group(child);
-            // The backends are in the group too: wait until none is left,
-            // or the new server finds their shared memory still in use.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while killpg(pgid, Signal::SIGKILL).is_ok() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        }
+        // Wait until none is left, or the new server finds their shared
+        // memory still in use.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while all.iter().any(|&pid| super::procfs::alive(pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
@@ -397,20 +423,14 @@ impl PgServer {
     pub fn log(&self) -> String {
         log_tail(&self.dir.path().join("server.log"))
     }
-
-    fn pgid(&self) -> Pid {
-        let id = self.child.as_ref().map_or(0, Child::id);
-        Pid::from_raw(i32::try_from(id).expect("a pid fits in i32"))
-    }
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
+        for pid in self.processes() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         if let Some(child) = self.child.take() {
-            let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(0));
-            // A stopped server does not die of SIGKILL's group delivery
-            // any later than a running one, but its children are freed too.
-            let _ = killpg(pgid, Signal::SIGCONT);
             kill_group(child);
         }
     }

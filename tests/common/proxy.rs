@@ -1,4 +1,5 @@
-//! A fault-injection proxy for the DynamoDB HTTP endpoint.
+//! A fault-injection proxy for the DynamoDB HTTP endpoint, and (raw mode,
+//! [`FaultProxy::start_raw`]) for any TCP protocol: PostgreSQL's.
 //!
 //! One `FaultProxy` sits between one leaderd and the emulator, so a test can
 //! break the store traffic of a single instance (the leader, say) while the
@@ -90,6 +91,8 @@ impl Rules {
 /// State shared between the test's handle and the proxy's tasks.
 struct Shared {
     upstream: SocketAddr,
+    /// Bytes, not HTTP requests: see [`FaultProxy::start_raw`].
+    raw: bool,
     rules: Mutex<Rules>,
     counts: Mutex<BTreeMap<String, u64>>,
     rng: Mutex<StdRng>,
@@ -124,6 +127,24 @@ impl FaultProxy {
     /// Starts a proxy in front of `upstream` (an emulator's HTTP address),
     /// forwarding faithfully until told otherwise.
     pub fn start(upstream: SocketAddr) -> FaultProxy {
+        Self::start_with(upstream, false)
+    }
+
+    /// Starts a proxy that forwards the bytes of any TCP protocol (a
+    /// PostgreSQL connection, TLS inside) in both directions, each chunk
+    /// read from either side subject to the fault in force (per-operation
+    /// rules do not apply; counts are of `connections` and of `chunks`
+    /// from the client): `Latency` delays it; `Blackhole` swallows it and
+    /// everything after on that connection, which stays open and silent
+    /// (as does every new one while it lasts); `DropFraction` does so to
+    /// that fraction of chunks and of new connections; `Reset` resets the
+    /// connection (and every new one). The faults that answer for the
+    /// server (throttling, errors, a lost answer) are HTTP's only.
+    pub fn start_raw(upstream: SocketAddr) -> FaultProxy {
+        Self::start_with(upstream, true)
+    }
+
+    fn start_with(upstream: SocketAddr, raw: bool) -> FaultProxy {
         // Bound here, synchronously, so `addr()` is valid as soon as we return.
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("binding port 0 on loopback only fails on a broken host");
@@ -135,6 +156,7 @@ impl FaultProxy {
             .expect("a fresh listener accepts non-blocking mode");
         let shared = Arc::new(Shared {
             upstream,
+            raw,
             rules: Mutex::new(Rules {
                 all: Fault::None,
                 per_operation: BTreeMap::new(),
@@ -189,6 +211,18 @@ impl FaultProxy {
     /// affected; connections already hanging keep hanging.
     pub fn set(&self, fault: Fault) {
         fault.validate();
+        assert!(
+            !self.shared.raw
+                || matches!(
+                    fault,
+                    Fault::None
+                        | Fault::Latency(_)
+                        | Fault::Blackhole
+                        | Fault::Reset
+                        | Fault::DropFraction(_)
+                ),
+            "{fault:?} answers HTTP requests; a raw proxy forwards bytes only"
+        );
         let mut rules = lock(&self.shared.rules);
         rules.all = fault;
         rules.per_operation.clear();
@@ -250,6 +284,9 @@ async fn accept_loop(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
+                Ok((client, _)) if shared.raw => {
+                    tokio::spawn(serve_raw(client, shared.clone()));
+                }
                 Ok((client, _)) => {
                     tokio::spawn(serve_connection(client, shared.clone()));
                 }
@@ -324,6 +361,85 @@ async fn serve_connection(client: TcpStream, shared: Arc<Shared>) {
             return;
         }
     }
+}
+
+/// What a raw connection does with the next chunk, under the fault in
+/// force (and, for `DropFraction`, a roll of the dice).
+fn raw_verdict(shared: &Shared) -> Fault {
+    let fault = lock(&shared.rules).all.clone();
+    match fault {
+        Fault::DropFraction(fraction) => {
+            let roll: f64 = lock(&shared.rng).random();
+            if roll < fraction {
+                Fault::Blackhole
+            } else {
+                Fault::None
+            }
+        }
+        other => other,
+    }
+}
+
+/// Forwards one raw connection both ways, chunk by chunk, until either
+/// side closes it or a fault ends it.
+async fn serve_raw(client: TcpStream, shared: Arc<Shared>) {
+    let _ = client.set_nodelay(true);
+    *lock(&shared.counts)
+        .entry("connections".to_owned())
+        .or_insert(0) += 1;
+    match raw_verdict(&shared) {
+        Fault::Blackhole => return hang(Conn::new(client)).await,
+        Fault::Reset => return reset(Conn::new(client)),
+        _ => {}
+    }
+    let Ok(upstream) = TcpStream::connect(shared.upstream).await else {
+        return reset(Conn::new(client));
+    };
+    let _ = upstream.set_nodelay(true);
+    let mut client = client;
+    let mut upstream = upstream;
+    let (mut client_read, mut client_write) = client.split();
+    let (mut up_read, mut up_write) = upstream.split();
+    let mut from_client = [0u8; 16 * 1024];
+    let mut from_server = [0u8; 16 * 1024];
+    let mut swallowing = false;
+    loop {
+        let (n, to_server) = tokio::select! {
+            read = client_read.read(&mut from_client) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => (n, true),
+            },
+            read = up_read.read(&mut from_server) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => (n, false),
+            },
+        };
+        if to_server {
+            *lock(&shared.counts).entry("chunks".to_owned()).or_insert(0) += 1;
+        }
+        if swallowing {
+            continue;
+        }
+        match raw_verdict(&shared) {
+            Fault::Blackhole => {
+                swallowing = true;
+                continue;
+            }
+            Fault::Reset => break,
+            Fault::Latency(delay) => tokio::time::sleep(delay).await,
+            _ => {}
+        }
+        let sent = if to_server {
+            up_write.write_all(&from_client[..n]).await
+        } else {
+            client_write.write_all(&from_server[..n]).await
+        };
+        if sent.is_err() {
+            break;
+        }
+    }
+    // The server closed, or a fault: the client sees its connection break.
+    let _ = client.set_zero_linger();
 }
 
 enum AfterAnswer {

@@ -118,7 +118,7 @@ pub fn store_failure(name: impl Into<String>, e: &StoreError) -> Item {
             "wait until the table is ACTIVE (`leaderd table describe`)".to_owned(),
         ),
         StoreError::WrongSchema { table, detail } => (
-            format!("table `{table}` has the wrong key schema: {detail}"),
+            format!("table `{table}` has the wrong schema: {detail}"),
             "use another table (store.table) or recreate this one with `leaderd table create`"
                 .to_owned(),
         ),

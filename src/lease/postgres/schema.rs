@@ -102,14 +102,27 @@ pub async fn check(
         key = row.try_get(2)?;
     }
     let mut problems = Vec::new();
+    let mut missing = Vec::new();
     for (column, ty) in TYPES {
         match columns.iter().find(|(name, _)| name == column) {
-            None => problems.push(format!("column `{column}` is missing")),
+            None => missing.push(format!("`{column}`")),
             Some((_, found)) if found != ty => {
                 problems.push(format!("column `{column}` is {found}, expected {ty}"))
             }
             Some(_) => {}
         }
+    }
+    match missing.len() {
+        0 => {}
+        1 => problems.insert(0, format!("column {} is missing", missing[0])),
+        n => problems.insert(
+            0,
+            format!(
+                "{n} of leaderd's {} columns are missing ({})",
+                TYPES.len(),
+                missing.join(", ")
+            ),
+        ),
     }
     if key != ["election"] {
         problems.push(if key.is_empty() {

@@ -174,8 +174,13 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         plain.push('?');
         plain.push_str(&kept.join("&"));
     }
-    let pg = tokio_postgres::Config::from_str(&plain)
-        .map_err(|e| format!("store.url = {shown_url} is not a valid PostgreSQL URL: {e}"))?;
+    let pg = tokio_postgres::Config::from_str(&plain).map_err(|e| {
+        // tokio-postgres says what is wrong in the error's cause.
+        let cause = std::error::Error::source(&e)
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default();
+        format!("store.url = {shown_url} is not a valid PostgreSQL URL: {e}{cause}")
+    })?;
     if pg.get_hosts().is_empty() {
         return Err(format!(
             "store.url = {shown_url} names no host (like postgres://leaderd@db.example.com:5432/app)"
