@@ -1,6 +1,6 @@
 //! Balance with real processes: three leaderd instances with `--balance`
 //! campaign for the same 300 elections at the default timing (L = 10 s,
-//! R = 5 s, P = 1 s), on SQLite and on DynamoDB Local.
+//! R = 5 s, P = 1 s), on SQLite, on DynamoDB Local and on PostgreSQL.
 //!
 //! Started a few seconds apart, they lead 100 ± 5 each within 60 s of the
 //! last start and stay there. kill -9 of one: the other two lead 150 ± 5
@@ -362,6 +362,18 @@ fn three_instances_share_300_elections_on_dynamodb_local() {
         "--table".into(),
         common::unique_name("balance"),
     ];
+    let env = vec![(
+        "LEADERD_STORE__CREATE_TABLE".to_string(),
+        "true".to_string(),
+    )];
+    scenario(Cluster::new(dir, store, env));
+}
+
+#[test]
+fn three_instances_share_300_elections_on_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = common::postgres::shared_postgres().args(&common::unique_name("balance"));
+    // Every instance may create the table, at the same moment.
     let env = vec![(
         "LEADERD_STORE__CREATE_TABLE".to_string(),
         "true".to_string(),

@@ -1,5 +1,5 @@
-//! Three real `leaderd` processes campaign for one election, on SQLite and on
-//! DynamoDB Local: exactly one answers 200 on `/leader` at every sample, a
+//! Three real `leaderd` processes campaign for one election, on SQLite, on
+//! DynamoDB Local and on PostgreSQL: exactly one answers 200 on `/leader` at every sample, a
 //! crashed leader (kill -9) is replaced within L·(1+D) + P + 1 s, a leader
 //! stopped with SIGTERM within P + 1 s (it releases the lease).
 
@@ -153,6 +153,19 @@ fn three_instances_on_dynamodb_local() {
         table,
     ];
     // Each instance may create the table: creation is idempotent.
+    let env = [(
+        "LEADERD_STORE__CREATE_TABLE".to_string(),
+        "true".to_string(),
+    )];
+    scenario(start_three(dir.path(), &store, &env));
+}
+
+#[test]
+fn three_instances_on_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = common::postgres::shared_postgres().args(&common::unique_name("cluster"));
+    // All three create the table at once: one creates it, the others find
+    // it, none fails.
     let env = [(
         "LEADERD_STORE__CREATE_TABLE".to_string(),
         "true".to_string(),

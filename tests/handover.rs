@@ -1,5 +1,5 @@
 //! Planned handover through the leader's hints, with real processes on
-//! SQLite and on DynamoDB Local: followers watch the leader
+//! SQLite, on DynamoDB Local and on PostgreSQL: followers watch the leader
 //! (`/v1/elections/{election}/watch`) and take over as soon as it releases,
 //! not at their next poll; `resign --to` hands the lease to one candidate;
 //! and hints that are lost, late, replayed or forged, a watch that hangs and
@@ -49,6 +49,7 @@ const HINT_BOUND: Duration = Duration::from_secs(2);
 enum Store {
     Sqlite,
     DynamoDbLocal,
+    Postgres,
 }
 
 struct Cluster {
@@ -101,6 +102,14 @@ impl Cluster {
                     )],
                 )
             }
+            Store::Postgres => (
+                common::postgres::shared_postgres().args(&common::unique_name("handover")),
+                // Every instance may create the table, as on DynamoDB.
+                vec![(
+                    "LEADERD_STORE__CREATE_TABLE".to_string(),
+                    "true".to_string(),
+                )],
+            ),
         };
         Cluster {
             dir,
@@ -706,5 +715,31 @@ macro_rules! handover_tests {
 
 handover_tests!(sqlite, Store::Sqlite);
 handover_tests!(dynamodb_local, Store::DynamoDbLocal);
+
+/// On PostgreSQL, the handovers themselves; what a hint stream does wrong
+/// (hanging, unreachable, lost, late, forged) is the same whatever the
+/// store, and is covered on the two above.
+mod postgres {
+    use super::*;
+
+    #[test]
+    fn sigterm_of_the_leader_hands_over_without_waiting_for_a_poll() {
+        super::sigterm_of_the_leader_hands_over_without_waiting_for_a_poll(Store::Postgres);
+    }
+
+    #[test]
+    fn resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_lease() {
+        super::resign_to_a_named_candidate_hands_it_the_lease_and_to_nobody_known_costs_one_lease(
+            Store::Postgres,
+        );
+    }
+
+    #[test]
+    fn a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_from_moving() {
+        super::a_lying_watch_stream_never_makes_a_second_leader_and_cannot_keep_the_lease_from_moving(
+            Store::Postgres,
+        );
+    }
+}
 forged::forged_hint_tests!(sqlite_forged, Store::Sqlite);
 forged::forged_hint_tests!(dynamodb_local_forged, Store::DynamoDbLocal);

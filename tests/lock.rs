@@ -1,4 +1,5 @@
-//! `leaderd lock` with real processes, on SQLite and on DynamoDB Local:
+//! `leaderd lock` with real processes, on SQLite, on DynamoDB Local and on
+//! PostgreSQL:
 //! acquire, renew and release; `--no-wait` on a held lock; a waiter that
 //! takes a lock nobody renews only after its lease · (1 + D); a stale token
 //! that neither renews nor releases the new holder's lock; a CLI lock and
@@ -48,6 +49,21 @@ impl Store {
                 "--region".into(),
                 "us-east-1".into(),
             ],
+        };
+        let out = store.leaderd(&["table", "create"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        store
+    }
+
+    /// A fresh table on the shared PostgreSQL server.
+    fn postgres() -> Store {
+        let table = common::unique_name("locks");
+        let store = Store {
+            args: common::postgres::shared_postgres().args(&table),
         };
         let out = store.leaderd(&["table", "create"], &[]);
         assert!(
@@ -180,6 +196,11 @@ fn acquire_renew_release_on_dynamodb_local() {
     cycle(&Store::dynamodb());
 }
 
+#[test]
+fn acquire_renew_release_on_postgres() {
+    cycle(&Store::postgres());
+}
+
 /// A 3 s lock nobody renews: the waiter takes it after 3 s · (1 + 1 %) and
 /// not before, and said who held it while it waited.
 fn waiter_takes_an_expired_lock_only_after_its_lease(store: &Store) {
@@ -233,6 +254,11 @@ fn a_waiter_takes_an_expired_lock_only_after_its_lease_on_sqlite() {
 #[test]
 fn a_waiter_takes_an_expired_lock_only_after_its_lease_on_dynamodb_local() {
     waiter_takes_an_expired_lock_only_after_its_lease(&Store::dynamodb());
+}
+
+#[test]
+fn a_waiter_takes_an_expired_lock_only_after_its_lease_on_postgres() {
+    waiter_takes_an_expired_lock_only_after_its_lease(&Store::postgres());
 }
 
 /// A CLI lock keeps `leaderd run` out, and the reverse.
@@ -309,6 +335,12 @@ fn a_cli_lock_and_the_daemon_exclude_each_other_on_sqlite() {
 fn a_cli_lock_and_the_daemon_exclude_each_other_on_dynamodb_local() {
     let dir = tempfile::tempdir().expect("tempdir");
     lock_and_daemon_exclude_each_other(&Store::dynamodb(), dir.path());
+}
+
+#[test]
+fn a_cli_lock_and_the_daemon_exclude_each_other_on_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    lock_and_daemon_exclude_each_other(&Store::postgres(), dir.path());
 }
 
 fn bad_input(store: &Store) {
@@ -424,6 +456,11 @@ fn bad_input_is_a_clear_error_on_dynamodb_local() {
     bad_input(&Store::dynamodb());
 }
 
+#[test]
+fn bad_input_is_a_clear_error_on_postgres() {
+    bad_input(&Store::postgres());
+}
+
 /// A clock drift outside [0, 0.5) is refused before any waiting (it would
 /// make the takeover wait meaningless).
 #[test]
@@ -523,6 +560,11 @@ fn an_undeliverable_token_leaves_the_lock_free_on_sqlite() {
 #[test]
 fn an_undeliverable_token_leaves_the_lock_free_on_dynamodb_local() {
     an_undeliverable_token_leaves_the_lock_free(&Store::dynamodb());
+}
+
+#[test]
+fn an_undeliverable_token_leaves_the_lock_free_on_postgres() {
+    an_undeliverable_token_leaves_the_lock_free(&Store::postgres());
 }
 
 const ADMIN_TOKEN: &str = "lock-test-admin";
@@ -636,6 +678,12 @@ fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_sqlite() {
 fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_dynamodb_local() {
     let dir = tempfile::tempdir().expect("tempdir");
     a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(&Store::dynamodb(), dir.path());
+}
+
+#[test]
+fn a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else_on_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    a_lock_handed_to_a_successor_waits_a_lease_for_anyone_else(&Store::postgres(), dir.path());
 }
 
 /// A daemon holds its elections through its session (the default), whose

@@ -321,3 +321,35 @@ fn a_standby_is_refused() {
     let (code, _, err) = run_once(primary.args(&t), &[]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// Many instances creating the table at the same moment (every one started
+/// with `store.create_table`): one creates it, the others find it; none
+/// fails. PostgreSQL's own `CREATE TABLE IF NOT EXISTS` can fail the
+/// others of such a race with a duplicate key.
+#[test]
+fn a_table_created_by_many_at_once_is_created_once() {
+    let server = server();
+    for _ in 0..10 {
+        let t = table();
+        let mut create = strings(&["table", "create"]);
+        create.extend(server.args(&t));
+        let racers: Vec<_> = (0..8)
+            .map(|_| {
+                Command::new(leaderd_bin())
+                    .args(&create)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("start leaderd")
+            })
+            .collect();
+        for racer in racers {
+            let out = racer.wait_with_output().expect("wait for leaderd");
+            assert!(
+                out.status.success(),
+                "a racing `table create` failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

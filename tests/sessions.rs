@@ -1,5 +1,8 @@
-//! `leaderd run --sessions` with real processes, on SQLite and on DynamoDB
-//! Local: three daemons campaign for five elections, every election held
+//! `leaderd run --sessions` with real processes, on SQLite, on DynamoDB
+//! Local and on PostgreSQL (there, all but the followers' reads at rest,
+//! which the benchmark measures, and the stream that hides releases, which
+//! is the stream's behaviour): three daemons campaign for five elections
+//! (one scenario: a hundred), every election held
 //! through its leader's one session record. The leader is killed, stopped,
 //! has its session deleted, loses answers to its renews, has its store
 //! stalled, is stopped gracefully, releases its elections behind a stream
@@ -189,6 +192,60 @@ fn kill_9_of_the_leader(kind: Kind) {
     drop(a);
 }
 
+/// 1b. kill -9 of a daemon leading a hundred elections through its one
+///     session: each is led again by another within the crash bound, with
+///     a higher token; its session ends up ended; the primary's jobs
+///     never overlap.
+fn kill_9_of_a_daemon_holding_100_elections(kind: Kind) {
+    let names: Vec<String> = (0..100).map(|i| format!("e{i:03}")).collect();
+    let elections: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut c = Cluster::new(kind);
+    c.start("node-a", &elections, None);
+    wait_until(Duration::from_secs(60), || {
+        all_led_once(&[c.node("node-a")], &elections) && c.job_running("node-a")
+    })
+    .unwrap_or_else(|| panic!("node-a does not lead the hundred elections"));
+    for id in ["node-b", "node-c"] {
+        c.start(id, &elections, None);
+    }
+    wait_until(Duration::from_secs(60), || {
+        c.others("node-a").iter().all(|n| {
+            elections_of(n).is_some_and(|v| {
+                v.len() == elections.len()
+                    && v.values().all(|e| e.leader.as_deref() == Some("node-a"))
+            })
+        })
+    })
+    .unwrap_or_else(|| panic!("node-b and node-c do not follow node-a everywhere"));
+    let before = c.tokens_of("node-a");
+    assert_eq!(before.len(), elections.len());
+    let session = c.only_session("node-a");
+    let mut a = c.take("node-a");
+    let killed = Instant::now();
+    a.kill9();
+    wait_until(crash_bound() + Duration::from_secs(10), || {
+        all_led_once(&c.all(), &elections)
+    })
+    .unwrap_or_else(|| panic!("not every election is led again: {:?}", who_leads(&c.all())));
+    let took = killed.elapsed();
+    eprintln!("a hundred elections led again {took:?} after kill -9 of their leader");
+    assert!(took <= crash_bound(), "{took:?} > {:?}", crash_bound());
+    assert_tokens_rose(&before, &c.all());
+    assert_ended(&c.store, &session);
+    let primary = who_leads(&c.all())[elections[0]][0].0.clone();
+    wait_until(Duration::from_secs(10), || c.job_running(&primary))
+        .unwrap_or_else(|| panic!("the job of {primary} does not run"));
+    c.stop_all();
+    let summary = c.check_history();
+    assert!(summary.tenures.len() >= 2, "{summary}");
+    drop(a);
+}
+
+#[test]
+fn kill_9_of_a_daemon_holding_100_elections_on_postgres() {
+    kill_9_of_a_daemon_holding_100_elections(Kind::Postgres);
+}
+
 #[test]
 fn kill_9_of_the_leader_frees_every_election_on_sqlite() {
     kill_9_of_the_leader(Kind::Sqlite);
@@ -197,6 +254,11 @@ fn kill_9_of_the_leader_frees_every_election_on_sqlite() {
 #[test]
 fn kill_9_of_the_leader_frees_every_election_on_dynamodb_local() {
     kill_9_of_the_leader(Kind::DynamoDbLocal);
+}
+
+#[test]
+fn kill_9_of_the_leader_frees_every_election_on_postgres() {
+    kill_9_of_the_leader(Kind::Postgres);
 }
 
 /// 2. SIGSTOP of the leading daemon for 2·L: the others lead every
@@ -274,6 +336,11 @@ fn sigstop_of_the_leader_for_two_leases_on_sqlite() {
 #[test]
 fn sigstop_of_the_leader_for_two_leases_on_dynamodb_local() {
     sigstop_for_two_leases(Kind::DynamoDbLocal);
+}
+
+#[test]
+fn sigstop_of_the_leader_for_two_leases_on_postgres() {
+    sigstop_for_two_leases(Kind::Postgres);
 }
 
 /// When each (election, identity other than `node-a`) was first seen
@@ -368,6 +435,11 @@ fn a_deleted_session_loses_every_election_on_sqlite() {
 #[test]
 fn a_deleted_session_loses_every_election_on_dynamodb_local() {
     deleted_session(Kind::DynamoDbLocal);
+}
+
+#[test]
+fn a_deleted_session_loses_every_election_on_postgres() {
+    deleted_session(Kind::Postgres);
 }
 
 /// `node-a` leads every election with the tokens of `before`, and nobody
@@ -578,6 +650,11 @@ fn sigterm_of_the_leader_hands_every_election_over_on_dynamodb_local() {
     sigterm_of_the_leader(Kind::DynamoDbLocal);
 }
 
+#[test]
+fn sigterm_of_the_leader_hands_every_election_over_on_postgres() {
+    sigterm_of_the_leader(Kind::Postgres);
+}
+
 /// `leaderd lock acquire …`, expected to succeed: the token.
 fn lock_acquire(store: &Store, name: &str, extra: &[&str]) -> String {
     let out = store.leaderd(&["lock", "acquire", name], extra);
@@ -632,6 +709,11 @@ fn a_cli_lock_keeps_a_sessions_daemon_out_on_sqlite() {
 #[test]
 fn a_cli_lock_keeps_a_sessions_daemon_out_on_dynamodb_local() {
     a_cli_lock_keeps_a_sessions_daemon_out(Kind::DynamoDbLocal);
+}
+
+#[test]
+fn a_cli_lock_keeps_a_sessions_daemon_out_on_postgres() {
+    a_cli_lock_keeps_a_sessions_daemon_out(Kind::Postgres);
 }
 
 /// 6b. The reverse: a `--sessions` daemon holds `xray` through its
@@ -693,6 +775,11 @@ fn a_cli_lock_never_takes_a_session_held_election_on_sqlite() {
 #[test]
 fn a_cli_lock_never_takes_a_session_held_election_on_dynamodb_local() {
     a_cli_lock_never_takes_a_session_held_election(Kind::DynamoDbLocal);
+}
+
+#[test]
+fn a_cli_lock_never_takes_a_session_held_election_on_postgres() {
+    a_cli_lock_never_takes_a_session_held_election(Kind::Postgres);
 }
 
 /// Start `solo` for two elections and wait until it leads both with its
@@ -769,6 +856,11 @@ fn restarts_open_fresh_sessions_and_end_the_old_ones_on_sqlite() {
 #[test]
 fn restarts_open_fresh_sessions_and_end_the_old_ones_on_dynamodb_local() {
     restarts(Kind::DynamoDbLocal);
+}
+
+#[test]
+fn restarts_open_fresh_sessions_and_end_the_old_ones_on_postgres() {
+    restarts(Kind::Postgres);
 }
 
 /// Store reads `node` made so far: of election records, and of session

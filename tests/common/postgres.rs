@@ -344,6 +344,35 @@ impl PgServer {
         self.psql_as(SUPERUSER, DATABASE, sql)
     }
 
+    /// The rows `sql` returns (as leaderd's role), each column's value as
+    /// text, `None` for null.
+    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        const NULL: &str = "\u{2}null\u{2}";
+        let mut cmd = Command::new(self.bin.join("psql"));
+        cmd.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            ROLE.0,
+        ])
+        .args(["-d", DATABASE, "-X", "-A", "-t", "-q", "-F", "\u{1f}"])
+        .args(["-P", &format!("null={NULL}")])
+        .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGPASSWORD", ROLE.1)
+        .env("PGSSLMODE", "require");
+        run(&mut cmd, &format!("psql -c {sql:?}"))
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                l.split('\u{1f}')
+                    .map(|v| (v != NULL).then(|| v.to_owned()))
+                    .collect()
+            })
+            .collect()
+    }
+
     fn psql_as(&self, role: (&str, &str), database: &str, sql: &str) -> String {
         let mut cmd = Command::new(self.bin.join("psql"));
         cmd.args([

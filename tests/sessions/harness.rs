@@ -1,5 +1,6 @@
 //! The toolbox of `tests/sessions.rs`: a store read and written by hand
-//! (SQLite through rusqlite, DynamoDB Local through the SDK), a cluster of
+//! (SQLite through rusqlite, DynamoDB Local through the SDK, PostgreSQL
+//! through psql), a cluster of
 //! `leaderd run --sessions` processes sharing one job history, and what
 //! their `/status` and logs say.
 
@@ -16,6 +17,7 @@ use nix::sys::signal::Signal;
 use crate::common;
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
 use common::history;
+use common::postgres::{PgServer, shared_postgres};
 use common::proxy::FaultProxy;
 
 /// L = 5 s, R = 1 s, P = 500 ms, G = 500 ms (M = 200 ms, D = 1 %):
@@ -77,6 +79,10 @@ pub struct Row {
 }
 
 enum Backend {
+    Postgres {
+        server: &'static PgServer,
+        table: String,
+    },
     Sqlite(PathBuf),
     Dynamo {
         rt: tokio::runtime::Runtime,
@@ -95,6 +101,7 @@ pub struct Store {
 pub enum Kind {
     Sqlite,
     DynamoDbLocal,
+    Postgres,
 }
 
 impl Store {
@@ -106,6 +113,23 @@ impl Store {
                 backend: Backend::Sqlite(dir.join("leases.db")),
             },
             Kind::DynamoDbLocal => Store::dynamodb(),
+            Kind::Postgres => {
+                let server = shared_postgres();
+                let table = common::unique_name("sessions");
+                let out = Command::new(leaderd_bin())
+                    .args(["table", "create"])
+                    .args(server.args(&table))
+                    .output()
+                    .expect("run `leaderd table create`");
+                assert!(
+                    out.status.success(),
+                    "`leaderd table create`: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                Store {
+                    backend: Backend::Postgres { server, table },
+                }
+            }
         }
     }
 
@@ -138,7 +162,7 @@ impl Store {
     /// The emulator's address, for a fault proxy in front of it.
     pub fn upstream(&self) -> Option<SocketAddr> {
         match &self.backend {
-            Backend::Sqlite(_) => None,
+            Backend::Sqlite(_) | Backend::Postgres { .. } => None,
             Backend::Dynamo { endpoint, .. } => endpoint
                 .strip_prefix("http://")
                 .and_then(|a| a.parse().ok()),
@@ -149,7 +173,7 @@ impl Store {
     pub fn sqlite_path(&self) -> Option<&Path> {
         match &self.backend {
             Backend::Sqlite(path) => Some(path),
-            Backend::Dynamo { .. } => None,
+            Backend::Dynamo { .. } | Backend::Postgres { .. } => None,
         }
     }
 
@@ -157,6 +181,13 @@ impl Store {
     /// `proxy` when given (DynamoDB only).
     pub fn args(&self, proxy: Option<&FaultProxy>) -> Vec<String> {
         match &self.backend {
+            Backend::Postgres { server, table } => {
+                assert!(
+                    proxy.is_none(),
+                    "no fault proxy in front of PostgreSQL here"
+                );
+                server.args(table)
+            }
             Backend::Sqlite(path) => vec![
                 "--store".into(),
                 "sqlite".into(),
@@ -181,6 +212,23 @@ impl Store {
     /// Every record, as stored.
     pub fn rows(&self) -> Vec<Row> {
         match &self.backend {
+            Backend::Postgres { server, table } => server
+                .query(&format!(
+                    "SELECT election, holder, rvn, session, format, fencing_token FROM \"{table}\""
+                ))
+                .into_iter()
+                .map(|r| {
+                    let n = |i: usize| r[i].as_deref().and_then(|v| v.parse().ok());
+                    Row {
+                        key: r[0].clone().unwrap_or_default(),
+                        holder: r[1].clone(),
+                        rvn: r[2].clone(),
+                        session: r[3].clone(),
+                        format: n(4),
+                        fencing_token: n(5),
+                    }
+                })
+                .collect(),
             Backend::Sqlite(path) => sqlite_rows(path),
             Backend::Dynamo { rt, store, .. } => rt.block_on(async {
                 let out = store
@@ -215,6 +263,13 @@ impl Store {
     /// Delete the record under `key` by hand.
     pub fn delete(&self, key: &str) {
         match &self.backend {
+            Backend::Postgres { server, table } => {
+                let deleted = server.query(&format!(
+                    "DELETE FROM \"{table}\" WHERE election = '{}' RETURNING 1",
+                    key.replace('\'', "''")
+                ));
+                assert_eq!(deleted.len(), 1, "no row {key}");
+            }
             Backend::Sqlite(path) => {
                 let conn = sqlite(path);
                 let n = conn

@@ -48,19 +48,37 @@ pub fn create_sql(table: &str) -> String {
 
 /// Create the table unless it exists. An existing one is left alone
 /// without a `CREATE`, which would need the privilege to create in its
-/// schema even when it skips the table.
+/// schema even when it skips the table. Of several instances creating it
+/// at once, one does; PostgreSQL fails the others (`IF NOT EXISTS`
+/// notwithstanding) with a duplicate key in its catalog, which here means
+/// they find it made.
 pub async fn create(client: &Client, table: &str) -> Result<(), tokio_postgres::Error> {
-    let exists: bool = client
+    use tokio_postgres::error::SqlState;
+    if exists(client, table).await? {
+        return Ok(());
+    }
+    match client.batch_execute(&create_sql(table)).await {
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(&SqlState::UNIQUE_VIOLATION | &SqlState::DUPLICATE_TABLE)
+            ) && exists(client, table).await? =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Whether the table `table` (quoted) exists.
+async fn exists(client: &Client, table: &str) -> Result<bool, tokio_postgres::Error> {
+    client
         .query_typed_one(
             "SELECT to_regclass($1) IS NOT NULL",
             &[(&table, tokio_postgres::types::Type::TEXT)],
         )
         .await?
-        .try_get(0)?;
-    if exists {
-        return Ok(());
-    }
-    client.batch_execute(&create_sql(table)).await
+        .try_get(0)
 }
 
 /// What is wrong with the table `quoted` for leaderd's role, which needs
