@@ -23,7 +23,8 @@ for file in tests/*.rs; do
 done
 
 # Debian packages: promtool (prometheus), faketime, a Java runtime for
-# DynamoDB Local, Node.js/npm for the emulators, unshare (util-linux).
+# DynamoDB Local, Node.js/npm for the emulators, unshare (util-linux),
+# PostgreSQL and openssl.
 missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
 # libfaketime itself is what the tests preload; the package brings it.
@@ -35,6 +36,11 @@ command -v python3 >/dev/null || missing+=(python3)
 # The venv module, for moto's venv (Debian splits it off).
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v curl >/dev/null || missing+=(curl)
+# PostgreSQL's server for the PostgreSQL store's tests, which start their
+# own clusters (initdb in a temporary directory; the package's own cluster
+# is not used), and openssl for their TLS certificates.
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+command -v openssl >/dev/null || missing+=(openssl)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   as_root apt-get update -qq

@@ -73,8 +73,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 Environment every leaderd gets: its identity from the pod name (unless set
-in the config file, which env would override), and the admin token from a
-Secret.
+in the config file, which env would override), and the admin token and the
+PostgreSQL URL from Secrets.
 */}}
 {{- define "leaderd.env" -}}
 {{- if not .Values.config.identity }}
@@ -92,6 +92,13 @@ Secret.
       fieldPath: status.podIP
 - name: LEADERD_HTTP__ADVERTISE
   value: "$(POD_IP):{{ .Values.leaderd.port }}"
+{{- end }}
+{{- if eq .Values.config.store.kind "postgres" }}
+- name: LEADERD_STORE__URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.config.store.urlSecret.name }}
+      key: {{ .Values.config.store.urlSecret.key }}
 {{- end }}
 {{- with .Values.config.http.adminTokenSecret.name }}
 - name: LEADERD_HTTP__ADMIN_TOKEN
@@ -129,7 +136,10 @@ livenessProbe:
 {{- end }}
 {{- end }}
 
-{{/* Mounts every leaderd needs: its config and, for sqlite, a writable dir. */}}
+{{/*
+Mounts every leaderd needs: its config and, for sqlite, a writable dir;
+for postgres, the CA certificate when one is given.
+*/}}
 {{- define "leaderd.mounts" -}}
 - name: leaderd-config
   mountPath: /etc/leaderd
@@ -137,6 +147,18 @@ livenessProbe:
 {{- if eq .Values.config.store.kind "sqlite" }}
 - name: leaderd-state
   mountPath: {{ include "leaderd.sqliteDir" . }}
+{{- end }}
+{{- if include "leaderd.postgresCa" . }}
+- name: leaderd-postgres-ca
+  mountPath: /etc/leaderd-postgres-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The CA file leaderd verifies PostgreSQL with, if one is given. */}}
+{{- define "leaderd.postgresCa" -}}
+{{- if and (eq .Values.config.store.kind "postgres") .Values.config.store.caSecret.name }}
+{{- printf "/etc/leaderd-postgres-ca/%s" .Values.config.store.caSecret.key }}
 {{- end }}
 {{- end }}
 
@@ -170,5 +192,17 @@ longest lease of the configured elections, in whole seconds.
 {{- end }}
 {{- end }}
 {{- printf "%ds" (div (add (mul $longest 2) 999) 1000) }}
+{{- end }}
+{{- end }}
+
+{{/* The volume of the PostgreSQL CA certificate, if one is given. */}}
+{{- define "leaderd.postgresCaVolume" -}}
+{{- if include "leaderd.postgresCa" . }}
+- name: leaderd-postgres-ca
+  secret:
+    secretName: {{ .Values.config.store.caSecret.name }}
+    items:
+      - key: {{ .Values.config.store.caSecret.key }}
+        path: {{ .Values.config.store.caSecret.key }}
 {{- end }}
 {{- end }}

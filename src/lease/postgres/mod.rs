@@ -139,7 +139,8 @@ impl PostgresStore {
         match store.check(OPEN_WAIT).await {
             Err(e) if refused_at_start(&e) => Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, "PostgreSQL lease store not usable yet; trying again as requests need it");
+                // Not yet: `run` checks again in the background and says so.
+                tracing::debug!(error = %e, "PostgreSQL lease store not usable yet");
                 Ok(store)
             }
             Ok(()) => Ok(store),
