@@ -1,5 +1,5 @@
 //! Balance at scale: three leaderd instances with `balance = true` share
-//! many elections on DynamoDB Local (straight to the emulator, no proxy, as
+//! many elections on the benchmark's store (straight to it, no proxy, as
 //! the footprint scenario does: requests are counted by leaderd's own
 //! histogram). Measured: how long the shares take to settle after the last
 //! start and after a `kill -9`, and over a quiet window each instance's
@@ -43,6 +43,8 @@ pub struct Member {
 /// The whole run.
 #[derive(Debug, Clone)]
 pub struct BalanceRun {
+    /// The store's name.
+    pub store: &'static str,
     /// N.
     pub elections: usize,
     /// Whether the instances held their elections through sessions.
@@ -302,6 +304,7 @@ pub fn measure(
     first.stop(Duration::from_secs(60));
     second.stop(Duration::from_secs(60));
     Ok(BalanceRun {
+        store: env.store_name(),
         elections: n,
         sessions,
         first_leads_all_s,
@@ -326,8 +329,8 @@ pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check
     );
     let _ = writeln!(
         out,
-        "{} elections, three leaderd instances with `balance = true` on DynamoDB Local (no proxy). The first starts alone and leads every election ({:.1} s); the second starts, then the third 3 s later. Settled = every instance within ±{SETTLED_WITHIN} of its fair share and every election led, checked every 250 ms.\n",
-        run.elections, run.first_leads_all_s
+        "{} elections, three leaderd instances with `balance = true` on {} (no proxy). The first starts alone and leads every election ({:.1} s); the second starts, then the third 3 s later. Settled = every instance within ±{SETTLED_WITHIN} of its fair share and every election led, checked every 250 ms.\n",
+        run.elections, run.store, run.first_leads_all_s
     );
     let _ = writeln!(out, "| event | settled after |");
     let _ = writeln!(out, "|---|---:|");

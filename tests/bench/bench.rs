@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000]
+//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
-//! CARGO_TARGET_DIR) against a DynamoDB Local it starts itself, each instance
+//! CARGO_TARGET_DIR) against a DynamoDB Local it starts itself (`--store
+//! postgres`: a PostgreSQL server it starts itself, tests/common/postgres.rs,
+//! reached without TLS so that the proxies can read the statements), each instance
 //! behind its own counting proxy (tests/common/proxy.rs), with
 //! tests/common/job.py as the child: the child writes a CLOCK_MONOTONIC
 //! timestamp when it starts, the same clock the benchmark reads when it sends
@@ -16,8 +18,14 @@
 
 mod balance;
 mod dynamo_local;
+#[allow(dead_code)] // the benchmark starts no emulator of these; postgres.rs uses its helpers
+#[path = "../common/emulators.rs"]
+mod emulators;
 mod harness;
 mod http_load;
+#[allow(dead_code)] // the benchmark starts the server, no fault of it
+#[path = "../common/postgres.rs"]
+mod postgres;
 #[path = "../common/procfs.rs"]
 mod procfs;
 #[allow(dead_code)] // the benchmark uses the proxy's request counts only
@@ -34,7 +42,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, ValueEnum};
 
-use harness::Env;
+use harness::{Env, Store};
 use scenarios::{Departure, FailoverTrial, Footprint, Hints, Mode, RestCost, Startup};
 use stats::{HEADER_S, Summary};
 
@@ -76,6 +84,10 @@ const BINARY_TARGET_MIB: f64 = 12.0;
 #[derive(Debug, Parser)]
 #[command(about = "Measure leaderd's failover time, store cost and footprint")]
 struct Args {
+    /// The store [default: dynamodb, DynamoDB Local]. The CPU per request
+    /// and the HTTP load are DynamoDB's and SQLite's only.
+    #[arg(long, value_name = "STORE", default_value = "dynamodb")]
+    store: Store,
     /// Fewer trials and shorter windows: for trying the benchmark out, not
     /// for publishing figures.
     #[arg(long)]
@@ -229,10 +241,34 @@ fn run(args: &Args) -> Result<bool, String> {
     ]
     .into_iter()
     .any(selected);
+    let dynamodb_only = [Scenario::Requests, Scenario::HttpLoad];
+    if args.store == Store::Postgres
+        && let Some(scenario) = dynamodb_only.into_iter().find(|s| args.only.contains(s))
+    {
+        return Err(format!(
+            "--only {scenario:?} measures DynamoDB's (and SQLite's) store: run it without --store postgres"
+        ));
+    }
+    let selected =
+        |s: Scenario| selected(s) && !(args.store == Store::Postgres && dynamodb_only.contains(&s));
     if needs_store {
-        eprintln!("bench: starting DynamoDB Local");
-        let store = dynamo_local::DynamoLocal::start(workdir.path())?;
+        let store = match args.store {
+            Store::Dynamodb => {
+                eprintln!("bench: starting DynamoDB Local");
+                StoreServer::Dynamo(dynamo_local::DynamoLocal::start(workdir.path())?)
+            }
+            Store::Postgres => {
+                eprintln!("bench: starting PostgreSQL");
+                StoreServer::Postgres(std::panic::catch_unwind(postgres::PgServer::start).map_err(
+                    |e| match e.downcast::<String>() {
+                        Ok(why) => *why,
+                        Err(_) => "PostgreSQL did not start".to_owned(),
+                    },
+                )?)
+            }
+        };
         let env = Env {
+            store: args.store,
             bin: bin.clone(),
             dir: workdir.path().to_path_buf(),
             table: "leaderd_bench".into(),
@@ -240,7 +276,7 @@ fn run(args: &Args) -> Result<bool, String> {
             python: harness::python()?,
         };
         let table_config =
-            env.write_config("table.toml", &format!("http://{}", store.addr), &[], &[])?;
+            env.write_config("table.toml", &format!("http://{}", store.addr()), &[], &[])?;
         env.create_table(&table_config)?;
         let clock_ticks = harness::clock_ticks()?;
 
@@ -284,7 +320,7 @@ fn run(args: &Args) -> Result<bool, String> {
                 let title = format!("{} ({})", departure_title(departure), mode_words(mode));
                 eprintln!("bench: {title}, {} trials", plan.trials);
                 let r =
-                    scenarios::failover(&env, store.addr, departure, mode, plan.trials, CLUSTER)
+                    scenarios::failover(&env, store.addr(), departure, mode, plan.trials, CLUSTER)
                         .map(|trials| {
                             let _ = writeln!(body, "## {title}\n");
                             match departure {
@@ -306,11 +342,19 @@ fn run(args: &Args) -> Result<bool, String> {
             for &mode in &modes {
                 let title = format!("Store cost at rest ({})", mode_words(mode));
                 eprintln!("bench: {title} over {:?}", plan.rest_window);
-                let r = scenarios::cost_at_rest(&env, store.addr, plan.rest_window, CLUSTER, mode)
-                    .map(|costs| {
-                        let _ = writeln!(body, "## {title}\n");
-                        report_cost(&mut body, &mut verdicts, &costs, plan.rest_window, mode)
-                    });
+                let r =
+                    scenarios::cost_at_rest(&env, store.addr(), plan.rest_window, CLUSTER, mode)
+                        .map(|costs| {
+                            let _ = writeln!(body, "## {title}\n");
+                            report_cost(
+                                &mut body,
+                                &mut verdicts,
+                                &costs,
+                                plan.rest_window,
+                                mode,
+                                args.store,
+                            )
+                        });
                 section(&title, r);
             }
         }
@@ -321,7 +365,7 @@ fn run(args: &Args) -> Result<bool, String> {
                 eprintln!("bench: footprint with {n} elections");
                 match scenarios::footprint(
                     &env,
-                    store.addr,
+                    store.addr(),
                     n,
                     plan.cpu_window,
                     plan.sample_window,
@@ -334,19 +378,25 @@ fn run(args: &Args) -> Result<bool, String> {
                     }
                 }
             }
-            report_footprint(&mut body, &mut verdicts, &footprints, &plan);
+            report_footprint(
+                &mut body,
+                &mut verdicts,
+                &footprints,
+                &plan,
+                env.store_name(),
+            );
             section("Footprint", result);
             thousand = footprints.into_iter().find(|f| f.elections == 1000);
         }
         if selected(Scenario::Requests) {
             eprintln!("bench: CPU per store request, {} per path", plan.requests);
-            let r = request_cost::measure(store.addr, &env.table, plan.requests, clock_ticks)
+            let r = request_cost::measure(store.addr(), &env.table, plan.requests, clock_ticks)
                 .map(|cost| report_request_cost(&mut body, &cost, thousand.as_ref()));
             section("CPU per store request", r);
         }
         if selected(Scenario::Startup) {
             eprintln!("bench: start to leading, {} trials", plan.startups);
-            let r = scenarios::startup(&env, store.addr, plan.startups)
+            let r = scenarios::startup(&env, store.addr(), plan.startups)
                 .map(|starts| report_startup(&mut body, &starts));
             section("Start to leading", r);
         }
@@ -356,7 +406,7 @@ fn run(args: &Args) -> Result<bool, String> {
                 let sessions = sessions == Switch::On;
                 eprintln!("bench: balance, {n} elections over 3 instances, sessions {sessions}");
                 let window = plan.cpu_window;
-                let r = balance::measure(&env, store.addr, n, window, clock_ticks, sessions).map(
+                let r = balance::measure(&env, store.addr(), n, window, clock_ticks, sessions).map(
                     |run| {
                         for (figure, target, measured, pass) in
                             balance::report(&mut body, &run, window)
@@ -381,7 +431,7 @@ fn run(args: &Args) -> Result<bool, String> {
             let mut result = Ok(());
             for store in [
                 http_load::Store::Sqlite,
-                http_load::Store::DynamoLocal(store.addr),
+                http_load::Store::DynamoLocal(store.addr()),
             ] {
                 eprintln!("bench: HTTP load, {n} elections, {clients} clients, {store:?}");
                 match http_load::measure(&env, store, n, clients, window, clock_ticks) {
@@ -420,6 +470,22 @@ fn run(args: &Args) -> Result<bool, String> {
         eprintln!("bench: logs kept in {}", kept.display());
     }
     Ok(!failed)
+}
+
+/// The store server the benchmark started.
+enum StoreServer {
+    Dynamo(dynamo_local::DynamoLocal),
+    Postgres(postgres::PgServer),
+}
+
+impl StoreServer {
+    /// Where it listens.
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            StoreServer::Dynamo(d) => d.addr,
+            StoreServer::Postgres(p) => std::net::SocketAddr::from(([127, 0, 0, 1], p.port)),
+        }
+    }
 }
 
 fn default_binary() -> PathBuf {
@@ -536,9 +602,18 @@ fn header(out: &mut String, args: &Args, bin: &Path) {
         D * 100.0,
         M.as_millis()
     );
+    let store = match args.store {
+        Store::Dynamodb => "DynamoDB Local (in memory) on loopback; every leaderd talks to it through its own counting proxy".to_owned(),
+        Store::Postgres => {
+            let version = postgres::server_version().unwrap_or_else(|| "version unknown".into());
+            format!(
+                "PostgreSQL ({version}; a cluster of its own, `fsync = off`, data in a temporary directory) on loopback, without TLS; every leaderd talks to it through its own proxy, which reads the statements and counts each under the DynamoDB call it stands for (a one-record SELECT as GetItem, a conditional write as PutItem, `= ANY` as BatchGetItem)"
+            )
+        }
+    };
     let _ = writeln!(
         out,
-        "- store: DynamoDB Local (in memory) on loopback; every leaderd talks to it through its own counting proxy; child: tests/common/job.py (`sleep` for the footprint)\n"
+        "- store: {store}; child: tests/common/job.py (`sleep` for the footprint)\n"
     );
 }
 
@@ -875,9 +950,16 @@ struct CostFloors {
     why: String,
 }
 
-fn cost_floors(mode: Mode) -> CostFloors {
+fn cost_floors(mode: Mode, store: Store) -> CostFloors {
     let per_min = |d: Duration| 60.0 / d.as_secs_f64();
-    let charged = "Reads and writes are both charged per request in DynamoDB on-demand mode (a strongly consistent read of an item under 4 KB is one read request unit, a write under 1 KB one write request unit; a batch read is charged per item).";
+    let charged = match store {
+        Store::Dynamodb => {
+            "Reads and writes are both charged per request in DynamoDB on-demand mode (a strongly consistent read of an item under 4 KB is one read request unit, a write under 1 KB one write request unit; a batch read is charged per item)."
+        }
+        Store::Postgres => {
+            "On PostgreSQL each request is one statement (one round trip, its own transaction); GetItem here is a one-record SELECT, PutItem a conditional write, BatchGetItem one SELECT of up to 100 records."
+        }
+    };
     match (mode.sessions, mode.hints) {
         (false, hints) => CostFloors {
             leader: vec![("PutItem", per_min(R))],
@@ -931,8 +1013,9 @@ fn report_cost(
     costs: &[RestCost],
     window: Duration,
     mode: Mode,
+    store: Store,
 ) {
-    let floors = cost_floors(mode);
+    let floors = cost_floors(mode, store);
     let minutes = window.as_secs_f64() / 60.0;
     // A window of finite length counts whole requests: ±1 per window.
     let slack = 1.0 / minutes;
@@ -1025,6 +1108,7 @@ fn report_footprint(
     verdicts: &mut Vec<Verdict>,
     footprints: &[Footprint],
     plan: &Plan,
+    store: &str,
 ) {
     if footprints.is_empty() {
         return;
@@ -1032,7 +1116,7 @@ fn report_footprint(
     let _ = writeln!(out, "## Footprint\n");
     let _ = writeln!(
         out,
-        "One leaderd leading every election (child `sleep`, so the supervisor and its guard run too), talking to DynamoDB Local directly (store requests counted by leaderd's own `leaderd_store_request_duration_seconds` histogram). CPU over a {:.0} s window with no HTTP traffic; then `/status` sampled every {:.0} ms for {:.0} s; peak RSS (VmHWM) at the end.\n",
+        "One leaderd leading every election (child `sleep`, so the supervisor and its guard run too), talking to {store} directly (store requests counted by leaderd's own `leaderd_store_request_duration_seconds` histogram). CPU over a {:.0} s window with no HTTP traffic; then `/status` sampled every {:.0} ms for {:.0} s; peak RSS (VmHWM) at the end.\n",
         plan.cpu_window.as_secs_f64(),
         footprints[0].sample_every_ms,
         plan.sample_window.as_secs_f64()

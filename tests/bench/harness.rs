@@ -68,8 +68,20 @@ pub fn poll<T>(
 /// The admin token in every configuration: `leaderd resign` needs one.
 pub const ADMIN_TOKEN: &str = "bench-admin-token";
 
+/// The store the benchmark runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Store {
+    /// DynamoDB Local (the benchmark starts it).
+    Dynamodb,
+    /// PostgreSQL (the benchmark starts a server of its own, reached
+    /// without TLS so that each instance's proxy can read its statements).
+    Postgres,
+}
+
 /// What every instance shares: the binary, the working directory, the table.
 pub struct Env {
+    /// The store.
+    pub store: Store,
     /// The release leaderd binary.
     pub bin: PathBuf,
     /// Configs and logs go here.
@@ -98,9 +110,11 @@ impl Env {
         ]
     }
 
-    /// Writes a configuration file for the DynamoDB store at `endpoint` with
-    /// the benchmark's timing, the given elections (the first is primary)
-    /// and `http` settings (key, TOML value) beside the admin token.
+    /// Writes a configuration file for the store at `endpoint`
+    /// (`http://HOST:PORT`: DynamoDB's endpoint, or PostgreSQL's host and
+    /// port) with the benchmark's timing, the given elections (the first is
+    /// primary) and `http` settings (key, TOML value) beside the admin
+    /// token.
     pub fn write_config(
         &self,
         file: &str,
@@ -108,12 +122,21 @@ impl Env {
         elections: &[String],
         http: &[(&str, String)],
     ) -> Result<PathBuf, String> {
+        let store = match self.store {
+            Store::Dynamodb => format!(
+                "kind = \"dynamodb\"\ntable = \"{}\"\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"",
+                self.table
+            ),
+            Store::Postgres => format!(
+                "kind = \"postgres\"\ntable = \"{}\"\nurl = \"{}\"",
+                self.table,
+                postgres_url(endpoint.trim_start_matches("http://"))
+            ),
+        };
         let mut toml = format!(
-            "{SELF_LEASED}[store]\nkind = \"dynamodb\"\ntable = \"{}\"\nregion = \"us-east-1\"\n\
-             endpoint_url = \"{endpoint}\"\n\n\
+            "{SELF_LEASED}[store]\n{store}\n\n\
              [lease]\nduration = \"{}ms\"\nrenew_interval = \"{}ms\"\nretry_interval = \"{}ms\"\n\n\
              [log]\nlevel = \"info\"\n",
-            self.table,
             crate::L.as_millis(),
             crate::R.as_millis(),
             crate::P.as_millis(),
@@ -151,6 +174,34 @@ impl Env {
             ))
         }
     }
+}
+
+impl Env {
+    /// The store's name in the report.
+    pub fn store_name(&self) -> &'static str {
+        match self.store {
+            Store::Dynamodb => "DynamoDB Local",
+            Store::Postgres => "PostgreSQL",
+        }
+    }
+
+    /// A counting proxy in front of the store at `upstream`.
+    pub fn proxy(&self, upstream: SocketAddr) -> crate::proxy::FaultProxy {
+        match self.store {
+            Store::Dynamodb => crate::proxy::FaultProxy::start(upstream),
+            Store::Postgres => crate::proxy::FaultProxy::start_postgres(upstream),
+        }
+    }
+}
+
+/// leaderd's URL of the benchmark's PostgreSQL at `host_port`: its role,
+/// no TLS.
+pub fn postgres_url(host_port: &str) -> String {
+    let (role, password) = crate::postgres::ROLE;
+    format!(
+        "postgres://{role}:{password}@{host_port}/{}?sslmode=disable",
+        crate::postgres::DATABASE
+    )
 }
 
 /// The interpreter `python3` on PATH resolves to.

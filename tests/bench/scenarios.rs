@@ -60,7 +60,7 @@ impl<'a> Cluster<'a> {
         let election = label.clone();
         let mut slots = Vec::new();
         for letter in ('a'..='z').take(size) {
-            let proxy = Arc::new(FaultProxy::start(store));
+            let proxy = Arc::new(env.proxy(store));
             let advertise = match mode.hints {
                 Hints::On => vec![],
                 Hints::Off => vec![("advertise", format!("\"127.0.0.1:{}\"", free_port()?))],
@@ -823,7 +823,7 @@ pub struct Startup {
 /// `trials` starts of one leaderd for an election that has no item yet.
 pub fn startup(env: &Env, store: SocketAddr, trials: usize) -> Result<Vec<Startup>, String> {
     let label = format!("start-{}", tag());
-    let proxy = Arc::new(FaultProxy::start(store));
+    let proxy = Arc::new(env.proxy(store));
     let watcher = Watcher::start(vec![proxy.clone()]);
     let mut job = JobLog::new(env.dir.join(format!("{label}.history")));
     let mut results = Vec::new();

@@ -67,9 +67,24 @@ pub fn shared_postgres() -> &'static PgServer {
     SHARED.get_or_init(PgServer::start)
 }
 
+/// The server's version (`postgres --version`), if it is installed.
+pub fn server_version() -> Option<String> {
+    let out = Command::new(bin_dir_if_any()?.join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 /// The directory of the server's programs: the newest under
 /// /usr/lib/postgresql, else wherever `initdb` is on PATH.
 fn bin_dir() -> PathBuf {
+    bin_dir_if_any().unwrap_or_else(|| {
+        panic!("PostgreSQL is not installed: no /usr/lib/postgresql/*/bin/postgres and no initdb on PATH; {INSTALL_HINT}")
+    })
+}
+
+fn bin_dir_if_any() -> Option<PathBuf> {
     let debian = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -82,16 +97,13 @@ fn bin_dir() -> PathBuf {
                 .and_then(|v| v.parse::<u32>().ok())
                 .unwrap_or(0)
         });
-    if let Some(bin) = debian {
-        return bin;
+    if debian.is_some() {
+        return debian;
     }
-    let on_path = std::env::var_os("PATH")
+    std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file());
-    on_path.unwrap_or_else(|| {
-        panic!("PostgreSQL is not installed: no /usr/lib/postgresql/*/bin/postgres and no initdb on PATH; {INSTALL_HINT}")
-    })
+        .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
 }
 
 /// Run `cmd` to its end; panic with its output if it fails.

@@ -93,6 +93,9 @@ struct Shared {
     upstream: SocketAddr,
     /// Bytes, not HTTP requests: see [`FaultProxy::start_raw`].
     raw: bool,
+    /// Raw, and the bytes are PostgreSQL's protocol in the clear: see
+    /// [`FaultProxy::start_postgres`].
+    postgres: bool,
     rules: Mutex<Rules>,
     counts: Mutex<BTreeMap<String, u64>>,
     rng: Mutex<StdRng>,
@@ -127,7 +130,7 @@ impl FaultProxy {
     /// Starts a proxy in front of `upstream` (an emulator's HTTP address),
     /// forwarding faithfully until told otherwise.
     pub fn start(upstream: SocketAddr) -> FaultProxy {
-        Self::start_with(upstream, false)
+        Self::start_with(upstream, false, false)
     }
 
     /// Starts a proxy that forwards the bytes of any TCP protocol (a
@@ -141,10 +144,22 @@ impl FaultProxy {
     /// connection (and every new one). The faults that answer for the
     /// server (throttling, errors, a lost answer) are HTTP's only.
     pub fn start_raw(upstream: SocketAddr) -> FaultProxy {
-        Self::start_with(upstream, true)
+        Self::start_with(upstream, true, false)
     }
 
-    fn start_with(upstream: SocketAddr, raw: bool) -> FaultProxy {
+    /// [`FaultProxy::start_raw`] for PostgreSQL connections without TLS
+    /// (`sslmode=disable`): it also reads the statements the clients send
+    /// and counts each under the name of the DynamoDB call it stands for
+    /// in leaderd's store (a one-record `SELECT` is `GetItem`, a
+    /// conditional write `PutItem`, `= ANY` `BatchGetItem`, a `SELECT` of
+    /// many `Scan`, a `DELETE` `DeleteItem`; anything else `-`), so that
+    /// what counts DynamoDB requests counts these alike. It counts nothing
+    /// else (no `connections`, no `chunks`).
+    pub fn start_postgres(upstream: SocketAddr) -> FaultProxy {
+        Self::start_with(upstream, true, true)
+    }
+
+    fn start_with(upstream: SocketAddr, raw: bool, postgres: bool) -> FaultProxy {
         // Bound here, synchronously, so `addr()` is valid as soon as we return.
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("binding port 0 on loopback only fails on a broken host");
@@ -157,6 +172,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             upstream,
             raw,
+            postgres,
             rules: Mutex::new(Rules {
                 all: Fault::None,
                 per_operation: BTreeMap::new(),
@@ -384,9 +400,13 @@ fn raw_verdict(shared: &Shared) -> Fault {
 /// side closes it or a fault ends it.
 async fn serve_raw(client: TcpStream, shared: Arc<Shared>) {
     let _ = client.set_nodelay(true);
-    *lock(&shared.counts)
-        .entry("connections".to_owned())
-        .or_insert(0) += 1;
+    // A PostgreSQL proxy counts statements only: the benchmark's cost at
+    // rest takes every name counted as a request.
+    if !shared.postgres {
+        *lock(&shared.counts)
+            .entry("connections".to_owned())
+            .or_insert(0) += 1;
+    }
     match raw_verdict(&shared) {
         Fault::Blackhole => return hang(Conn::new(client)).await,
         Fault::Reset => return reset(Conn::new(client)),
@@ -403,6 +423,7 @@ async fn serve_raw(client: TcpStream, shared: Arc<Shared>) {
     let mut from_client = [0u8; 16 * 1024];
     let mut from_server = [0u8; 16 * 1024];
     let mut swallowing = false;
+    let mut statements = shared.postgres.then(PgStatements::default);
     loop {
         let (n, to_server) = tokio::select! {
             read = client_read.read(&mut from_client) => match read {
@@ -415,7 +436,15 @@ async fn serve_raw(client: TcpStream, shared: Arc<Shared>) {
             },
         };
         if to_server {
-            *lock(&shared.counts).entry("chunks".to_owned()).or_insert(0) += 1;
+            let mut counts = lock(&shared.counts);
+            match statements.as_mut() {
+                Some(parser) => {
+                    for op in parser.feed(&from_client[..n]) {
+                        *counts.entry(op.to_owned()).or_insert(0) += 1;
+                    }
+                }
+                None => *counts.entry("chunks".to_owned()).or_insert(0) += 1,
+            }
         }
         if swallowing {
             continue;
@@ -440,6 +469,75 @@ async fn serve_raw(client: TcpStream, shared: Arc<Shared>) {
     }
     // The server closed, or a fault: the client sees its connection break.
     let _ = client.set_zero_linger();
+}
+
+/// The statements in a PostgreSQL client's byte stream (in the clear):
+/// an untyped start-up message (after an SSL request, if the client sent
+/// one and was refused), then typed messages, a type byte and a 32-bit
+/// length that counts itself. A `Parse` (`P`) or a simple `Query` (`Q`)
+/// carries the statement's text.
+#[derive(Default)]
+struct PgStatements {
+    buf: Vec<u8>,
+    started: bool,
+}
+
+impl PgStatements {
+    /// The DynamoDB names of the statements that `bytes` completes.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<&'static str> {
+        self.buf.extend_from_slice(bytes);
+        let mut ops = Vec::new();
+        loop {
+            let typed = usize::from(self.started);
+            let Some(len) = self
+                .buf
+                .get(typed..typed + 4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            else {
+                return ops;
+            };
+            if self.buf.len() < typed + len {
+                return ops;
+            }
+            let message: Vec<u8> = self.buf.drain(..typed + len).collect();
+            if !self.started {
+                // 80877103: an SSL request; the start-up message follows.
+                let code = message
+                    .get(4..8)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                self.started = code != Some(80_877_103);
+                continue;
+            }
+            let body = &message[5..];
+            let text = match message[0] {
+                // Parse: a statement name, then the text, each NUL-ended.
+                b'P' => body.splitn(3, |b| *b == 0).nth(1),
+                b'Q' => body.split(|b| *b == 0).next(),
+                _ => None,
+            };
+            if let Some(text) = text {
+                ops.push(dynamodb_name(&String::from_utf8_lossy(text)));
+            }
+        }
+    }
+}
+
+/// The DynamoDB call a statement of leaderd's PostgreSQL store stands for.
+fn dynamodb_name(sql: &str) -> &'static str {
+    let sql = sql.trim_start();
+    if sql.starts_with("WITH cur AS") {
+        "PutItem"
+    } else if sql.starts_with("DELETE") {
+        "DeleteItem"
+    } else if !sql.starts_with("SELECT t.election") {
+        "-"
+    } else if sql.contains("= ANY(") {
+        "BatchGetItem"
+    } else if sql.contains("WHERE t.election = $1") {
+        "GetItem"
+    } else {
+        "Scan"
+    }
 }
 
 enum AfterAnswer {
