@@ -37,9 +37,15 @@ command -v python3 >/dev/null || missing+=(python3)
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v curl >/dev/null || missing+=(curl)
 # PostgreSQL's server for the PostgreSQL store's tests, which start their
-# own clusters (initdb in a temporary directory; the package's own cluster
-# is not used), and openssl for their TLS certificates.
-compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+# own clusters (initdb in a temporary directory, run as the package's
+# `postgres` user when the tests run as root; the package's own cluster is
+# not used), and openssl for their TLS certificates. A test that finds
+# either missing fails, saying what to install.
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+  || ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null \
+  || ! id -u postgres >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
 command -v openssl >/dev/null || missing+=(openssl)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
