@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 
 use super::app_check::build_app_check;
 use super::metrics::build_metrics;
+use super::postgres;
 use super::raw::{
     DurationValue, RawConfig, RawElection, RawStore, SignalName, resolve_listen, split_host_port,
 };
@@ -19,8 +20,6 @@ use super::{
     is_valid_identity, limits, log_filter,
 };
 use crate::election::{ElectionConfig, TimingError};
-use crate::lease::postgres::spec::table_name_problem;
-use crate::lease::postgres::{PostgresSpec, parse_url};
 use crate::text;
 use crate::text::echo;
 
@@ -49,16 +48,7 @@ pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             ),
         ));
     }
-    let kind = raw.kind.unwrap_or(StoreKind::Sqlite);
-    let postgres = match kind {
-        StoreKind::Postgres => Some(build_postgres(
-            raw.url,
-            raw.password_file,
-            raw.ca_file,
-            &table,
-        )?),
-        _ => None,
-    };
+    let postgres = postgres::build(raw.kind, raw.url, raw.password_file, raw.ca_file, &table)?;
     let region = non_empty(raw.region);
     let endpoint_url = non_empty(raw.endpoint_url);
     if let Some(url) = &endpoint_url {
@@ -76,7 +66,7 @@ pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         }
     }
     Ok(StoreConfig {
-        kind,
+        kind: raw.kind.unwrap_or(StoreKind::Sqlite),
         path,
         table,
         region,
@@ -87,74 +77,7 @@ pub(super) fn build_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     })
 }
 
-/// `store.url` and what goes with it, for `store.kind = "postgres"`: the URL
-/// read now, the files there to be read.
-fn build_postgres(
-    url: Option<String>,
-    password_file: Option<PathBuf>,
-    ca_file: Option<PathBuf>,
-    table: &str,
-) -> Result<PostgresSpec, ConfigError> {
-    if let Some(problem) = table_name_problem(table) {
-        return Err(ConfigError::invalid(
-            "store.table",
-            format!("store.table = {} {problem}", echo(table)),
-        ));
-    }
-    let Some(url) = non_empty(url) else {
-        return Err(ConfigError::invalid(
-            "store.url",
-            "store.kind = \"postgres\" needs store.url (--store-url, LEADERD_STORE__URL), like postgres://leaderd@db.example.com:5432/app?sslmode=verify-full",
-        ));
-    };
-    let target = parse_url(&url).map_err(|message| ConfigError::invalid("store.url", message))?;
-    let readable = |key: &str, path: &std::path::Path| {
-        std::fs::File::open(path).map(drop).map_err(|e| {
-            ConfigError::invalid(
-                key,
-                format!(
-                    "{key} = {} cannot be read: {e}",
-                    echo(&path.display().to_string())
-                ),
-            )
-        })
-    };
-    if let Some(file) = &password_file {
-        if target.url_password {
-            return Err(ConfigError::invalid(
-                "store.password_file",
-                "store.url holds a password and store.password_file is set too: keep one of them",
-            ));
-        }
-        readable("store.password_file", file)?;
-    }
-    if let Some(file) = ca_file.as_ref().or(target.root_cert.as_ref()) {
-        if !target.ssl.verifies() {
-            return Err(ConfigError::invalid(
-                "store.ca_file",
-                format!(
-                    "a CA file is set (store.ca_file or sslrootcert), but store.url's sslmode={} does not verify the server's certificate: add sslmode=verify-full (or verify-ca) to store.url",
-                    target.ssl.name()
-                ),
-            ));
-        }
-        let key = if ca_file.is_some() {
-            "store.ca_file"
-        } else {
-            "store.url"
-        };
-        readable(key, file)?;
-    }
-    Ok(PostgresSpec {
-        url,
-        password_file,
-        ca_file,
-        table: table.to_owned(),
-        statement_timeout: defaults::renew_interval(defaults::LEASE_DURATION),
-    })
-}
-
-fn non_empty(s: Option<String>) -> Option<String> {
+pub(super) fn non_empty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
@@ -723,7 +646,7 @@ pub(super) fn build(
     acquire_timeout: Option<Duration>,
 ) -> Result<Config, ConfigError> {
     let identity = build_identity(&raw)?;
-    let store = build_store(std::mem::take(&mut raw.store))?;
+    let mut store = build_store(std::mem::take(&mut raw.store))?;
     let child = build_child(&raw)?;
     let (elections, mut warnings) = build_elections(&mut raw, &identity, child.kill_grace)?;
     let names: Vec<String> = elections.iter().map(|e| e.name.clone()).collect();
@@ -766,13 +689,7 @@ pub(super) fn build(
     warnings.append(&mut raw.warnings);
 
     let sessions = check_sessions(&raw, &elections, &mut warnings)?;
-    let mut store = store;
-    if let Some(pg) = &mut store.postgres
-        && let Some(shortest) = elections.iter().map(|e| e.renew_interval).min()
-    {
-        // No statement outlives the longest a renewal waits for its write.
-        pg.statement_timeout = shortest;
-    }
+    postgres::bound_statements(&mut store, &elections);
     Ok(Config {
         identity,
         store,

@@ -42,7 +42,7 @@
 //! environment and words their errors; `build` applies the defaults and
 //! validates; `duration` reads every duration (file, environment, flags);
 //! `app_check` checks the app check's settings, `metrics` the `[metrics]`
-//! ones.
+//! ones, `postgres` the PostgreSQL store's.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -67,6 +67,7 @@ mod extract;
 mod file;
 pub(crate) mod flags;
 mod metrics;
+mod postgres;
 mod raw;
 
 use build::{
