@@ -838,7 +838,7 @@ fn proxy_answers_errors_itself_in_dynamodb_format() {
 
 #[test]
 fn drop_fraction_swallows_that_share_of_requests() {
-    use rand::{Rng, SeedableRng};
+    use rand::{RngExt, SeedableRng};
     let server = echo_server();
     let proxy = FaultProxy::start(server.addr);
     proxy.seed(7);

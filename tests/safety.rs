@@ -25,7 +25,7 @@ use cluster::{
 use common::history::Summary;
 use common::proxy::Fault;
 use nix::sys::signal::Signal;
-use rand::Rng;
+use rand::RngExt;
 use rand::rngs::StdRng;
 
 fn begin(spec: ClusterSpec) -> (Cluster, StdRng) {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use cluster::{ClockShift, Cluster, ClusterSpec, L, RECOVERY, between, monotonic_ns, ms};
 use common::proxy::Fault;
 use nix::sys::signal::Signal;
-use rand::Rng;
+use rand::RngExt;
 use rand::rngs::StdRng;
 
 /// Default soak length: a short seeded run that fits CI.

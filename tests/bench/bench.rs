@@ -79,7 +79,8 @@ const FOLLOWER_READS_TARGET: f64 = 6.0;
 const RSS_ONE_TARGET_MIB: f64 = 15.0;
 const RSS_THOUSAND_TARGET_MIB: f64 = 64.0;
 const CPU_THOUSAND_TARGET: f64 = 3.0;
-const BINARY_TARGET_MIB: f64 = 12.0;
+/// The stripped release binary, at most (with both remote stores).
+const BINARY_TARGET_MIB: f64 = 13.0;
 
 #[derive(Debug, Parser)]
 #[command(about = "Measure leaderd's failover time, store cost and footprint")]
@@ -1363,7 +1364,7 @@ fn report_size(out: &mut String, verdicts: &mut Vec<Verdict>, bin: &Path) -> Res
     let _ = writeln!(out, "## Binary\n");
     let _ = writeln!(
         out,
-        "`{}`: {} bytes = {size_mib:.2} MiB, {} (release profile: opt-level 3, fat LTO, one codegen unit, `panic = \"abort\"`, `strip = \"symbols\"`).\n",
+        "`{}`: {} bytes = {size_mib:.2} MiB, {} (release profile: opt-level 3 (SQLite's C code at `-Os`), fat LTO, one codegen unit, `panic = \"abort\"`, `strip = \"symbols\"`).\n",
         bin.display(),
         bytes.len(),
         match symbols {

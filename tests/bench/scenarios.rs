@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use rand::Rng as _;
+use rand::RngExt as _;
 
 use crate::dynamo_local::free_port;
 use crate::harness::{

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use crate::common;
 use crate::common::daemon::{http, leaderd_bin, listen_port, wait_until};

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -178,7 +178,7 @@ impl FaultProxy {
                 per_operation: BTreeMap::new(),
             }),
             counts: Mutex::new(BTreeMap::new()),
-            rng: Mutex::new(StdRng::from_os_rng()),
+            rng: Mutex::new(rand::make_rng::<StdRng>()),
         });
         let shutdown = CancellationToken::new();
         let thread = {
