@@ -2,9 +2,14 @@
 //! many elections on the benchmark's store (straight to it, no proxy, as
 //! the footprint scenario does: requests are counted by leaderd's own
 //! histogram). Measured: how long the shares take to settle after the last
-//! start and after a `kill -9`, and over a quiet window each instance's
-//! share, CPU, peak RSS and renewal delays.
+//! start; over a quiet window each instance's share, store requests by
+//! operation, CPU, peak RSS and renewal delays; the requests one `leaderd
+//! resign` causes on each instance beyond its floor at rest; and after a
+//! `kill -9` of one, how long until every election is led again and the
+//! shares settle. [`takeover_all`] measures the other shape: one instance
+//! leads every election, one follows, the leader is killed.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -14,8 +19,14 @@ use crate::harness::{
 use crate::scenarios::metric_sum;
 use crate::{D, L, M, R};
 
-/// How far from its fair share an instance may be and count as settled.
-pub const SETTLED_WITHIN: usize = 10;
+/// How far from its fair share an instance may be and count as settled: 1 %
+/// of the elections, and never less than 10.
+pub fn settled_within(n: usize) -> usize {
+    (n / 100).max(10)
+}
+
+/// How long after a `leaderd resign` its requests are counted.
+const RESIGN_WINDOW: Duration = Duration::from_secs(30);
 
 /// One instance over the quiet window.
 #[derive(Debug, Clone)]
@@ -38,6 +49,13 @@ pub struct Member {
     /// Store reads and writes per minute over the quiet window, counted
     /// by its own `leaderd_store_request_duration_seconds_count`.
     pub requests_per_min: (f64, f64),
+    /// The same requests per minute by record kind and operation
+    /// (`#session write`, `election read`, ...).
+    pub ops_per_min: BTreeMap<String, f64>,
+    /// Requests in the [`RESIGN_WINDOW`] after one `leaderd resign`, beyond
+    /// what the quiet window's rate makes in as long, by kind and operation
+    /// (only those above it).
+    pub resign_extra: BTreeMap<String, f64>,
 }
 
 /// The whole run.
@@ -52,12 +70,20 @@ pub struct BalanceRun {
     /// Seconds from the first instance's start to it leading every election.
     pub first_leads_all_s: f64,
     /// Seconds from the last start until every instance was within
-    /// [`SETTLED_WITHIN`] of ceil(N/3).
+    /// [`settled_within`] of ceil(N/3).
     pub join_settle_s: f64,
+    /// Seconds from the last start to the last move of balance (a release
+    /// or take-over) before 2·L without one: the quiet window starts then.
+    pub rest_after_s: f64,
     /// The quiet window.
     pub members: Vec<Member>,
+    /// The election resigned, and the instance that led it.
+    pub resigned: (String, String),
+    /// Seconds from `kill -9` of one instance until every election was led
+    /// again.
+    pub crash_all_led_s: f64,
     /// Seconds from `kill -9` of one instance until both others were within
-    /// [`SETTLED_WITHIN`] of ceil(N/2).
+    /// [`settled_within`] of ceil(N/2).
     pub crash_settle_s: f64,
     /// Shares after the crash settled.
     pub after_crash: Vec<(String, usize)>,
@@ -82,27 +108,40 @@ fn led_and_margin(body: &str) -> Option<(usize, u64)> {
     Some((led, least))
 }
 
+/// Elections `instance` leads, from its `leaderd_elections_led` (a scrape
+/// stays small at any number of elections; `/status` does not).
 fn led(instance: &Instance) -> usize {
-    instance
-        .get("/status")
-        .and_then(|(_, body)| led_and_margin(&body))
-        .map_or(0, |(led, _)| led)
+    instance.get("/metrics").map_or(0, |(_, body)| {
+        body.lines()
+            .find_map(|l| l.strip_prefix("leaderd_elections_led "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as usize)
+    })
 }
 
-/// Waits until every instance leads `each` ± [`SETTLED_WITHIN`] and all `n`
-/// are led; seconds taken.
-fn settle(instances: &[&Instance], n: usize, each: usize, limit: Duration) -> Result<f64, String> {
-    let from = mono_ns();
-    poll(limit, Duration::from_millis(250), || {
+/// Waits until every instance leads `each` ± [`settled_within`] (`each`
+/// `None`: any share) and all `n` are led; seconds since `from_ns`.
+fn settle(
+    instances: &[&Instance],
+    n: usize,
+    each: Option<usize>,
+    from_ns: u64,
+    limit: Duration,
+) -> Result<f64, String> {
+    let within = settled_within(n);
+    poll(limit, Duration::from_millis(100), || {
         let shares: Vec<usize> = instances.iter().map(|i| led(i)).collect();
         (shares.iter().sum::<usize>() == n
-            && shares.iter().all(|s| s.abs_diff(each) <= SETTLED_WITHIN))
+            && each.is_none_or(|each| shares.iter().all(|s| s.abs_diff(each) <= within)))
         .then_some(())
     })
-    .map(|()| ms_between(from, mono_ns()) / 1e3)
+    .map(|()| ms_between(from_ns, mono_ns()) / 1e3)
     .ok_or_else(|| {
         let shares: Vec<usize> = instances.iter().map(|i| led(i)).collect();
-        format!("shares {shares:?} not {each} ± {SETTLED_WITHIN} within {limit:?}")
+        match each {
+            Some(each) => format!("shares {shares:?} not {each} ± {within} within {limit:?}"),
+            None => format!("shares {shares:?} do not add up to {n} within {limit:?}"),
+        }
     })
 }
 
@@ -119,9 +158,9 @@ fn requests(instance: &Instance) -> (f64, f64) {
 
 /// Each instance's store requests so far, by `election` kind (an
 /// election, `#session`, `#member`) and `op`.
-fn requests_by_op(instance: &Instance) -> std::collections::BTreeMap<String, f64> {
+fn requests_by_op(instance: &Instance) -> BTreeMap<String, f64> {
     let body = http_get(instance.port, "/metrics").map_or(String::new(), |(_, b)| b);
-    let mut by_op = std::collections::BTreeMap::new();
+    let mut by_op = BTreeMap::new();
     for line in body.lines() {
         let Some(rest) = line.strip_prefix("leaderd_store_request_duration_seconds_count{") else {
             continue;
@@ -193,17 +232,20 @@ pub fn measure(
     std::thread::sleep(Duration::from_secs(3));
     let mut third = Instance::start(env, &format!("{label}-c"), &config, &[])?;
     third.wait_http(Duration::from_secs(30))?;
+    let settle_limit = Duration::from_secs(180) + Duration::from_millis(20 * n as u64);
     let join_settle_s = settle(
         &[&first, &second, &third],
         n,
-        n.div_ceil(3),
-        Duration::from_secs(180),
+        Some(n.div_ceil(3)),
+        third.spawned_ns,
+        settle_limit,
     )?;
     eprintln!("  settled after the last start: {join_settle_s:.1} s");
 
-    // Quiet window.
-    std::thread::sleep(Duration::from_secs(5));
     let all = [&first, &second, &third];
+    let rest_after_s = come_to_rest(&all, third.spawned_ns);
+    eprintln!("  at rest {rest_after_s:.1} s after the last start");
+    // Quiet window.
     let renew_ok = |i: &Instance| -> f64 {
         http_get(i.port, "/metrics").map_or(0.0, |(_, body)| {
             metric_sum(&body, "leaderd_renew_total", |l| {
@@ -230,17 +272,15 @@ pub fn measure(
         .collect();
     let ok1: Vec<f64> = all.iter().map(|i| renew_ok(i)).collect();
     let req1: Vec<(f64, f64)> = all.iter().map(|i| requests(i)).collect();
-    for (k, instance) in all.iter().enumerate() {
-        let ops = requests_by_op(instance);
-        let moved: Vec<String> = ops
-            .iter()
-            .filter_map(|(op, n)| {
-                let d = n - ops0[k].get(op).copied().unwrap_or(0.0);
-                (d > 0.0).then(|| format!("{op} {d}"))
-            })
-            .collect();
-        eprintln!("  quiet window, instance {k}: {}", moved.join(", "));
-    }
+    let ops_per_min: Vec<BTreeMap<String, f64>> = all
+        .iter()
+        .enumerate()
+        .map(|(k, instance)| {
+            let moved = difference(&requests_by_op(instance), &ops0[k], minutes);
+            eprintln!("  quiet window, instance {k}: {}", by_op(&moved));
+            moved
+        })
+        .collect();
     // The least lease left shows the latest renewal.
     let every = Duration::from_millis(250);
     let mut least = [u64::MAX; 3];
@@ -285,18 +325,26 @@ pub fn measure(
                 (req1[k].0 - req0[k].0) / minutes,
                 (req1[k].1 - req0[k].1) / minutes,
             ),
+            ops_per_min: ops_per_min[k].clone(),
+            resign_extra: BTreeMap::new(),
         });
     }
 
+    let resigned = resign_one(env, &all, &mut members)?;
+
     // kill -9 of the third: the other two take its elections and even out.
+    let killed_ns = mono_ns();
     third.kill9();
+    let crash_all_led_s = settle(&[&first, &second], n, None, killed_ns, settle_limit)?;
+    eprintln!("  every election led again {crash_all_led_s:.1} s after kill -9");
     let crash_settle_s = settle(
         &[&first, &second],
         n,
-        n.div_ceil(2),
-        Duration::from_secs(180),
+        Some(n.div_ceil(2)),
+        killed_ns,
+        settle_limit,
     )?;
-    eprintln!("  settled after kill -9: {crash_settle_s:.1} s");
+    eprintln!("  settled {crash_settle_s:.1} s after kill -9");
     let after_crash = vec![
         (first.identity.clone(), led(&first)),
         (second.identity.clone(), led(&second)),
@@ -309,60 +357,202 @@ pub fn measure(
         sessions,
         first_leads_all_s,
         join_settle_s,
+        rest_after_s,
         members,
+        resigned,
+        crash_all_led_s,
         crash_settle_s,
         after_crash,
     })
 }
 
+/// Waits until no instance has written an election's record (a move of
+/// balance: release, take over) for 2·L, at most 5 minutes; seconds from
+/// `from_ns` to the last such write seen.
+fn come_to_rest(all: &[&Instance], from_ns: u64) -> f64 {
+    let moves = || -> f64 {
+        all.iter()
+            .flat_map(|i| requests_by_op(i))
+            .filter(|(op, _)| !op.starts_with("#session") && !op.starts_with("#member"))
+            .filter(|(op, _)| !op.split(' ').nth(1).is_some_and(|o| o.starts_with("read")))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let mut last = (moves(), mono_ns());
+    let until = mono_ns() + Duration::from_secs(300).as_nanos() as u64;
+    while mono_ns() < until && mono_ns() - last.1 < (2 * L).as_nanos() as u64 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = moves();
+        if now != last.0 {
+            last = (now, mono_ns());
+        }
+    }
+    ms_between(from_ns, last.1) / 1e3
+}
+
+/// `after - before` per key, per minute over `minutes` (keys that moved).
+fn difference(
+    after: &BTreeMap<String, f64>,
+    before: &BTreeMap<String, f64>,
+    minutes: f64,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(op, n)| {
+            let d = n - before.get(op).copied().unwrap_or(0.0);
+            (d > 0.0).then(|| (op.clone(), d / minutes))
+        })
+        .collect()
+}
+
+/// `#session write 12, election read 3` (rounded to one decimal).
+fn by_op(ops: &BTreeMap<String, f64>) -> String {
+    if ops.is_empty() {
+        return "none".into();
+    }
+    ops.iter()
+        .map(|(op, n)| format!("{op} {}", (n * 10.0).round() / 10.0))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `leaderd resign` of one election the first instance leads, as an
+/// operator runs it; each instance's requests over the [`RESIGN_WINDOW`]
+/// that follows, less what its rate at rest makes in as long, go into
+/// `members[k].resign_extra`. Returns (election, its leader).
+fn resign_one(
+    env: &Env,
+    all: &[&Instance],
+    members: &mut [Member],
+) -> Result<(String, String), String> {
+    let leader = all[0];
+    let (_, body) = leader
+        .get("/status")
+        .ok_or_else(|| format!("{} does not answer /status", leader.identity))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| format!("/status is not JSON: {e}"))?;
+    let election = json
+        .get("elections")
+        .and_then(serde_json::Value::as_object)
+        .and_then(|all| {
+            all.iter().find(|(_, e)| {
+                e.get("is_leader").and_then(serde_json::Value::as_bool) == Some(true)
+            })
+        })
+        .map(|(name, _)| name.clone())
+        .ok_or_else(|| format!("{} leads no election to resign", leader.identity))?;
+    let before: Vec<_> = all.iter().map(|i| requests_by_op(i)).collect();
+    let from = mono_ns();
+    let out = std::process::Command::new(&env.bin)
+        .args(["resign", &election, "--url"])
+        .arg(format!("http://127.0.0.1:{}", leader.port))
+        .env("LEADERD_HTTP__ADMIN_TOKEN", crate::harness::ADMIN_TOKEN)
+        .output()
+        .map_err(|e| format!("cannot run leaderd resign: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "leaderd resign {election} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    sleep_until(from + RESIGN_WINDOW.as_nanos() as u64);
+    let minutes = ms_between(from, mono_ns()) / 60e3;
+    for (k, instance) in all.iter().enumerate() {
+        let moved = difference(&requests_by_op(instance), &before[k], 1.0);
+        let extra: BTreeMap<String, f64> = moved
+            .into_iter()
+            .filter_map(|(op, n)| {
+                let floor = members[k].ops_per_min.get(&op).copied().unwrap_or(0.0) * minutes;
+                (n - floor >= 0.5).then_some((op, n - floor))
+            })
+            .collect();
+        eprintln!(
+            "  after resign {election}, instance {k} beyond its floor: {}",
+            by_op(&extra)
+        );
+        members[k].resign_extra = extra;
+    }
+    Ok((election, leader.identity.clone()))
+}
+
 /// One acceptance line: figure, target, what was measured, whether it holds.
 pub type Check = (String, String, String, bool);
+
+/// Targets at rest per instance, with sessions (reads and writes a minute
+/// each, CPU s/min, peak RSS MiB), at any number of elections.
+const REST_REQUESTS_TARGET: f64 = 15.0;
+const REST_CPU_TARGET: f64 = 0.5;
+const REST_RSS_TARGET_MIB: f64 = 64.0;
+/// Balanced this long after the last start, at most.
+const BALANCE_TARGET_S: f64 = 60.0;
+/// Requests one resign may cost a follower beyond its floor.
+const RESIGN_EXTRA_TARGET: f64 = 5.0;
+
+/// The longest a crashed instance's elections may stay unled: L·(1+D)
+/// plus `slack`.
+fn crash_bound_s(slack: f64) -> f64 {
+    L.as_secs_f64() * (1.0 + D) + slack
+}
 
 /// The report section, and its acceptance lines.
 pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check> {
     use std::fmt::Write as _;
     let fair = run.elections.div_ceil(3);
+    let within = settled_within(run.elections);
     let _ = writeln!(
         out,
-        "## Balance{}\n",
+        "## Balance, {} elections{}\n",
+        run.elections,
         if run.sessions { ", with sessions" } else { "" }
     );
     let _ = writeln!(
         out,
-        "{} elections, three leaderd instances with `balance = true` on {} (no proxy). The first starts alone and leads every election ({:.1} s); the second starts, then the third 3 s later. Settled = every instance within ±{SETTLED_WITHIN} of its fair share and every election led, checked every 250 ms.\n",
+        "{} elections, three leaderd instances with `balance = true` on {} (no proxy). The first starts alone and leads every election ({:.1} s); the second starts, then the third 3 s later. Settled = every instance within ±{within} (1 %, at least 10) of its fair share and every election led, checked every 100 ms on each instance's `leaderd_elections_led`.\n",
         run.elections, run.store, run.first_leads_all_s
     );
-    let _ = writeln!(out, "| event | settled after |");
+    let _ = writeln!(out, "| event | after |");
     let _ = writeln!(out, "|---|---:|");
     let _ = writeln!(
         out,
-        "| last start → {fair} ± {SETTLED_WITHIN} each | {:.1} s |",
+        "| last start → {fair} ± {within} each | {:.1} s |",
         run.join_settle_s
     );
     let _ = writeln!(
         out,
-        "| `kill -9` of one → {} ± {SETTLED_WITHIN} each for the other two | {:.1} s |",
+        "| last start → the last move of balance (then 2·L without one) | {:.1} s |",
+        run.rest_after_s
+    );
+    let _ = writeln!(
+        out,
+        "| `kill -9` of one → every election led again | {:.1} s |",
+        run.crash_all_led_s
+    );
+    let _ = writeln!(
+        out,
+        "| `kill -9` of one → {} ± {within} each for the other two | {:.1} s |",
         run.elections.div_ceil(2),
         run.crash_settle_s
     );
     let _ = writeln!(
         out,
-        "\nEach instance over a {:.0} s quiet window with no HTTP traffic (CPU, renewals), then another as long with `/status` sampled every 250 ms (the renewal delay, as in the footprint):\n",
+        "\nEach instance over a {:.0} s quiet window with no HTTP traffic (CPU, renewals, store requests by record and operation as its own `leaderd_store_request_duration_seconds_count` counts them), then another as long with `/status` sampled every 250 ms (the renewal delay, as in the footprint):\n",
         window.as_secs_f64()
     );
     let _ = writeln!(
         out,
-        "| instance | led | store reads/min | store writes/min | peak RSS (MiB) | CPU s/min | renewals ok / room | failed renewals (whole run) | worst renewal delay (ms) |"
+        "| instance | led | store reads/min | store writes/min | by record and operation (/min) | peak RSS (MiB) | CPU s/min | renewals ok / room | failed renewals (whole run) | worst renewal delay (ms) |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|");
     for m in &run.members {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {:.1} | {:.3} | {:.0} / {:.0} | {:.0} | {:.0} |",
+            "| {} | {} | {:.0} | {:.0} | {} | {:.1} | {:.3} | {:.0} / {:.0} | {:.0} | {:.0} |",
             m.identity,
             m.led,
             m.requests_per_min.0,
             m.requests_per_min.1,
+            by_op(&m.ops_per_min),
             m.hwm_kib as f64 / 1024.0,
             m.cpu_per_min,
             m.renewals.0,
@@ -371,12 +561,39 @@ pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check
             m.worst_delay_ms
         );
     }
+    let (election, leader) = &run.resigned;
+    let _ = writeln!(
+        out,
+        "\n`leaderd resign {election}` on its leader {leader}: each instance's store requests in the {} s that followed, beyond what its rate at rest makes in as long:\n",
+        RESIGN_WINDOW.as_secs()
+    );
+    let _ = writeln!(
+        out,
+        "| instance | requests beyond the floor | by record and operation |"
+    );
+    let _ = writeln!(out, "|---|---:|---|");
+    for m in &run.members {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {} |",
+            m.identity,
+            m.resign_extra.values().sum::<f64>(),
+            by_op(&m.resign_extra)
+        );
+    }
     let shares: Vec<String> = run
         .after_crash
         .iter()
         .map(|(id, led)| format!("{id}: {led}"))
         .collect();
     let _ = writeln!(out, "\nAfter the crash settled: {}.\n", shares.join(", "));
+    checks(run)
+}
+
+fn checks(run: &BalanceRun) -> Vec<Check> {
+    let n = run.elections;
+    let fair = n.div_ceil(3);
+    let within = settled_within(n);
     let shares: Vec<String> = run.members.iter().map(|m| m.led.to_string()).collect();
     let worst = run
         .members
@@ -385,20 +602,177 @@ pub fn report(out: &mut String, run: &BalanceRun, window: Duration) -> Vec<Check
         .fold(0.0, f64::max);
     let failed: f64 = run.members.iter().map(|m| m.renew_failures).sum();
     let p_ms = crate::P.as_secs_f64() * 1e3;
-    vec![
+    let most = |f: &dyn Fn(&Member) -> f64| run.members.iter().map(f).fold(0.0, f64::max);
+    let mut checks = vec![
         (
-            format!("{} elections over 3 instances: shares", run.elections),
-            format!("{fair} ± {SETTLED_WITHIN} each"),
+            format!("{n} elections over 3 instances: shares"),
+            format!("{fair} ± {within} each"),
             shares.join(", "),
-            run.members
-                .iter()
-                .all(|m| m.led.abs_diff(fair) <= SETTLED_WITHIN),
+            run.members.iter().all(|m| m.led.abs_diff(fair) <= within),
         ),
         (
-            "balance: every renewal on time".into(),
+            format!("{n} elections, balance: every renewal on time"),
             format!("none failed, worst delay < P = {p_ms:.0} ms"),
             format!("{failed:.0} failed, worst {worst:.0} ms"),
             failed == 0.0 && worst < p_ms,
         ),
-    ]
+        (
+            format!("{n} elections: balanced after the last start"),
+            format!("≤ {BALANCE_TARGET_S:.0} s"),
+            format!("{:.1} s", run.join_settle_s),
+            run.join_settle_s <= BALANCE_TARGET_S,
+        ),
+        (
+            format!("{n} elections: all led again after kill -9 of one of 3"),
+            format!("≤ L·(1+D) + 2 s = {:.1} s", crash_bound_s(2.0)),
+            format!("{:.1} s", run.crash_all_led_s),
+            run.crash_all_led_s <= crash_bound_s(2.0),
+        ),
+    ];
+    let leader = &run.resigned.1;
+    let follower_extra = run
+        .members
+        .iter()
+        .filter(|m| &m.identity != leader)
+        .map(|m| m.resign_extra.values().sum::<f64>())
+        .fold(0.0, f64::max);
+    checks.push((
+        format!("{n} elections: one resign, requests beyond the floor per follower"),
+        format!("≤ {RESIGN_EXTRA_TARGET:.0}"),
+        format!("{follower_extra:.0} at most"),
+        follower_extra <= RESIGN_EXTRA_TARGET,
+    ));
+    if run.sessions {
+        let reads = most(&|m| m.requests_per_min.0);
+        let writes = most(&|m| m.requests_per_min.1);
+        let cpu = most(&|m| m.cpu_per_min);
+        let rss = most(&|m| m.hwm_kib as f64 / 1024.0);
+        checks.extend([
+            (
+                format!("{n} elections at rest: store requests per instance"),
+                format!("≤ {REST_REQUESTS_TARGET:.0} reads and ≤ {REST_REQUESTS_TARGET:.0} writes a minute"),
+                format!("{reads:.1} reads, {writes:.1} writes at most"),
+                reads <= REST_REQUESTS_TARGET && writes <= REST_REQUESTS_TARGET,
+            ),
+            (
+                format!("{n} elections at rest: CPU per instance"),
+                format!("≤ {REST_CPU_TARGET} s/min"),
+                format!("{cpu:.3} s/min at most"),
+                cpu <= REST_CPU_TARGET,
+            ),
+            (
+                format!("{n} elections: peak RSS per instance"),
+                format!("≤ {REST_RSS_TARGET_MIB:.0} MiB"),
+                format!("{rss:.1} MiB at most"),
+                rss <= REST_RSS_TARGET_MIB,
+            ),
+        ]);
+    }
+    checks
+}
+
+/// One instance leading every election, one following; the leader
+/// `kill -9`ed.
+#[derive(Debug, Clone)]
+pub struct TakeoverAll {
+    /// N.
+    pub elections: usize,
+    /// Whether held through sessions.
+    pub sessions: bool,
+    /// Seconds from the kill until the follower led its first election.
+    pub began_s: f64,
+    /// Seconds from the kill until it led every one.
+    pub all_led_s: f64,
+    /// The follower's peak RSS (MiB) at the end.
+    pub follower_hwm_mib: f64,
+}
+
+/// One instance (balance off) leads all `n`; a second follows for 10 s;
+/// the first is `kill -9`ed and the second's `leaderd_elections_led`
+/// polled every 100 ms.
+pub fn takeover_all(
+    env: &Env,
+    store: SocketAddr,
+    n: usize,
+    sessions: bool,
+) -> Result<TakeoverAll, String> {
+    let label = format!(
+        "all{n}{}-{:06x}",
+        if sessions { "s" } else { "" },
+        rand::random::<u32>() & 0xff_ffff
+    );
+    let elections: Vec<String> = (0..n).map(|i| format!("{label}-{i:05}")).collect();
+    let config = env.write_config(
+        &format!("{label}.toml"),
+        &format!("http://{store}"),
+        &elections,
+        &[],
+    )?;
+    crate::harness::set_sessions(&config, sessions)?;
+    let mut first = Instance::start(env, &format!("{label}-a"), &config, &[])?;
+    first.wait_http(Duration::from_secs(30))?;
+    let lead_limit = Duration::from_secs(60) + Duration::from_millis(100 * n as u64);
+    poll(lead_limit, Duration::from_millis(200), || {
+        (led(&first) == n).then_some(())
+    })
+    .ok_or_else(|| format!("{label}: the first instance did not lead all {n}"))?;
+    let mut second = Instance::start(env, &format!("{label}-b"), &config, &[])?;
+    second.wait_http(Duration::from_secs(30))?;
+    std::thread::sleep(Duration::from_secs(10));
+    if led(&second) != 0 {
+        return Err(format!("{label}: the follower leads before the kill"));
+    }
+    let killed_ns = mono_ns();
+    first.kill9();
+    let limit = Duration::from_secs(120) + Duration::from_millis(20 * n as u64);
+    let mut began_s = None;
+    poll(limit, Duration::from_millis(100), || {
+        let now = led(&second);
+        if now > 0 && began_s.is_none() {
+            began_s = Some(ms_between(killed_ns, mono_ns()) / 1e3);
+        }
+        (now == n).then_some(())
+    })
+    .ok_or_else(|| {
+        format!(
+            "{label}: the follower led {} of {n} within {limit:?}",
+            led(&second)
+        )
+    })?;
+    let all_led_s = ms_between(killed_ns, mono_ns()) / 1e3;
+    eprintln!("  follower led all {n} {all_led_s:.1} s after kill -9");
+    let follower_hwm_mib = status_kib(second.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
+    second.stop(Duration::from_secs(60));
+    Ok(TakeoverAll {
+        elections: n,
+        sessions,
+        began_s: began_s.unwrap_or(all_led_s),
+        all_led_s,
+        follower_hwm_mib,
+    })
+}
+
+/// The report of [`takeover_all`], and its acceptance line.
+pub fn report_takeover_all(out: &mut String, run: &TakeoverAll) -> Check {
+    use std::fmt::Write as _;
+    let bound = crash_bound_s(5.0);
+    let _ = writeln!(
+        out,
+        "## One instance leading all {} elections{}, `kill -9`\n\nOne leaderd (balance off) leads every election, a second follows for 10 s, then the first is killed with SIGKILL; times from the kill, on the follower's `leaderd_elections_led` polled every 100 ms.\n\n| led its first | led all {} | follower's peak RSS (MiB) |\n|---:|---:|---:|\n| {:.1} s | {:.1} s | {:.1} |\n",
+        run.elections,
+        if run.sessions { ", with sessions" } else { "" },
+        run.elections,
+        run.began_s,
+        run.all_led_s,
+        run.follower_hwm_mib
+    );
+    (
+        format!(
+            "{} elections on one instance: all led again after its kill -9",
+            run.elections
+        ),
+        format!("≤ L·(1+D) + 5 s = {bound:.1} s"),
+        format!("{:.1} s", run.all_led_s),
+        run.all_led_s <= bound,
+    )
 }

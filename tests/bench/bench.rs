@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000]
+//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000 (the footprint's sizes; balance's, default 1000)]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
@@ -105,7 +105,8 @@ struct Args {
     /// Keep the working directory (configs, logs, child histories).
     #[arg(long)]
     keep: bool,
-    /// Election counts for the footprint scenario [default: 1,100,1000].
+    /// Election counts for the footprint scenario [default: 1,100,1000] and
+    /// for the balance scenario [default: 1000].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     elections: Vec<usize>,
     /// Run the crash, graceful, resign and cost scenarios with the leader's
@@ -402,27 +403,37 @@ fn run(args: &Args) -> Result<bool, String> {
             section("Start to leading", r);
         }
         if selected(Scenario::Balance) {
-            let n = 1000;
-            for &sessions in &session_modes {
+            // `--elections` names the sizes; the footprint's default list
+            // is not this scenario's (1,000).
+            let sizes = if args.elections.is_empty() {
+                vec![1000]
+            } else {
+                args.elections.clone()
+            };
+            for (&n, &sessions) in sizes
+                .iter()
+                .flat_map(|n| session_modes.iter().map(move |s| (n, s)))
+            {
                 let sessions = sessions == Switch::On;
+                let mut checks = Vec::new();
                 eprintln!("bench: balance, {n} elections over 3 instances, sessions {sessions}");
                 let window = plan.cpu_window;
-                let r = balance::measure(&env, store.addr(), n, window, clock_ticks, sessions).map(
-                    |run| {
-                        for (figure, target, measured, pass) in
-                            balance::report(&mut body, &run, window)
-                        {
-                            verdicts.push(Verdict {
-                                figure,
-                                target,
-                                measured,
-                                margin: if pass { "inside" } else { "OUTSIDE" }.into(),
-                                pass,
-                            });
-                        }
-                    },
-                );
+                let r = balance::measure(&env, store.addr(), n, window, clock_ticks, sessions)
+                    .map(|run| checks.extend(balance::report(&mut body, &run, window)));
                 section("Balance", r);
+                eprintln!("bench: one instance leading all {n}, kill -9, sessions {sessions}");
+                let r = balance::takeover_all(&env, store.addr(), n, sessions)
+                    .map(|run| checks.push(balance::report_takeover_all(&mut body, &run)));
+                section("One instance leading all, kill -9", r);
+                for (figure, target, measured, pass) in checks {
+                    verdicts.push(Verdict {
+                        figure,
+                        target,
+                        measured,
+                        margin: if pass { "inside" } else { "OUTSIDE" }.into(),
+                        pass,
+                    });
+                }
             }
         }
         if selected(Scenario::HttpLoad) {
