@@ -645,12 +645,11 @@ impl Cluster {
     pub fn create_table(&self) {
         let mut cmd = Command::new(leaderd_bin());
         scrub_env(&mut cmd);
+        cmd.args(["table", "create"]).args(self.store_args(None));
         if self.spec.store == ClusterStore::DynamoDbLocal {
             cmd.args(["--wait", "60s"]);
         }
         let out = cmd
-            .args(["table", "create"])
-            .args(self.store_args(None))
             .env("AWS_ACCESS_KEY_ID", "leaderdtest")
             .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
             .env("AWS_REGION", "us-east-1")
