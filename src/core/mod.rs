@@ -31,6 +31,7 @@ pub mod hints;
 pub mod keys;
 #[cfg(test)]
 mod model;
+pub mod node;
 pub mod record;
 pub mod session;
 pub mod store_error;

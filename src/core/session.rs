@@ -156,16 +156,24 @@ pub struct SessionAnswer {
     /// record may be a moment old. A follower does not end the session on
     /// this answer while that write is not due; it reads again then.
     pub told: Option<(String, Instant)>,
+    /// Whether a tenure of the session's owner may have ended since the
+    /// election asking was last read, and this daemon cannot account for
+    /// it (the record's count of ended tenures moved by more than the
+    /// ends it saw for itself): the election is then read again, whatever
+    /// the owner's stream told (it may have left a release out).
+    pub moved: bool,
 }
 
 impl SessionAnswer {
-    /// A bare store answer: nothing learned before, no stream.
+    /// A bare store answer: nothing learned before, no stream, and
+    /// nothing known of the count (so the election is read again).
     pub fn bare(record: Result<Record, StoreError>) -> SessionAnswer {
         SessionAnswer {
             record,
             learned: None,
             flow: None,
             told: None,
+            moved: true,
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
 use crate::core::election::{Action, Core, Input, Note, Tick, WriteOp};
 use crate::core::hints::{Hint, LeaseEvent};
+use crate::core::node::CountBasis;
 use crate::core::session::{SessionAnswer, SessionView};
 use crate::lease::{Condition, Lease, LeaseStore, Stamp, StoreError, WriteOutcome};
 use crate::text;
@@ -53,6 +54,9 @@ pub(super) struct Driver {
     pub(super) errors: ErrorLog,
     /// The caller of the release in progress, answered when it is done.
     pub(super) answer: Option<oneshot::Sender<bool>>,
+    /// The count of ended tenures of the session the election is held
+    /// through, as this election judges it.
+    pub(super) count: CountBasis,
 }
 
 /// Resolves with the app check's next verdict (pass or not); never without
@@ -251,7 +255,12 @@ impl Driver {
     /// Carry out one action; a store request's answer comes back.
     async fn carry_out(&mut self, action: Action) -> Option<Input> {
         match action {
-            Action::Read { budget, confirming } => Some(self.read(budget, confirming).await),
+            Action::Read { budget, confirming } => {
+                if !confirming {
+                    self.count.read_sent();
+                }
+                Some(self.read(budget, confirming).await)
+            }
             Action::ReadSession {
                 key,
                 budget,
@@ -264,12 +273,15 @@ impl Driver {
                 budget,
                 deadline,
             } => Some(self.write(op, &lease, &condition, budget, deadline).await),
-            Action::Tell(event) => {
-                // A tenure ended: the session's next write says so, for
-                // followers whose stream of this daemon left it out.
-                if let Some(demand) = self.demand.as_ref().filter(|_| event.ends_tenure()) {
+            Action::TenureOver => {
+                // The session's next write says so, for followers whose
+                // stream of this daemon left it out.
+                if let Some(demand) = &self.demand {
                     demand.tenure_ended();
                 }
+                None
+            }
+            Action::Tell(event) => {
                 if let Some(told) = &self.told {
                     // No follower daemon listening: nobody to tell.
                     let _ = told.send(event.clone());
@@ -342,6 +354,10 @@ impl Driver {
                 (SessionAnswer::bare(res), Some(self.clock.now() - start))
             }
         };
+        let mut answer = answer;
+        if let Ok(record) = &answer.record {
+            answer.moved = self.count.answered(key, record);
+        }
         let Some(took) = took else {
             return Input::SessionRecord(answer);
         };

@@ -323,6 +323,7 @@ pub fn spawn_gated(
         told,
         errors: ErrorLog::default(),
         answer: None,
+        count: Default::default(),
     };
     let task = tokio::spawn(driver.run());
     ElectionHandle {

@@ -128,6 +128,8 @@ impl Known {
             learned,
             flow: self.flow.filter(|f| now < f.until),
             told,
+            // Judged by the election that asked.
+            moved: true,
         }
     }
 }

@@ -47,7 +47,6 @@ impl Core {
     pub(super) fn start_round(&mut self) {
         self.session_watch = None;
         self.last_read_sent = self.now;
-        self.read_basis = self.session_seen.clone();
         self.pending = Some(Box::new(Pending::Round));
         self.phase = Phase::Following { poll_at: self.now };
         self.out.push_back(Action::Read {

@@ -310,6 +310,7 @@ impl Core {
         self.out.push_back(Action::Tell(LeaseEvent::NotLeader {
             election: self.cfg.name.clone(),
         }));
+        self.out.push_back(Action::TenureOver);
     }
 
     pub(super) fn on_release(
@@ -477,6 +478,7 @@ impl Core {
                     fencing_token: token,
                     successor,
                 }));
+                self.out.push_back(Action::TenureOver);
             }
             Ok(WriteOutcome::ConditionFailed { .. }) => {
                 self.note(Note::NothingToRelease(token));

@@ -196,11 +196,6 @@ pub struct Core {
     /// Following an election held through another daemon's session while
     /// that daemon's stream flows: the next round reads only the session.
     session_watch: Option<SessionWatch>,
-    /// The key and ended-tenure count (`fencing_token`) of the session
-    /// record the last session answer showed, and of the one answered
-    /// before the last read of the election was sent.
-    session_seen: Option<(String, u64)>,
-    read_basis: Option<(String, u64)>,
     backoff: Backoff,
     /// When the last round's read was sent, and answered (or failed).
     last_read_sent: Instant,
@@ -287,8 +282,6 @@ impl Core {
             waited_for_session: false,
             deferred_take: None,
             session_watch: None,
-            session_seen: None,
-            read_basis: None,
             backoff: Backoff::default(),
             last_read_sent: start,
             last_read: start,
@@ -329,7 +322,6 @@ impl Core {
             &Option<SessionView>,
             &Option<SessionWatch>,
             (bool, bool, &Option<Box<DeferredTake>>),
-            (&Option<(String, u64)>, &Option<(String, u64)>),
         ),
         &ElectionState,
         &VecDeque<Action>,
@@ -359,7 +351,6 @@ impl Core {
                     self.waited_for_session,
                     &self.deferred_take,
                 ),
-                (&self.session_seen, &self.read_basis),
             ),
             &self.state,
             &self.out,

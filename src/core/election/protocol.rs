@@ -166,6 +166,10 @@ pub enum Action {
     },
     /// Tell the followers this (the last event replaces the one before).
     Tell(LeaseEvent),
+    /// A tenure of this election is over (released, handed over, or
+    /// stopped), its last write answered: the daemon's count of ended
+    /// tenures, which its session's next write carries, moves by one.
+    TenureOver,
     /// Watch the leader's stream at this address, or none.
     Watch(Option<String>),
     /// Answer the pending release command: whether a lease was released.

@@ -45,6 +45,7 @@ struct Heard {
     learned: Option<Instant>,
     flow: Option<Flow>,
     told: Option<(String, Instant)>,
+    moved: bool,
 }
 
 impl Core {
@@ -166,6 +167,7 @@ impl Core {
             learned,
             flow,
             told,
+            moved,
         } = answer;
         let round = match record {
             Err(error) => {
@@ -177,6 +179,7 @@ impl Core {
                     learned,
                     flow,
                     told,
+                    moved,
                 };
                 self.consider_session(*election, record, heard, tick)
             }
@@ -201,21 +204,18 @@ impl Core {
             learned,
             flow,
             told,
+            moved,
         } = heard;
         self.session_wanted = false;
         self.deferred_take = None;
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
         let key = election.session.clone().unwrap_or_default();
-        // Whether no tenure held through the session ended since before
-        // the election was read (its count did not move): else the
-        // election is read again, whatever the stream told.
-        let seen = match &record {
-            Record::Valid(s) => Some((key.clone(), s.fencing_token)),
-            _ => None,
-        };
-        let unmoved = seen.is_some() && seen == self.read_basis;
-        self.session_seen = seen;
+        // Whether a tenure of the session's owner may have ended since the
+        // election was read, unaccounted for (the daemon's node judges,
+        // from the session's count of ended tenures): then the election is
+        // read again, whatever the stream told.
+        let unmoved = !moved;
         let own_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
         let verdict = judge_session(
             &mut self.takeover,
@@ -262,8 +262,8 @@ impl Core {
     /// owner's stream flows, and flowed (and this election's events were
     /// handed to it) since before the election was read last, so that it
     /// told of every release since, and no tenure held through the
-    /// session ended since (`unmoved`: the session's count of them, as
-    /// read before that read was sent, is the same now), the election is
+    /// session ended since that the daemon cannot account for (`unmoved`:
+    /// see [`SessionAnswer::moved`]), the election is
     /// not read again: the next round reads the session alone, once it is
     /// due. Otherwise the election is polled every P as usual. (The count
     /// comes from the store: a stream that leaves a release out delays

@@ -123,6 +123,9 @@ pub(crate) struct Node {
     session_request: Option<Request>,
     /// The last event it told its followers (replayed by the network).
     told: Option<LeaseEvent>,
+    /// The count of ended tenures of the session its election is held
+    /// through, as its daemon judges it.
+    count: crate::core::node::CountBasis,
 }
 
 /// A store request in flight; `answer` once the store has processed it.
@@ -323,7 +326,10 @@ impl ElectionModel {
         let mut ended = false;
         while let Some(action) = node.core.poll_action() {
             match action {
-                CoreAction::Read { .. } => {
+                CoreAction::Read { confirming, .. } => {
+                    if !confirming {
+                        node.count.read_sent();
+                    }
                     node.request = Some(Request::Read {
                         key: ELECTION.into(),
                         session: false,
@@ -349,12 +355,10 @@ impl ElectionModel {
                         answer: None,
                     });
                 }
-                CoreAction::Tell(event) => {
-                    // As the daemon does: a tenure's end moves the count
-                    // its session's next write carries.
-                    ended |= event.ends_tenure();
-                    node.told = Some(event);
-                }
+                CoreAction::Tell(event) => node.told = Some(event),
+                // A tenure's end moves the count its session's next write
+                // carries.
+                CoreAction::TenureOver => ended = true,
                 _ => {}
             }
         }
@@ -553,7 +557,11 @@ impl ElectionModel {
             ) => {
                 let res = error.map_or_else(|| answer.expect("answered"), Err);
                 let input = if session {
-                    Input::SessionRecord(self.session_answer(w, n, &key, res))
+                    let mut answer = self.session_answer(w, n, &key, res);
+                    if let Ok(record) = &answer.record {
+                        answer.moved = w.nodes[n].count.answered(&key, record);
+                    }
+                    Input::SessionRecord(answer)
                 } else {
                     Input::Read(res)
                 };
@@ -655,6 +663,7 @@ impl Model for ElectionModel {
                     request: None,
                     session_request: None,
                     told: None,
+                    count: Default::default(),
                 }
             })
             .collect();

@@ -72,6 +72,7 @@ impl ElectionModel {
             learned,
             flow,
             told,
+            moved: true,
         }
     }
 

@@ -1,0 +1,5 @@
+//! The node: one daemon's decisions, pure.
+
+mod count;
+
+pub use count::CountBasis;
