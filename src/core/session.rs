@@ -140,7 +140,7 @@ pub struct Flow {
 
 /// The answer to a read of another daemon's session record, as the
 /// election core is told it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionAnswer {
     /// What the store answered.
     pub record: Result<Record, StoreError>,

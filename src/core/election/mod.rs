@@ -383,6 +383,13 @@ impl Core {
         self.phase == Phase::Exited
     }
 
+    /// Whether a store request is in flight: it is then fed nothing but
+    /// its answer (and the daemon's state: the app check's verdict, the
+    /// session), never a command.
+    pub fn awaits_answer(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// Whether hints are taken now (only while following between rounds).
     pub fn takes_hints(&self) -> bool {
         self.pending.is_none() && matches!(self.phase, Phase::Following { .. })

@@ -41,7 +41,7 @@ impl Tick {
 }
 
 /// What happened, as the core is told.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Input {
     /// The instant asked for by [`Core::next_wake`] came (or any later one;
     /// an earlier one is harmless).

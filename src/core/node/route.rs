@@ -1,0 +1,384 @@
+//! What an election's input and its actions come to in the node: the
+//! input reaches it after what must come first, its store requests go to
+//! the driver (its reads of other daemons' sessions to what the node
+//! knows of them first), its tenure's end moves the daemon's count, its
+//! wish for the session keeps the session open.
+
+use super::{ElectionId, Node, NodeAction, RequestId, Slot};
+use crate::core::election::{Action as CoreAction, Input};
+use crate::core::record::Record;
+use crate::core::session::{SessionAnswer, SessionInput};
+use crate::core::store_error::StoreError;
+use crate::core::time::Instant;
+
+impl Node {
+    /// Hand the queued inputs to their elections, in order, until none is
+    /// left (an election's actions may queue inputs for others).
+    pub(super) fn run_queue(&mut self) {
+        while let Some((id, input)) = self.queue.pop_front() {
+            self.feed(id, input);
+        }
+    }
+
+    /// Hand `input` to election `id` (after the session view it has not
+    /// been told yet), then route what it asks for. A command (a release,
+    /// the end, a read-back's record) waits while the election has a
+    /// request in flight: it is fed nothing but that answer, and the
+    /// state of the daemon (the app check's verdict, the session).
+    fn feed(&mut self, id: ElectionId, input: Input) {
+        let Some(slot) = self.slots.get_mut(id.index()) else {
+            return;
+        };
+        let command = matches!(
+            input,
+            Input::Release { .. } | Input::Orphaned | Input::Checked { .. }
+        );
+        if command && slot.core.awaits_answer() {
+            slot.deferred.push_back(input);
+            return;
+        }
+        let answer = matches!(
+            input,
+            Input::Read(_) | Input::Written(_) | Input::SessionRecord(_)
+        );
+        if slot.view_seq != self.view_seq && !answer && !matches!(input, Input::Session(_)) {
+            let view = self.view.clone();
+            self.slots[id.index()].view_seq = self.view_seq;
+            self.step(id, Input::Session(view));
+        }
+        if let Input::Session(_) = &input {
+            self.slots[id.index()].view_seq = self.view_seq;
+        }
+        self.step(id, input);
+    }
+
+    fn step(&mut self, id: ElectionId, input: Input) {
+        let tick = self.tick();
+        let slot = &mut self.slots[id.index()];
+        slot.core.handle(&tick, input);
+        let mut actions = Vec::new();
+        while let Some(action) = slot.core.poll_action() {
+            actions.push(action);
+        }
+        for action in actions {
+            self.route(id, action);
+        }
+        self.after_step(id);
+    }
+
+    /// What follows any input to `id`: its wish for the session, a change
+    /// of the store it now watches for, a hint it now takes, its next
+    /// wake, its state published.
+    fn after_step(&mut self, id: ElectionId) {
+        let wants = self.slots[id.index()].core.wants_session();
+        self.set_wanting(id, wants);
+        let slot = &mut self.slots[id.index()];
+        if slot.core.watches_store_changes() && slot.store_seen < self.store_gen {
+            slot.store_seen = self.store_gen;
+            self.queue.push_back((id, Input::StoreReplaced));
+        }
+        if !slot.core.awaits_answer()
+            && let Some(command) = slot.deferred.pop_front()
+        {
+            self.queue.push_back((id, command));
+        }
+        self.deliver_hint(id);
+        self.rewake(id);
+        self.dirty.insert(id);
+    }
+
+    fn route(&mut self, id: ElectionId, action: CoreAction) {
+        let request = RequestId::Election(id);
+        let action = match action {
+            CoreAction::Read { budget, confirming } => {
+                if !confirming {
+                    self.slots[id.index()].count.read_sent();
+                }
+                NodeAction::Read {
+                    request,
+                    key: self.slots[id.index()].core.config().name.clone(),
+                    budget,
+                    confirming,
+                }
+            }
+            CoreAction::ReadSession {
+                key,
+                budget,
+                not_before,
+            } => {
+                self.ask_session(id, key, budget, not_before);
+                return;
+            }
+            CoreAction::Write {
+                op,
+                lease,
+                condition,
+                budget,
+                deadline,
+            } => NodeAction::Write {
+                request,
+                op,
+                lease,
+                condition,
+                budget,
+                deadline,
+            },
+            CoreAction::Tell(event) => NodeAction::Tell {
+                election: id,
+                event,
+            },
+            CoreAction::TenureOver => {
+                self.tenure_over();
+                return;
+            }
+            CoreAction::Watch(address) => NodeAction::Watch {
+                election: id,
+                address,
+            },
+            CoreAction::Answer(released) => NodeAction::Answer {
+                election: id,
+                released,
+            },
+            CoreAction::ForgetStoreChanges => {
+                self.slots[id.index()].store_seen = self.store_gen;
+                return;
+            }
+            CoreAction::Note(note) => NodeAction::Note {
+                election: Some(id),
+                note,
+            },
+        };
+        self.out.push_back(action);
+    }
+
+    /// A tenure of one of the elections is over: the count the session's
+    /// next write carries moves.
+    fn tenure_over(&mut self) {
+        #[cfg(test)]
+        if self.mutations.count_not_moved {
+            return;
+        }
+        self.ended += 1;
+        let ended = self.ended;
+        self.feed_session(SessionInput::TenuresEnded(ended));
+    }
+
+    /// Election `id` asks for the session `key`: an answer that will do
+    /// (read at or after `not_before`, see `Known::will_do`), or, past
+    /// its due while the owner's stream flows, the answer of a read made
+    /// once the next write is told (or a slack later), or else a read now
+    /// (shared with any on its way).
+    fn ask_session(
+        &mut self,
+        id: ElectionId,
+        key: String,
+        budget: std::time::Duration,
+        not_before: Option<Instant>,
+    ) {
+        self.slots[id.index()].asking = Some((key.clone(), budget));
+        let (now, drift, slack) = (self.now, self.timing.drift, self.timing.slack);
+        let past_its_date = self.past_its_date();
+        let known = self.known_entry(&key);
+        if let Some(due) = not_before {
+            if let Some((sent, record)) = known.will_do(due, now, drift, past_its_date) {
+                let answer = known.answer(Ok(record), sent, now);
+                self.answer(id, answer);
+                return;
+            }
+            if known.flows(now) {
+                known.parked.push(id);
+                self.slots[id.index()].parked = Some((due, due + slack));
+                return;
+            }
+        }
+        self.read_session(id, &key, budget);
+    }
+
+    fn past_its_date(&self) -> bool {
+        #[cfg(test)]
+        if self.mutations.cached_answer_past_its_date {
+            return true;
+        }
+        false
+    }
+
+    /// Read the session `key` for `id`, with any read of it on its way.
+    fn read_session(&mut self, id: ElectionId, key: &str, budget: std::time::Duration) {
+        let now = self.now;
+        let stored = self.known_key(key);
+        let known = self.known_entry(key);
+        known.waiting.push(id);
+        if known.in_flight.is_none() {
+            known.in_flight = Some(now);
+            self.out.push_back(NodeAction::Read {
+                request: RequestId::SessionRecord(stored),
+                key: key.to_owned(),
+                budget,
+                confirming: false,
+            });
+        }
+    }
+
+    /// Election `id`, parked, goes on: its wait for the next told write
+    /// is over (told, or its slack passed).
+    pub(super) fn unpark(&mut self, id: ElectionId) {
+        let Some((due, _)) = self.slots[id.index()].parked.take() else {
+            return;
+        };
+        if let Some((key, _)) = &self.slots[id.index()].asking {
+            let stored = self.known_key(key);
+            if let Some(known) = self.known.get_mut(&stored) {
+                known.parked.retain(|p| *p != id);
+            }
+        }
+        self.proceed(id, due);
+    }
+
+    /// Election `id`, no longer parked, takes the answer that will do for
+    /// its `due` now, or reads.
+    pub(super) fn proceed(&mut self, id: ElectionId, due: Instant) {
+        let Some((key, budget)) = self.slots[id.index()].asking.clone() else {
+            return;
+        };
+        let (now, drift, past_its_date) = (self.now, self.timing.drift, self.past_its_date());
+        let known = self.known_entry(&key);
+        match known.will_do(due, now, drift, past_its_date) {
+            Some((sent, record)) => {
+                let answer = known.answer(Ok(record), sent, now);
+                self.answer(id, answer);
+            }
+            None => self.read_session(id, &key, budget),
+        }
+        self.rewake(id);
+    }
+
+    /// The read of the session (stored under `stored`) was answered:
+    /// learned, and handed to every election waiting for it.
+    pub(super) fn session_answered(&mut self, stored: &str, record: Result<Record, StoreError>) {
+        let now = self.now;
+        let Some(known) = self.known.get_mut(stored) else {
+            return;
+        };
+        let sent = known.in_flight.take().unwrap_or(now);
+        if let Ok(record) = &record {
+            known.read(sent, record, now);
+        }
+        let waiting = std::mem::take(&mut known.waiting);
+        let answer = known.answer(record, sent, now);
+        for id in waiting {
+            self.answer(id, answer.clone());
+        }
+        // Reported as the daemon's, under `#session` (the driver times it).
+        if let Err(error) = &answer.record {
+            self.out.push_back(NodeAction::Note {
+                election: None,
+                note: crate::core::election::Note::StoreError {
+                    op: "read_session",
+                    error: error.clone(),
+                },
+            });
+        }
+    }
+
+    /// Hand `id` the answer to its session read, with whether the count
+    /// moved as it judges it.
+    fn answer(&mut self, id: ElectionId, mut answer: SessionAnswer) {
+        let slot: &mut Slot = &mut self.slots[id.index()];
+        let Some((key, _)) = slot.asking.take() else {
+            return;
+        };
+        if let Ok(record) = &answer.record {
+            answer.moved = slot.count.answered(&key, record);
+        }
+        self.queue.push_back((id, Input::SessionRecord(answer)));
+    }
+
+    /// A period of the read-back starts: read the records of the held
+    /// tenures it picks.
+    pub(super) fn read_back(&mut self) {
+        let now = self.now;
+        let key = self.view.as_ref().map(|v| v.key.clone());
+        let held: Vec<((ElectionId, u64), bool)> = match &key {
+            Some(key) => self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let state = s.core.state();
+                    let token = state.tenure.as_ref()?.fencing_token;
+                    (state.session.as_deref() == Some(key.as_str()))
+                        .then_some(((ElectionId(i as u32), token), s.strict))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let Some(readback) = self.readback.as_mut() else {
+            return;
+        };
+        let batches = if key.is_some() {
+            readback.period(now, &held)
+        } else {
+            readback.next = now + self.timing.renew;
+            Vec::new()
+        };
+        for (n, batch) in batches.into_iter().enumerate() {
+            let n = n as u32;
+            let keys = batch
+                .iter()
+                .map(|(id, _)| self.slots[id.index()].core.config().name.clone())
+                .collect();
+            self.out.push_back(NodeAction::ReadMany {
+                request: RequestId::ReadBack(n),
+                keys,
+                budget: self.timing.renew,
+            });
+            if let Some(readback) = self.readback.as_mut() {
+                readback.in_flight.insert(n, batch);
+            }
+        }
+    }
+
+    /// A read-back request was answered: each election is told its record
+    /// as read, and judges it.
+    pub(super) fn read_back_answered(&mut self, n: u32, records: Result<Vec<Record>, StoreError>) {
+        let Some(batch) = self.readback.as_mut().and_then(|r| r.in_flight.remove(&n)) else {
+            return;
+        };
+        let records = match records {
+            Ok(records) => records,
+            Err(error) => {
+                self.out.push_back(NodeAction::Note {
+                    election: None,
+                    note: crate::core::election::Note::StoreError {
+                        op: "read_check",
+                        error,
+                    },
+                });
+                return;
+            }
+        };
+        for ((id, fencing_token), record) in batch.into_iter().zip(records) {
+            if self.read_back_accepts(&record) {
+                continue;
+            }
+            self.queue.push_back((
+                id,
+                Input::Checked {
+                    fencing_token,
+                    record,
+                },
+            ));
+        }
+    }
+
+    /// Whether the read-back takes `record` as still held without asking
+    /// its election: never (the deliberate defect: whenever it names this
+    /// daemon).
+    fn read_back_accepts(&self, #[allow(unused)] record: &Record) -> bool {
+        #[cfg(test)]
+        if self.mutations.read_back_holder_only {
+            return matches!(record, Record::Valid(l) if l.holder.as_deref() == Some(self.identity.as_str()));
+        }
+        false
+    }
+}
