@@ -16,8 +16,13 @@
 //!   election held through it (its tests in `session/tests.rs`);
 //! - `sweep`: which ended or abandoned session records the daemon's sweep
 //!   deletes (its tests in `sweep/tests.rs`);
-//! - `model` (tests only): the model checker of the election core and the
-//!   session, with `stateright`;
+//! - `node`: one daemon's decisions in one state machine over its
+//!   election cores, its session, what it knows of other daemons'
+//!   sessions, the count of ended tenures, the read-back schedule and the
+//!   order of inputs (driven by the model checker; the daemon's tasks do
+//!   not run it yet);
+//! - `model` (tests only): the model checker of the nodes (their election
+//!   cores and sessions), with `stateright`;
 //! - `record`: the lease record and the conditions of its writes (tested
 //!   in `record/tests.rs`);
 //! - `keys`: the keys of the records that are not elections' (members,

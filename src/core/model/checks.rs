@@ -1,14 +1,17 @@
-//! The model checks: the core as built keeps every property over the
-//! explored space, and each deliberate defect is found with a trace.
+//! The model checks: the nodes and their cores as built keep every
+//! property over the explored space, and each deliberate defect (of an
+//! election core, or of the node's multiplexing layer) is found with a
+//! trace.
 //!
 //! Two searches: breadth first (every interleaving, shortest first, as far
 //! as the state budget reaches: the start of an election, its first
 //! renewals, hints and faults around them) and random walks to the horizon
 //! (deep: pauses longer than a lease, takeovers, handovers, crashes).
-//! `LEADERD_MODEL_STATES` sets the breadth-first searches' budget of
-//! generated states (default 1,500,000, which comes to over a million
-//! distinct states over the two; the walks take half of it);
-//! docs/model-checking.md gives the figures of a longer run.
+//! `LEADERD_MODEL_STATES` sets the budget of generated states of the main
+//! check's breadth-first searches (default 900,000 each, which comes to
+//! over a million distinct states over the four; its walks and the other
+//! checks take an eighth of it); docs/model-checking.md gives the figures
+//! of a longer run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,17 +19,22 @@ use std::time::Duration;
 use stateright::report::{ReportData, ReportDiscovery, Reporter};
 use stateright::{Checker, Chooser, HasDiscoveries, Model};
 
-use super::{Bounds, ElectionModel, LED_AFTER_CRASH, Step, World};
+use super::{Bounds, LED_AFTER_CRASH, LED_AFTER_RELEASE, NodeModel, Step, World};
 use crate::core::election::Mutations;
+use crate::core::node::NodeMutations;
 
 const ONE_JOB: &str = "one job at a time";
 const TOKENS: &str = "fencing tokens rise";
 const SUCCESSOR: &str = "a handed-over lease waits a lease for others";
 const IN_TIME: &str = "a follower leads in time after a crash";
+const APP_CHECK: &str = "no take while the app check fails";
+const RELEASED: &str = "a released election is led again in time";
 
+/// Three daemons of one election each, every election its own lease.
 fn bounds(identities: [&'static str; 3]) -> Bounds {
     Bounds {
         identities,
+        elections: 1,
         horizon: 40_000,
         hints: 2,
         losses: 2,
@@ -34,22 +42,42 @@ fn bounds(identities: [&'static str; 3]) -> Bounds {
         crashes: 1,
         pauses: 1,
         delays: 2,
+        gate_closes: 0,
+        deletes: 0,
         timely: false,
         mutations: Mutations::default(),
+        node_mutations: NodeMutations::default(),
         sessions: false,
+        // The first and the third hear the owners' streams, the second polls.
+        streams: [true, false, true],
+        strict: false,
+        always_session: false,
+        settle: 0,
     }
 }
 
-/// [`bounds`] with every election held through its daemon's session.
+/// Three daemons of two elections each, every election held through its
+/// daemon's session; an app check may fail.
 fn session_bounds(identities: [&'static str; 3]) -> Bounds {
     Bounds {
+        elections: 2,
         sessions: true,
+        gate_closes: 1,
         ..bounds(identities)
     }
 }
 
+/// [`session_bounds`] with app checks that pass: for the defects of
+/// takeovers, which a daemon releasing everything would hide.
+fn steady_session_bounds(identities: [&'static str; 3]) -> Bounds {
+    Bounds {
+        gate_closes: 0,
+        ..session_bounds(identities)
+    }
+}
+
 /// The default budget of generated states of a breadth-first search.
-const BUDGET: usize = 1_500_000;
+const BUDGET: usize = 900_000;
 
 /// The most states a search for a deliberate defect may visit: far more
 /// than any of them needs (each is found within half a million).
@@ -91,7 +119,7 @@ struct FaultShy {
     pause: u64,
 }
 
-impl Chooser<ElectionModel> for FaultShy {
+impl Chooser<NodeModel> for FaultShy {
     type State = Dice;
 
     fn new_state(&self, seed: u64) -> Dice {
@@ -106,22 +134,25 @@ impl Chooser<ElectionModel> for FaultShy {
         let weight = |s: &Step| match s {
             // The walks pause a core for a lease at least, its request
             // still on its way (breadth first covers shorter pauses).
-            Step::Store(n, ..) | Step::Thaw(n) if w.nodes[*n].frozen => {
-                u32::from(w.t >= w.nodes[*n].frozen_at + self.pause)
+            Step::Store(n, ..) | Step::Thaw(n) if w.daemons[*n].frozen => {
+                u32::from(w.t >= w.daemons[*n].frozen_at + self.pause)
             }
             // The walks spend their one pause on a leader with a write on
             // its way (breadth first covers the other pauses).
             Step::Freeze(n) => {
-                let node = &w.nodes[*n];
-                let leads = node.core.state().tenure.is_some();
-                let busy = node.request.is_some() || node.session_request.is_some();
+                let daemon = &w.daemons[*n];
+                let leads = w.leads_any(*n);
+                let busy = daemon
+                    .requests
+                    .values()
+                    .any(|r| matches!(r, super::store::Request::Write { .. }));
                 u32::from(leads && busy) * 4
             }
             Step::Wake(_)
-            | Step::WakeSession(_)
             | Step::Store(..)
             | Step::Answer(..)
-            | Step::Advance(_) => 10,
+            | Step::Advance(_)
+            | Step::ReleaseFailing(..) => 10,
             _ => 1,
         };
         let total: u32 = steps.iter().map(weight).sum();
@@ -162,7 +193,7 @@ struct Found {
 
 /// Explore `model` up to `states` states (or the whole space); print what
 /// was explored and every property broken, with its trace.
-fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> Found {
+fn explore(label: &str, model: NodeModel, states: usize, search: Search) -> Found {
     let walks = FaultShy {
         pause: model.cfg.lease_duration.as_millis() as u64,
     };
@@ -182,7 +213,7 @@ fn explore(label: &str, model: ElectionModel, states: usize, search: Search) -> 
 #[derive(Default)]
 struct Took(Duration);
 
-impl Reporter<ElectionModel> for Took {
+impl Reporter<NodeModel> for Took {
     fn report_checking(&mut self, data: ReportData) {
         // The last report is the final one, or one a moment before it.
         self.0 = self.0.max(data.duration);
@@ -190,8 +221,8 @@ impl Reporter<ElectionModel> for Took {
 
     fn report_discoveries(
         &mut self,
-        _model: &ElectionModel,
-        _discoveries: BTreeMap<&'static str, ReportDiscovery<ElectionModel>>,
+        _model: &NodeModel,
+        _discoveries: BTreeMap<&'static str, ReportDiscovery<NodeModel>>,
     ) {
         // Printed with their traces by `report`.
     }
@@ -207,7 +238,7 @@ impl Reporter<ElectionModel> for Took {
 /// property broken, with its trace.
 fn report<C>(label: &str, checker: C, states: usize) -> Found
 where
-    C: Checker<ElectionModel> + Send + Sync,
+    C: Checker<NodeModel> + Send + Sync,
 {
     let mut took = Took::default();
     let checker = checker.join_and_report(&mut took);
@@ -217,7 +248,7 @@ where
         examples: Vec::new(),
     };
     for (name, path) in checker.discoveries() {
-        if name == LED_AFTER_CRASH {
+        if name == LED_AFTER_CRASH || name == LED_AFTER_RELEASE {
             found.examples.push(name.to_owned());
             continue;
         }
@@ -242,27 +273,57 @@ where
     found
 }
 
-#[test]
-fn the_core_keeps_every_property_over_a_million_states() {
+/// Breadth first (`states` each) and random walks (an eighth of that)
+/// over `bounds` with each of the identities' sets: nothing broken.
+/// Returns the distinct states breadth first.
+fn keeps_every_property(
+    label: &str,
+    bounds: &Bounds,
+    sets: &[[&'static str; 3]],
+    states: usize,
+) -> usize {
     let mut breadth = 0;
-    for identities in [["a", "b", "c"], ["a", "b", "a"]] {
-        for (search, states) in [
-            (Search::BreadthFirst, budget()),
-            (Search::RandomWalks, budget() / 2),
-        ] {
+    for identities in sets {
+        for search in [Search::BreadthFirst, Search::RandomWalks] {
             let found = explore(
-                &format!("{search:?}, identities {identities:?}"),
-                ElectionModel::new(bounds(identities)),
-                states,
+                &format!("{search:?}, {label}identities {identities:?}"),
+                NodeModel::new(Bounds {
+                    identities: *identities,
+                    ..bounds.clone()
+                }),
+                match search {
+                    Search::BreadthFirst => states,
+                    Search::RandomWalks => states / 8,
+                },
                 search,
             );
-            assert!(found.broken.is_empty(), "the core broke {:?}", found.broken);
+            assert!(found.broken.is_empty(), "broke {:?}", found.broken);
             if search == Search::BreadthFirst {
                 breadth += found.states;
             }
         }
     }
-    println!("model check: {breadth} distinct states breadth first in all");
+    breadth
+}
+
+const RESTARTED: [&str; 3] = ["a", "b", "a"];
+const THREE: [&str; 3] = ["a", "b", "c"];
+
+#[test]
+fn the_nodes_keep_every_property_over_a_million_states() {
+    let sets = [THREE, RESTARTED];
+    let sessions = keeps_every_property(
+        "3 daemons x 2 elections, sessions, ",
+        &session_bounds(THREE),
+        &sets,
+        budget(),
+    );
+    let single = keeps_every_property("3 daemons x 1 election, ", &bounds(THREE), &sets, budget());
+    let breadth = sessions + single;
+    println!(
+        "model check: {breadth} distinct states breadth first in all \
+         ({sessions} of 3 daemons x 2 elections through sessions)"
+    );
     // A smaller LEADERD_MODEL_STATES is for a quick local run.
     assert!(
         breadth >= 1_000_000 || budget() < BUDGET,
@@ -270,27 +331,29 @@ fn the_core_keeps_every_property_over_a_million_states() {
     );
 }
 
-/// The bounded-delay check over `base` (with or without sessions): a
-/// follower leads in time after a crash whatever the hints say, and some
-/// explored run saw a takeover after a crash, so that it is not vacuous.
-fn bounded_delay(label: &str, base: Bounds, states: usize) {
+/// The bounded-delay check over `base`: a follower leads in time after a
+/// crash whatever the hints say, and some explored run saw each of
+/// `expected` happen, so that it is not vacuous.
+fn bounded_delay(label: &str, base: Bounds, states: usize, expected: &[&str]) {
     let model = || {
-        ElectionModel::new(Bounds {
+        NodeModel::new(Bounds {
             timely: true,
             hints: 3,
             losses: 0,
-            resigns: 0,
             pauses: 0,
             delays: 0,
             horizon: 45_000,
             ..base.clone()
         })
     };
-    let bound = model().takeover_bound();
+    let crash = model().takeover_bound();
+    let release = model().release_bound();
     let mut examples = Vec::new();
     for search in [Search::BreadthFirst, Search::RandomWalks] {
         let found = explore(
-            &format!("{search:?}, {label}timely, bound {bound} ms"),
+            &format!(
+                "{search:?}, {label}timely, bounds {crash} ms (crash), {release} ms (release)"
+            ),
             model(),
             states,
             search,
@@ -298,75 +361,157 @@ fn bounded_delay(label: &str, base: Bounds, states: usize) {
         assert!(found.broken.is_empty(), "broken: {:?}", found.broken);
         examples.extend(found.examples);
     }
-    assert!(
-        examples.iter().any(|e| e == LED_AFTER_CRASH),
-        "no explored run had a takeover after a crash"
-    );
-}
-
-#[test]
-fn a_follower_leads_within_a_bounded_delay_whatever_the_hints_say() {
-    bounded_delay("", bounds(["a", "b", "c"]), budget() / 2);
-}
-
-#[test]
-fn elections_held_through_sessions_keep_every_property() {
-    for identities in [["a", "b", "c"], ["a", "b", "a"]] {
-        // A quarter of the budget each: the sessions' deep runs are the
-        // walks', and the budget of one core's checks covers the rest.
-        for (search, states) in [
-            (Search::BreadthFirst, budget() / 4),
-            (Search::RandomWalks, budget() / 4),
-        ] {
-            let found = explore(
-                &format!("{search:?}, sessions, identities {identities:?}"),
-                ElectionModel::new(session_bounds(identities)),
-                states,
-                search,
-            );
-            assert!(found.broken.is_empty(), "sessions broke {:?}", found.broken);
-        }
+    for example in expected {
+        assert!(
+            examples.iter().any(|e| e == example),
+            "no explored run had: {example}"
+        );
     }
 }
 
 #[test]
-fn a_follower_leads_within_a_bounded_delay_through_sessions() {
-    bounded_delay("sessions, ", session_bounds(["a", "b", "c"]), budget() / 4);
+fn a_follower_leads_within_a_bounded_delay_whatever_the_hints_say() {
+    let base = Bounds {
+        resigns: 0,
+        ..bounds(THREE)
+    };
+    bounded_delay("", base, budget() / 8, &[LED_AFTER_CRASH]);
 }
 
 #[test]
-fn a_takeover_that_does_not_end_the_session_first_is_caught() {
-    caught_in(
-        session_bounds(["a", "b", "c"]),
-        Mutations {
-            session_end_skipped: true,
-            ..Mutations::default()
-        },
-        ONE_JOB,
+fn through_sessions_a_follower_leads_within_a_bounded_delay_after_a_crash() {
+    let base = Bounds {
+        resigns: 0,
+        gate_closes: 0,
+        ..session_bounds(THREE)
+    };
+    bounded_delay(
+        "3 daemons x 2 elections, sessions, ",
+        base,
+        budget() / 8,
+        &[LED_AFTER_CRASH],
+    );
+}
+
+/// Three daemons of two elections through sessions that stay open (as
+/// with balance), timely: one resigns an election to anyone (it sits
+/// out), one's app check fails (it releases what it leads and takes
+/// nothing); the owners' streams hide every release, so the followers
+/// find one by the session's count of ended tenures.
+fn release_bounds() -> Bounds {
+    Bounds {
+        always_session: true,
+        timely: true,
+        hints: 3,
+        losses: 0,
+        pauses: 0,
+        delays: 0,
+        crashes: 0,
+        horizon: 50_000,
+        ..session_bounds(THREE)
+    }
+}
+
+/// [`release_bounds`] with a silent network, every daemon hearing the
+/// owners' streams (none polls): nothing but the session's count of ended
+/// tenures tells the followers of a release. Releases come once the
+/// followers timed their leaders' sessions (from 12 s on), and the run
+/// lasts the bound after that.
+fn silent_release_bounds() -> Bounds {
+    Bounds {
+        hints: 0,
+        streams: [true; 3],
+        settle: 12_000,
+        horizon: 50_000,
+        ..release_bounds()
+    }
+}
+
+#[test]
+fn through_sessions_a_released_election_is_led_again_within_a_bounded_delay_when_the_stream_hides_it()
+ {
+    let bound = NodeModel::new(release_bounds()).release_bound();
+    let mut examples = Vec::new();
+    // The hostile network over every start, then a silent one over
+    // releases that only the count tells of (walks: they come late).
+    let searches = [
+        ("", release_bounds(), Search::BreadthFirst),
+        ("", release_bounds(), Search::RandomWalks),
+        ("silent, ", silent_release_bounds(), Search::RandomWalks),
+    ];
+    for (label, bounds, search) in searches {
+        let found = explore(
+            &format!(
+                "{search:?}, 3 daemons x 2 elections, sessions, {label}releases hidden, bound {bound} ms"
+            ),
+            NodeModel::new(bounds),
+            budget() / 8,
+            search,
+        );
+        assert!(found.broken.is_empty(), "broken: {:?}", found.broken);
+        examples.extend(found.examples);
+    }
+    assert!(
+        examples.iter().any(|e| e == LED_AFTER_RELEASE),
+        "no explored run had a released election led again"
+    );
+}
+
+/// Records deleted by hand under a tenure, with `strict_new_lease`: the
+/// holder's read-back notices before the creator leads. The read-back
+/// works (no lost or late answer, no pause), and the restarted daemon of
+/// the same name polls.
+fn deletion_bounds() -> Bounds {
+    Bounds {
+        strict: true,
+        deletes: 1,
+        losses: 0,
+        pauses: 0,
+        delays: 0,
+        gate_closes: 0,
+        horizon: 45_000,
+        streams: [true, true, false],
+        ..session_bounds(RESTARTED)
+    }
+}
+
+#[test]
+fn a_record_deleted_under_a_tenure_with_strict_new_lease_never_makes_two_leaders() {
+    keeps_every_property(
+        "deletes, strict, ",
+        &deletion_bounds(),
+        &[RESTARTED],
+        budget() / 8,
     );
 }
 
 /// The defect `mutations` must break a property (`expected`, or another:
 /// each broken one is printed with its trace).
 fn caught(mutations: Mutations, identities: [&'static str; 3], expected: &str) {
-    caught_in(bounds(identities), mutations, expected);
+    caught_in(
+        bounds(identities),
+        mutations,
+        NodeMutations::default(),
+        expected,
+    );
 }
 
-/// [`caught`], within `bounds`.
-fn caught_in(bounds: Bounds, mutations: Mutations, expected: &str) {
-    let model = ElectionModel::new(Bounds {
+/// [`caught`], within `bounds`, with defects of the node too.
+fn caught_in(bounds: Bounds, mutations: Mutations, node: NodeMutations, expected: &str) {
+    let model = NodeModel::new(Bounds {
         mutations,
+        node_mutations: node,
         ..bounds
     });
     let found = explore(
-        &format!("with {mutations:?}"),
+        &format!("with {mutations:?} {node:?}"),
         model,
         DEFECT_BUDGET,
         Search::RandomWalks,
     );
     assert!(
         !found.broken.is_empty(),
-        "{mutations:?} was not caught (expected: {expected})"
+        "{mutations:?} {node:?} was not caught (expected: {expected})"
     );
 }
 
@@ -377,7 +522,7 @@ fn validity_dated_from_the_reply_is_caught() {
             validity_from_reply: true,
             ..Mutations::default()
         },
-        ["a", "b", "c"],
+        THREE,
         ONE_JOB,
     );
 }
@@ -389,7 +534,7 @@ fn a_record_handed_to_someone_else_taken_at_once_is_caught() {
             successor_ignored: true,
             ..Mutations::default()
         },
-        ["a", "b", "c"],
+        THREE,
         SUCCESSOR,
     );
 }
@@ -401,7 +546,7 @@ fn a_forged_released_trusted_is_caught() {
             released_hint_trusted: true,
             ..Mutations::default()
         },
-        ["a", "b", "c"],
+        THREE,
         ONE_JOB,
     );
 }
@@ -413,7 +558,7 @@ fn a_hint_lease_ms_used_for_timing_is_caught() {
             hint_lease_ms_used: true,
             ..Mutations::default()
         },
-        ["a", "b", "c"],
+        THREE,
         ONE_JOB,
     );
 }
@@ -425,20 +570,107 @@ fn a_renew_that_does_not_check_the_rvn_is_caught() {
             renew_ignores_rvn: true,
             ..Mutations::default()
         },
-        ["a", "b", "a"],
+        RESTARTED,
         TOKENS,
     );
 }
 
 #[test]
+fn a_takeover_that_does_not_end_the_session_first_is_caught() {
+    caught_in(
+        steady_session_bounds(THREE),
+        Mutations {
+            session_end_skipped: true,
+            ..Mutations::default()
+        },
+        NodeMutations::default(),
+        ONE_JOB,
+    );
+}
+
+#[test]
+fn a_cached_session_answer_served_past_its_date_is_caught() {
+    caught_in(
+        silent_release_bounds(),
+        Mutations::default(),
+        NodeMutations {
+            cached_answer_past_its_date: true,
+            ..NodeMutations::default()
+        },
+        RELEASED,
+    );
+}
+
+#[test]
+fn a_count_not_moved_when_a_tenure_ends_is_caught() {
+    caught_in(
+        silent_release_bounds(),
+        Mutations::default(),
+        NodeMutations {
+            count_not_moved: true,
+            ..NodeMutations::default()
+        },
+        RELEASED,
+    );
+}
+
+#[test]
+fn a_read_back_that_takes_a_rewritten_record_as_still_held_is_caught() {
+    caught_in(
+        deletion_bounds(),
+        Mutations::default(),
+        NodeMutations {
+            read_back_holder_only: true,
+            ..NodeMutations::default()
+        },
+        ONE_JOB,
+    );
+}
+
+#[test]
+fn a_deferred_take_made_after_the_app_check_closed_is_caught() {
+    caught_in(
+        session_bounds(THREE),
+        Mutations::default(),
+        NodeMutations {
+            gate_after_input: true,
+            ..NodeMutations::default()
+        },
+        APP_CHECK,
+    );
+}
+
+#[test]
+fn a_takeover_that_ends_the_wrong_session_is_caught() {
+    caught_in(
+        steady_session_bounds(RESTARTED),
+        Mutations::default(),
+        NodeMutations {
+            sessions_by_owner: true,
+            ..NodeMutations::default()
+        },
+        ONE_JOB,
+    );
+}
+
+#[test]
 fn the_model_states_its_properties() {
-    let names: Vec<_> = ElectionModel::new(bounds(["a", "b", "c"]))
+    let names: Vec<_> = NodeModel::new(bounds(THREE))
         .properties()
         .iter()
         .map(|p| p.name)
         .collect();
     assert_eq!(
         names,
-        [ONE_JOB, TOKENS, SUCCESSOR, IN_TIME, LED_AFTER_CRASH]
+        [
+            ONE_JOB,
+            TOKENS,
+            SUCCESSOR,
+            APP_CHECK,
+            IN_TIME,
+            RELEASED,
+            LED_AFTER_CRASH,
+            LED_AFTER_RELEASE
+        ]
     );
 }

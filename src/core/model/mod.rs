@@ -1,149 +1,172 @@
-//! The model checker of the election core: three [`Core`]s of one election,
-//! a store, clocks that drift, pauses, crashes, lost and late answers, and a
+//! The model checker of the daemons' nodes: three [`Node`]s (daemons),
+//! each campaigning for one or two elections, a store, clocks that drift,
+//! pauses, crashes, lost and late answers, the app check failing, and a
 //! hostile network that forges, replays and drops hints, explored by
 //! `stateright` over every interleaving within a horizon and budgets.
 //!
-//! - Time is real time in ms ([`World::t`]); each core reads its own clock,
-//!   which runs at a fixed rate off real time: `a` fast by D, `b` slow by
-//!   D, `c` exact. The rules are monotone in the clock rates, so the
-//!   extremes stand for every drift within D. Time moves on by
-//!   [`Step::Advance`] to the next instant a core wants to be woken (or a
-//!   retry interval, to let answers arrive late), once every core that is
-//!   due has woken, except a frozen one (SIGSTOP, a stalled runtime: it
-//!   does nothing until it thaws, and its clock keeps running, as the boot
-//!   clock does).
-//! - The store applies a conditional write when it receives it, which may
-//!   be long after it was sent; its answer may arrive late, or be lost (the
-//!   core then gets a timeout, and a write still on its way may apply
-//!   later: a stray write). A failed condition is answered with or
-//!   without the record, as DynamoDB and its emulators differ.
-//! - Hints: any follower may at any time receive a replay of the last event
-//!   any core told, or a forgery: `renewed` naming the store's live `rvn`
-//!   or a made-up one with a 1 ms lease, `released` naming the live `rvn`
-//!   (handed to nobody, or to the receiver), `not_leader`, or the stream's
-//!   end. The core reads no other field of a hint (holder, token) for a
-//!   decision, so those carry fixed made-up values.
-//! - Sessions ([`Bounds::sessions`]): each core holds its tenures through
-//!   its daemon's [`SessionCore`], which has requests of its own beside
-//!   the core's (a lane each); the store keeps the session records beside
-//!   the election's. A frozen or crashed daemon freezes or loses both.
-//! - Properties: no two jobs run at one real instant (a core's job runs
-//!   while it is `Leader` or `Stopping` and its own clock is before the
-//!   tenure's `valid_until`: the guard kills it then, even if leaderd is
-//!   paused); fencing tokens rise with every new tenure; a lease handed to
-//!   a named successor is taken by no one else for one lease; and, with
-//!   [`Bounds::timely`], a follower leads within L·(1+D)² + 3·P of the
-//!   leader's crash whatever the hints say.
+//! - Time is real time in ms ([`World::t`]); each daemon reads its own
+//!   clock, which runs at a fixed rate off real time: the first fast by
+//!   D, the second slow by D, the third exact. The rules are monotone in
+//!   the clock rates, so the extremes stand for every drift within D.
+//!   Time moves on by [`Step::Advance`] to the next instant a node wants
+//!   to be woken (or a retry interval, to let answers arrive late), once
+//!   every node that is due has woken, except a frozen one (SIGSTOP, a
+//!   stalled runtime: it does nothing until it thaws, and its clock keeps
+//!   running, as the boot clock does).
+//! - A node has many requests in flight (one per election, its session's,
+//!   shared reads of other sessions, read-backs): the store applies each
+//!   when it receives it, which may be long after it was sent; its answer
+//!   may arrive late, or be lost (the node then gets a timeout, and a
+//!   write still on its way may apply later: a stray write). A failed
+//!   condition is answered with or without the record, as DynamoDB and
+//!   its emulators differ.
+//! - Sessions ([`Bounds::sessions`]): each node holds its tenures through
+//!   its daemon's session; the store keeps the session records beside the
+//!   elections'. The owners' streams are honest about sessions and tell
+//!   each write of one at the earliest instant anyone could (as it reaches
+//!   the store), to the daemons of [`Bounds::streams`]; they tell nothing
+//!   of the elections (every release is hidden from the followers, but for
+//!   what the hostile network replays).
+//! - The app check: once a run, a daemon that holds a tenure may start
+//!   failing it; its node is told with its next input, and the daemon
+//!   then releases what it leads (its jobs stopped first), as the daemon
+//!   does, and takes nothing.
+//! - Hints: any follower may at any time receive a replay of the last
+//!   event any daemon told for an election, or a forgery: `renewed` naming
+//!   the store's live `rvn` or a made-up one with a 1 ms lease, `released`
+//!   naming the live `rvn` (handed to nobody, or to the receiver),
+//!   `not_leader`, or the stream's end.
+//! - Properties, per election: no two jobs run at one real instant (a
+//!   daemon's job runs while its election is `Leader` or `Stopping` and
+//!   its own clock is before the tenure's `valid_until`: the guard kills
+//!   it then, even if leaderd is paused); fencing tokens rise with every
+//!   new tenure; a lease handed to a named successor is taken by no one
+//!   else for one lease; no daemon sends a take while its app check fails;
+//!   and, with [`Bounds::timely`], a follower leads within
+//!   L·(1+D)² + 3·P of the leader's crash, and a released election is led
+//!   again within 2·L·(1+D)² + 2·R + 3·P, whatever the stream tells.
 //!
-//! The rooms: this file is the world and its steps; `checks` runs the
-//! searches and holds the deliberate defects; `network` is the hostile
-//! network; `sessions` the daemons' sessions and the store's session
-//! records; `trace` writes counterexamples.
+//! The rooms: this file is the world and its steps; `store` the store and
+//! the requests; `checks` runs the searches and holds the deliberate
+//! defects; `network` is the hostile network; `trace` writes
+//! counterexamples.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use stateright::{Model, Property};
 
-use std::collections::BTreeMap;
-
-use super::election::{
-    Action as CoreAction, AfterRelease, Core, ElectionConfig, Input, Mutations, Role, Tick,
-};
+use super::election::{AfterRelease, ElectionConfig, Mutations, Role, Tick, WriteOp};
 use super::hints::LeaseEvent;
-use super::session::{SessionCore, SessionView};
-use crate::core::record::{Condition, HolderMeta, Lease, Record, Stamp, WriteOutcome};
-use crate::core::store_error::StoreError;
+use super::node::{ElectionId, Moment, Node, NodeAction, NodeInput, NodeMutations, RequestId};
+use crate::core::record::{HolderMeta, Lease, Stamp};
 use crate::core::time::Instant;
 
 mod checks;
 mod network;
-mod sessions;
+mod store;
 mod trace;
 
-use super::session::SessionInput;
-use sessions::apply_session;
+use store::Request;
 
 /// Real time, ms.
 type Ms = u64;
 
-const ELECTION: &str = "e";
+/// The elections' names.
+const ELECTIONS: [&str; 2] = ["e0", "e1"];
 /// The name of the example of a takeover after a crash.
 pub(crate) const LED_AFTER_CRASH: &str = "a follower leads after a crash";
+/// The name of the example of a released election led again.
+pub(crate) const LED_AFTER_RELEASE: &str = "a released election is led again";
 /// Unix ms of real time 0 (record stamps only).
 const EPOCH_MS: u64 = 1_700_000_000_000;
 
 /// What the checker may do, and how far.
 #[derive(Debug, Clone)]
 pub(crate) struct Bounds {
-    /// The cores' identities (two may share one: a restarted process
+    /// The daemons' identities (two may share one: a restarted process
     /// while the old one is still paused).
     pub identities: [&'static str; 3],
+    /// Elections each daemon campaigns for (1 or 2).
+    pub elections: usize,
     /// Real time explored, ms.
     pub horizon: Ms,
     /// Hints delivered (replayed or forged).
     pub hints: u8,
-    /// Answers lost (the core gets a timeout).
+    /// Answers lost (the node gets a timeout).
     pub losses: u8,
     /// Resigns (to anyone, or to a named successor).
     pub resigns: u8,
-    /// Crashes (kill -9: the guard kills the job at once).
+    /// Crashes (kill -9: the guard kills the jobs at once).
     pub crashes: u8,
-    /// Pauses (SIGSTOP of leaderd, a stalled runtime): a frozen core does
-    /// nothing until it thaws, while its clock keeps running. Cores that
-    /// are not frozen wake when they are due.
+    /// Pauses (SIGSTOP of leaderd, a stalled runtime): a frozen node does
+    /// nothing until it thaws, while its clock keeps running.
     pub pauses: u8,
     /// Times time moves on while a request is in flight (a slow store, a
     /// late answer).
     pub delays: u8,
-    /// Timely mode for the bounded-delay property: only a leader crashes
-    /// (with no pauses, delays or losses: the store answers and the
-    /// followers are alive).
+    /// Times a daemon's app check starts failing (for good).
+    pub gate_closes: u8,
+    /// Times an election's record is deleted by hand (only with
+    /// `strict`: otherwise deleting a live record voids the guarantee, as
+    /// documented).
+    pub deletes: u8,
+    /// Timely mode, for the bounded-delay properties: the store answers
+    /// at once and never loses an answer, no node pauses, and only a
+    /// leader crashes.
     pub timely: bool,
-    /// Deliberate defects in every core.
+    /// Deliberate defects in every election core.
     pub mutations: Mutations,
-    /// Each core holds its tenures through its daemon's session (a
-    /// [`SessionCore`] beside it, with its own requests).
+    /// Deliberate defects in every node.
+    pub node_mutations: NodeMutations,
+    /// Every election is held through its daemon's session.
     pub sessions: bool,
+    /// Which daemons hear the owners' streams tell of their sessions'
+    /// writes (the others poll).
+    pub streams: [bool; 3],
+    /// Every election has `strict_new_lease`.
+    pub strict: bool,
+    /// The daemons' sessions open at once and stay open whatever their
+    /// elections want, as with balance (else each opens once an election
+    /// wants it and ends a lease after the last stopped wanting it).
+    pub always_session: bool,
+    /// Real time before which no app check fails and no one resigns (the
+    /// followers first time their leaders' sessions), ms.
+    pub settle: Ms,
 }
 
-/// One core and what is in flight for it.
+/// One daemon and what is in flight for it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Node {
-    core: Core,
-    /// The daemon's session, with sessions.
-    session: Option<SessionCore>,
-    /// The session as the core was last told of it.
-    view: Option<SessionView>,
+pub(crate) struct Daemon {
+    /// Shared with the states it came from until a step changes it (a
+    /// step changes one node or a few: the others are not copied).
+    node: Arc<Node>,
     alive: bool,
     frozen: bool,
     /// When it froze last, real ms.
     frozen_at: Ms,
-    request: Option<Request>,
-    /// The session core's request in flight.
-    session_request: Option<Request>,
-    /// The last event it told its followers (replayed by the network).
-    told: Option<LeaseEvent>,
-    /// The count of ended tenures of the session its election is held
-    /// through, as its daemon judges it.
-    count: crate::core::node::CountBasis,
+    /// Whether its app check passes.
+    gate: bool,
+    /// Its store requests in flight.
+    requests: BTreeMap<RequestId, Request>,
+    /// The last event it told of each election (replayed by the network).
+    told: Vec<Option<LeaseEvent>>,
 }
 
-/// A store request in flight; `answer` once the store has processed it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[allow(clippy::large_enum_variant)] // a few per state, never many
-enum Request {
-    /// A read of the record under `key`; `session`: the answer is a
-    /// session record the election core asked for.
-    Read {
-        key: String,
-        session: bool,
-        answer: Option<Result<Record, StoreError>>,
-    },
-    Write {
-        lease: Lease,
-        condition: Condition,
-        answer: Option<Result<WriteOutcome, StoreError>>,
-    },
+/// What the properties follow of one election.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct Watch {
+    /// The highest fencing token ever written, and the tenure (holder,
+    /// token) of the last held record.
+    top_token: u64,
+    tenure: Option<(String, u64)>,
+    /// When its record was last written, real ms.
+    written_at: Ms,
+    /// The crashed daemon led it: it is waited on to be led again.
+    orphaned: bool,
+    /// When it was last released to anyone, if nobody led it since.
+    released_at: Option<Ms>,
 }
 
 /// The whole system at one real instant.
@@ -151,18 +174,11 @@ enum Request {
 pub(crate) struct World {
     /// Real time, ms.
     pub t: Ms,
-    nodes: Vec<Node>,
-    /// The store's record (`None`: no item).
-    record: Option<Lease>,
-    /// The store's session records, by key.
-    sessions: BTreeMap<String, Lease>,
-    /// When each session record was last written, real ms: the earliest a
-    /// stream could have named its `rvn`.
-    session_written: BTreeMap<String, Ms>,
-    /// When the record was last written, real ms.
-    written_at: Ms,
+    daemons: Vec<Daemon>,
+    /// The store's records (elections' and sessions'), by key.
+    records: BTreeMap<String, Lease>,
     /// A write whose sender gave up on it, that may still apply.
-    stray: Option<(Lease, Condition)>,
+    stray: Option<(Lease, crate::core::record::Condition)>,
     /// rvns handed out so far (they are `r0`, `r1`, ...).
     rvns: u32,
     hints_left: u8,
@@ -171,16 +187,18 @@ pub(crate) struct World {
     crashes_left: u8,
     pauses_left: u8,
     delays_left: u8,
-    /// The highest fencing token ever written, and the tenure (holder,
-    /// token) of the last held record.
-    top_token: u64,
-    tenure: Option<(String, u64)>,
+    gate_closes_left: u8,
+    deletes_left: u8,
+    elections: Vec<Watch>,
     token_fell: bool,
     successor_passed_over: bool,
-    /// When a leading core crashed (timely mode).
+    took_while_failing: bool,
+    /// When a leading daemon crashed (timely mode).
     crashed_at: Option<Ms>,
-    /// Whether a core became leader since.
+    /// Whether a daemon became leader of an orphaned or released election
+    /// since.
     led_since_crash: bool,
+    led_since_release: bool,
 }
 
 /// A hint the network delivers.
@@ -198,40 +216,39 @@ pub(crate) enum Forged {
     NotLeader,
     /// The stream ends.
     Ended,
-    /// The last event core `n` told, again.
+    /// The last event daemon `n` told of the election, again.
     Replay(usize),
-}
-
-/// Whose request: the election core's or its session core's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Lane {
-    Election,
-    Session,
 }
 
 /// One step of the system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Step {
-    /// Core `n` handles the timeout it asked for.
+    /// Daemon `n`'s node handles the timeout it asked for.
     Wake(usize),
-    /// Core `n`'s session core handles the timeout it asked for.
-    WakeSession(usize),
-    /// The store processes core `n`'s request on a lane; a failed
-    /// condition is answered with the record when the flag is set.
-    Store(usize, Lane, bool),
-    /// Core `n` receives its answer on a lane.
-    Answer(usize, Lane),
-    /// Core `n`'s answer on a lane is lost: it gets a timeout.
-    Lose(usize, Lane),
-    /// Core `n` receives a hint.
-    Hint(usize, Forged),
-    /// Core `n` resigns, handing the lease to core `m`'s identity or anyone.
-    Resign(usize, Option<usize>),
-    /// Core `n` is killed (its job with it).
+    /// The store processes daemon `n`'s request; a failed condition is
+    /// answered with the record when the flag is set.
+    Store(usize, RequestId, bool),
+    /// Daemon `n` receives its answer.
+    Answer(usize, RequestId),
+    /// Daemon `n`'s answer is lost: it gets a timeout.
+    Lose(usize, RequestId),
+    /// Daemon `n` receives a hint for election `e`.
+    Hint(usize, usize, Forged),
+    /// Daemon `n` resigns election `e`, handing it to daemon `m`'s
+    /// identity or anyone.
+    Resign(usize, usize, Option<usize>),
+    /// Daemon `n`'s app check starts failing (its node is told with its
+    /// next input).
+    GateCloses(usize),
+    /// Daemon `n`, whose app check fails, releases election `e` it leads.
+    ReleaseFailing(usize, usize),
+    /// Election `e`'s record is deleted by hand.
+    Delete(usize),
+    /// Daemon `n` is killed (its jobs with it).
     Crash(usize),
-    /// Core `n` freezes.
+    /// Daemon `n` freezes.
     Freeze(usize),
-    /// Core `n` thaws.
+    /// Daemon `n` thaws.
     Thaw(usize),
     /// The stray write reaches the store.
     Stray,
@@ -239,52 +256,69 @@ pub(crate) enum Step {
     Advance(Ms),
 }
 
-/// The model: the election's timing and the bounds.
-pub(crate) struct ElectionModel {
+/// The model: the elections' timing and the bounds.
+pub(crate) struct NodeModel {
     pub cfg: ElectionConfig,
     pub bounds: Bounds,
 }
 
-/// Clock rate off real time, per mille, of core `n`: fast, slow, exact.
+/// Clock rate off real time, per mille, of daemon `n`: fast, slow, exact.
 fn drift_per_mille(cfg: &ElectionConfig, n: usize) -> i64 {
     let d = (cfg.max_clock_drift * 1000.0).round() as i64;
     [d, -d, 0][n]
 }
 
-impl ElectionModel {
+impl NodeModel {
     /// Defaults for the model: the built-in timing (L 10 s, R 5 s, P 1 s,
     /// G 2 s, M 200 ms, D 1 %).
-    pub fn new(bounds: Bounds) -> ElectionModel {
-        ElectionModel {
-            cfg: ElectionConfig::with_defaults(ELECTION, "a"),
+    pub fn new(bounds: Bounds) -> NodeModel {
+        NodeModel {
+            cfg: ElectionConfig {
+                strict_new_lease: bounds.strict,
+                ..ElectionConfig::with_defaults(ELECTIONS[0], "a")
+            },
             bounds,
         }
     }
 
-    /// Core `n`'s clock at real time `t`.
+    /// Daemon `n`'s clock at real time `t`.
     fn local(&self, n: usize, t: Ms) -> Instant {
         let rate = 1000 + drift_per_mille(&self.cfg, n);
         Instant::from_since_origin(Duration::from_micros(t * rate as u64))
     }
 
-    /// The first real ms at which core `n`'s clock reads `at` or later.
+    /// The first real ms at which daemon `n`'s clock reads `at` or later.
     fn real(&self, n: usize, at: Instant) -> Ms {
         let rate = (1000 + drift_per_mille(&self.cfg, n)) as u128;
         let micros = at.since_origin().as_micros();
         u64::try_from(micros.div_ceil(rate)).unwrap_or(u64::MAX)
     }
 
+    fn ms(d: Duration) -> f64 {
+        d.as_secs_f64() * 1000.0
+    }
+
     /// The bounded-delay limit after a crash: L·(1+D)² + 3·P, in real ms.
     pub fn takeover_bound(&self) -> Ms {
         let d = self.cfg.max_clock_drift;
-        let l = self.cfg.lease_duration.as_secs_f64() * (1.0 + d) * (1.0 + d);
-        let p = self.cfg.retry_interval.as_secs_f64() * 3.0;
-        ((l + p) * 1000.0).ceil() as Ms
+        let l = Self::ms(self.cfg.lease_duration) * (1.0 + d) * (1.0 + d);
+        (l + 3.0 * Self::ms(self.cfg.retry_interval)).ceil() as Ms
     }
 
-    fn node_config(&self, n: usize) -> ElectionConfig {
+    /// The limit after a release the stream hid:
+    /// 2·L·(1+D)² + 2·R + 3·P, in real ms.
+    pub fn release_bound(&self) -> Ms {
+        let d = self.cfg.max_clock_drift;
+        let l = Self::ms(self.cfg.lease_duration) * (1.0 + d) * (1.0 + d);
+        let r = Self::ms(self.cfg.renew_interval);
+        let p = Self::ms(self.cfg.retry_interval);
+        (2.0 * l + 2.0 * r + 3.0 * p).ceil() as Ms
+    }
+
+    fn election_config(&self, n: usize, e: usize) -> ElectionConfig {
         let id = self.bounds.identities[n];
         ElectionConfig {
+            name: ELECTIONS[e].into(),
             identity: id.into(),
             holder_meta: Some(HolderMeta {
                 address: Some(format!("{id}-{n}:80")),
@@ -294,406 +328,341 @@ impl ElectionModel {
         }
     }
 
-    /// Whether core `n`'s job may run at `w.t`.
-    pub fn runs_job(&self, w: &World, n: usize) -> bool {
-        let node = &w.nodes[n];
-        let s = node.core.state();
-        node.alive
+    /// Whether daemon `n`'s job of election `e` may run at `w.t`.
+    pub fn runs_job(&self, w: &World, n: usize, e: usize) -> bool {
+        let daemon = &w.daemons[n];
+        let s = daemon.node.state(ElectionId(e as u32));
+        daemon.alive
             && matches!(s.role, Role::Leader | Role::Stopping)
             && s.tenure
                 .as_ref()
                 .is_some_and(|t| self.local(n, w.t) < t.valid_until)
     }
 
-    /// What core `n` is told along with an input at `w.t`.
-    fn tick(&self, w: &World, n: usize) -> Tick {
-        Tick {
-            now: self.local(n, w.t),
-            stamp: Stamp {
-                rvn: format!("r{}", w.rvns),
-                unix_ms: EPOCH_MS + w.t,
+    fn leads(w: &World, n: usize, e: usize) -> bool {
+        w.daemons[n].node.state(ElectionId(e as u32)).role == Role::Leader
+    }
+}
+
+impl World {
+    /// Whether daemon `n` holds a tenure of any election.
+    fn leads_any(&self, n: usize) -> bool {
+        let node = &self.daemons[n].node;
+        (0..node.len()).any(|e| node.state(ElectionId(e as u32)).tenure.is_some())
+    }
+}
+
+impl NodeModel {
+    /// What daemon `n` is told along with an input at `w.t`.
+    fn moment(&self, w: &World, n: usize) -> Moment {
+        Moment {
+            tick: Tick {
+                now: self.local(n, w.t),
+                stamp: Stamp {
+                    rvn: format!("r{}", w.rvns),
+                    unix_ms: EPOCH_MS + w.t,
+                },
+                jitter: 0.0,
             },
-            jitter: 0.0,
+            may_campaign: w.daemons[n].gate,
         }
     }
 
-    /// Hand `input` to core `n` at `w.t` and collect what it asks for.
-    fn feed(&self, w: &mut World, n: usize, input: Input) {
-        let tick = self.tick(w, n);
-        let was_leader = w.nodes[n].core.state().role == Role::Leader;
-        let node = &mut w.nodes[n];
-        node.core.handle(&tick, input);
-        let mut ended = false;
-        while let Some(action) = node.core.poll_action() {
+    /// Hand `input` to daemon `n`'s node at `w.t` and collect what it asks
+    /// for.
+    fn feed(&self, w: &mut World, n: usize, input: NodeInput) {
+        let moment = self.moment(w, n);
+        let base = moment.tick.stamp.rvn.clone();
+        let led: Vec<bool> = (0..self.bounds.elections)
+            .map(|e| Self::leads(w, n, e))
+            .collect();
+        let daemon = &mut w.daemons[n];
+        let node = Arc::make_mut(&mut daemon.node);
+        node.handle(&moment, input);
+        let mut used = false;
+        while let Some(action) = node.poll_action() {
             match action {
-                CoreAction::Read { confirming, .. } => {
-                    if !confirming {
-                        node.count.read_sent();
-                    }
-                    node.request = Some(Request::Read {
-                        key: ELECTION.into(),
-                        session: false,
-                        answer: None,
-                    })
+                NodeAction::Read { request, key, .. } => {
+                    daemon.requests.insert(request, Request::read(key));
                 }
-                CoreAction::ReadSession { key, .. } => {
-                    node.request = Some(Request::Read {
-                        key,
-                        session: true,
-                        answer: None,
-                    })
+                NodeAction::ReadMany { request, keys, .. } => {
+                    daemon.requests.insert(request, Request::read_many(keys));
                 }
-                CoreAction::Write {
-                    lease, condition, ..
+                NodeAction::Write {
+                    request,
+                    op,
+                    lease,
+                    condition,
+                    ..
                 } => {
-                    if lease.rvn == tick.stamp.rvn {
-                        w.rvns += 1;
+                    used |= lease.rvn == base || lease.rvn.starts_with(&format!("{base}."));
+                    if !moment.may_campaign && matches!(op, WriteOp::Create | WriteOp::TakeOver) {
+                        w.took_while_failing = true;
                     }
-                    node.request = Some(Request::Write {
-                        lease,
-                        condition,
-                        answer: None,
-                    });
+                    daemon
+                        .requests
+                        .insert(request, Request::write(lease, condition));
                 }
-                CoreAction::Tell(event) => node.told = Some(event),
-                // A tenure's end moves the count its session's next write
-                // carries.
-                CoreAction::TenureOver => ended = true,
+                NodeAction::Tell { election, event } => {
+                    daemon.told[election.index()] = Some(event);
+                }
                 _ => {}
             }
         }
-        if !was_leader && node.core.state().role == Role::Leader && w.crashed_at.is_some() {
-            w.led_since_crash = true;
-        }
-        // The daemon keeps its session open while its election wants it.
-        let wants = node.core.wants_session();
-        let session = node.session.as_ref();
-        let count = session.map(SessionCore::tenures_ended).filter(|_| ended);
-        if session.is_some_and(|s| s.is_wanted() != wants) {
-            self.feed_session(w, n, SessionInput::Wanted(wants));
-        }
-        if let Some(count) = count {
-            self.feed_session(w, n, SessionInput::TenuresEnded(count + 1));
-        }
-    }
-
-    /// The store applies `lease` under `condition` if it holds.
-    fn apply(&self, w: &mut World, lease: &Lease, condition: &Condition) -> Option<Record> {
-        if lease.election != ELECTION {
-            return apply_session(w, lease, condition);
-        }
-        let current = w.record.clone().map_or(Record::Absent, Record::Valid);
-        if !condition.holds(&current, None) {
-            return Some(current);
-        }
-        if let Some(holder) = &lease.holder {
-            let tenure = (holder.clone(), lease.fencing_token);
-            if w.tenure.as_ref() != Some(&tenure) {
-                if lease.fencing_token <= w.top_token {
-                    w.token_fell = true;
+        w.rvns += u32::from(used);
+        for (e, was) in led.into_iter().enumerate() {
+            if !was && Self::leads(w, n, e) {
+                let watch = &mut w.elections[e];
+                if watch.orphaned {
+                    w.led_since_crash = true;
+                    watch.orphaned = false;
                 }
-                w.tenure = Some(tenure);
-            }
-            if let Some(old) = &w.record
-                && old.holder.is_none()
-                && old.successor.as_ref().is_some_and(|s| s != holder)
-                && w.t < w.written_at + self.cfg.lease_duration.as_millis() as u64
-            {
-                w.successor_passed_over = true;
+                if watch.released_at.take().is_some() {
+                    w.led_since_release = true;
+                }
             }
         }
-        w.top_token = w.top_token.max(lease.fencing_token);
-        w.record = Some(lease.clone());
-        w.written_at = w.t;
-        None
     }
 
-    fn node_steps(&self, w: &World, n: usize, steps: &mut Vec<Step>) {
-        let node = &w.nodes[n];
+    fn daemon_steps(&self, w: &World, n: usize, steps: &mut Vec<Step>) {
+        let daemon = &w.daemons[n];
         let b = &self.bounds;
-        if !node.alive {
+        if !daemon.alive {
             return;
         }
-        // The store serves a frozen core's request; the core hears of it
-        // once it thaws.
-        for (lane, request) in [
-            (Lane::Election, &node.request),
-            (Lane::Session, &node.session_request),
-        ] {
-            match request {
-                Some(Request::Read { answer: None, .. }) => steps.push(Step::Store(n, lane, false)),
-                Some(Request::Write { answer: None, .. }) => {
-                    steps.push(Step::Store(n, lane, false));
-                    steps.push(Step::Store(n, lane, true));
-                }
-                Some(_) if !node.frozen => steps.push(Step::Answer(n, lane)),
-                Some(_) => {}
-                None => {}
-            }
-            if request.is_some() && w.losses_left > 0 && !b.timely && !node.frozen {
-                steps.push(Step::Lose(n, lane));
-            }
-        }
-        if node.frozen {
+        self.request_steps(w, n, steps);
+        if daemon.frozen {
             steps.push(Step::Thaw(n));
             return;
         }
         if w.pauses_left > 0 {
             steps.push(Step::Freeze(n));
         }
-        if self.session_due(w, n) {
-            steps.push(Step::WakeSession(n));
+        if self.due(w, n) {
+            steps.push(Step::Wake(n));
         }
-        if node.request.is_none() {
-            if node
-                .core
-                .next_wake()
-                .is_some_and(|at| at <= self.local(n, w.t))
-            {
-                steps.push(Step::Wake(n));
-            }
-            let role = node.core.state().role;
-            if role == Role::Leader && w.resigns_left > 0 && !b.timely {
-                steps.push(Step::Resign(n, None));
-                for m in (0..3).filter(|m| *m != n) {
-                    steps.push(Step::Resign(n, Some(m)));
-                }
-            }
-            if node.core.takes_hints() && w.hints_left > 0 {
-                let kinds = [
-                    Forged::RenewedLive,
-                    Forged::RenewedMadeUp,
-                    Forged::ReleasedLive,
-                    Forged::ReleasedToReceiver,
-                    Forged::NotLeader,
-                    Forged::Ended,
-                ];
-                for kind in kinds.into_iter().chain((0..3).map(Forged::Replay)) {
-                    if self.forged_event(w, n, kind).is_some() {
-                        steps.push(Step::Hint(n, kind));
-                    }
-                }
-            }
+        for e in 0..b.elections {
+            self.election_steps(w, n, e, steps);
         }
-        // Only a core with a tenure is worth killing: a follower that dies
-        // only stops asking.
-        let may_crash = if b.timely {
-            node.core.state().role == Role::Leader && w.crashed_at.is_none()
-        } else {
-            node.core.state().tenure.is_some()
-        };
+        let holds = (0..b.elections).any(|e| {
+            let s = daemon.node.state(ElectionId(e as u32));
+            if b.timely {
+                s.role == Role::Leader
+            } else {
+                s.tenure.is_some()
+            }
+        });
+        let settled = w.t >= b.settle;
+        if w.gate_closes_left > 0 && daemon.gate && holds && settled {
+            steps.push(Step::GateCloses(n));
+        }
+        // Only a daemon with a tenure is worth killing: a follower that
+        // dies only stops asking.
+        let may_crash = holds && (!b.timely || w.crashed_at.is_none());
         if w.crashes_left > 0 && may_crash {
             steps.push(Step::Crash(n));
         }
     }
 
-    /// The store processes core `n`'s request: a read sees the record
-    /// now, a write applies if its condition holds (a failed one is
-    /// answered with the record when `with_record`).
-    fn serve(&self, w: &mut World, n: usize, lane: Lane, with_record: bool) -> Option<()> {
-        let processed = match w.nodes[n].slot(lane).clone()? {
-            Request::Read { key, session, .. } => Request::Read {
-                answer: Some(Ok(w.read(&key))),
-                key,
-                session,
-            },
-            Request::Write {
-                lease, condition, ..
-            } => {
-                let answer = match self.apply(w, &lease, &condition) {
-                    None => WriteOutcome::Applied,
-                    Some(current) => WriteOutcome::ConditionFailed {
-                        current: with_record.then_some(current),
-                    },
-                };
-                Request::Write {
-                    lease,
-                    condition,
-                    answer: Some(Ok(answer)),
+    /// What may happen to daemon `n`'s election `e`: a resign, a hint.
+    fn election_steps(&self, w: &World, n: usize, e: usize, steps: &mut Vec<Step>) {
+        let node = &w.daemons[n].node;
+        let id = ElectionId(e as u32);
+        if Self::leads(w, n, e) && !w.daemons[n].gate {
+            steps.push(Step::ReleaseFailing(n, e));
+        }
+        if Self::leads(w, n, e) && w.resigns_left > 0 && w.t >= self.bounds.settle {
+            steps.push(Step::Resign(n, e, None));
+            // Timely runs resign to anyone only: a handover to a daemon
+            // that cannot take it waits a lease, by design.
+            if !self.bounds.timely {
+                for m in (0..3).filter(|m| *m != n) {
+                    steps.push(Step::Resign(n, e, Some(m)));
                 }
             }
-        };
-        *w.nodes[n].slot(lane) = Some(processed);
-        Some(())
-    }
-
-    /// Core `n`'s answer is lost: it gets a timeout; a write that had not
-    /// reached the store yet may still reach it (a stray write).
-    fn lose(&self, w: &mut World, n: usize, lane: Lane) -> Option<()> {
-        w.losses_left -= 1;
-        let timeout = Err(StoreError::Timeout(self.cfg.renew_interval));
-        let request = w.nodes[n].slot(lane).take()?;
-        if let Request::Write {
-            lease,
-            condition,
-            answer: None,
-        } = &request
-            && w.stray.is_none()
-        {
-            w.stray = Some((lease.clone(), condition.clone()));
         }
-        self.answer(w, n, lane, request, Some(timeout))
-    }
-
-    /// Core `n` gets the answer of `request` on `lane` (or `timeout`
-    /// instead).
-    fn answer(
-        &self,
-        w: &mut World,
-        n: usize,
-        lane: Lane,
-        request: Request,
-        timeout: Option<Result<(), StoreError>>,
-    ) -> Option<()> {
-        let error = timeout.map(|t| t.expect_err("a timeout is an error"));
-        match (lane, request) {
-            (
-                Lane::Election,
-                Request::Read {
-                    session,
-                    answer,
-                    key,
-                },
-            ) => {
-                let res = error.map_or_else(|| answer.expect("answered"), Err);
-                let input = if session {
-                    let mut answer = self.session_answer(w, n, &key, res);
-                    if let Ok(record) = &answer.record {
-                        answer.moved = w.nodes[n].count.answered(&key, record);
-                    }
-                    Input::SessionRecord(answer)
-                } else {
-                    Input::Read(res)
-                };
-                self.feed(w, n, input);
-            }
-            (Lane::Election, Request::Write { answer, .. }) => {
-                let res = error.map_or_else(|| answer.expect("answered"), Err);
-                self.feed(w, n, Input::Written(res));
-            }
-            (Lane::Session, Request::Read { answer, .. }) => {
-                let res = error.map_or_else(|| answer.expect("answered"), Err);
-                self.feed_session(w, n, SessionInput::Read(res));
-            }
-            (Lane::Session, Request::Write { answer, .. }) => {
-                let res = error.map_or_else(|| answer.expect("answered"), Err);
-                self.feed_session(w, n, SessionInput::Written(res));
+        if node.core(id).takes_hints() && w.hints_left > 0 {
+            let kinds = [
+                Forged::RenewedLive,
+                Forged::RenewedMadeUp,
+                Forged::ReleasedLive,
+                Forged::ReleasedToReceiver,
+                Forged::NotLeader,
+                Forged::Ended,
+            ];
+            for kind in kinds.into_iter().chain((0..3).map(Forged::Replay)) {
+                if self.forged_event(w, n, e, kind).is_some() {
+                    steps.push(Step::Hint(n, e, kind));
+                }
             }
         }
-        Some(())
     }
 
-    /// Whether core `n` is idle and due to wake.
+    /// Whether daemon `n` is idle and due to wake.
     fn due(&self, w: &World, n: usize) -> bool {
-        let node = &w.nodes[n];
-        if self.session_due(w, n) {
-            return true;
-        }
-        node.alive
-            && !node.frozen
-            && node.request.is_none()
-            && node
-                .core
+        let daemon = &w.daemons[n];
+        daemon.alive
+            && !daemon.frozen
+            && daemon
+                .node
                 .next_wake()
                 .is_some_and(|at| at <= self.local(n, w.t))
     }
 
     /// Where time may move next, and whether that delays a request in
-    /// flight: to the next instant an idle core wants to be woken, or one
-    /// retry interval on when none does. Never while a core that is not
-    /// frozen is due.
+    /// flight: to the next instant a node wants to be woken, or one retry
+    /// interval on when none does. Never while a node that is not frozen
+    /// is due.
     fn next_instant(&self, w: &World) -> Option<(Ms, bool)> {
         if (0..3).any(|n| self.due(w, n)) {
             return None;
         }
         let delays = w
-            .nodes
+            .daemons
             .iter()
-            .any(|n| n.alive && !n.frozen && (n.request.is_some() || n.session_request.is_some()));
+            .any(|d| d.alive && !d.frozen && !d.requests.is_empty());
         if delays && w.delays_left == 0 {
             return None;
         }
         let next = (0..3)
-            .flat_map(|n| {
-                let node = &w.nodes[n];
-                let idle = node.alive && !node.frozen;
-                let core = (idle && node.request.is_none())
-                    .then(|| node.core.next_wake())
-                    .flatten();
-                let session = (idle && node.session_request.is_none())
-                    .then(|| node.session.as_ref().and_then(SessionCore::next_wake))
-                    .flatten();
-                [core, session]
-                    .into_iter()
-                    .flatten()
-                    .map(move |at| self.real(n, at))
+            .filter_map(|n| {
+                let daemon = &w.daemons[n];
+                let at = daemon.node.next_wake()?;
+                (daemon.alive && !daemon.frozen).then(|| self.real(n, at))
             })
             .filter(|t| *t > w.t)
             .min()
             .unwrap_or(w.t + self.cfg.retry_interval.as_millis() as u64);
         (next <= self.bounds.horizon).then_some((next, delays))
     }
+
+    fn resign(&self, w: &mut World, n: usize, e: usize, to: Option<usize>) {
+        w.resigns_left -= 1;
+        let (then, successor) = match to {
+            Some(m) => (
+                AfterRelease::Follow,
+                Some(self.bounds.identities[m].to_owned()),
+            ),
+            None => (AfterRelease::SitOut(self.cfg.lease_duration), None),
+        };
+        let election = ElectionId(e as u32);
+        self.feed(
+            w,
+            n,
+            NodeInput::Release {
+                election,
+                then,
+                successor,
+            },
+        );
+    }
+
+    /// Daemon `n`, whose app check fails, releases election `e` (its job
+    /// stopped first), as the daemon does, and takes nothing while the
+    /// check fails.
+    fn release_failing(&self, w: &mut World, n: usize, e: usize) {
+        let release = NodeInput::Release {
+            election: ElectionId(e as u32),
+            then: AfterRelease::SitOut(Duration::ZERO),
+            successor: None,
+        };
+        self.feed(w, n, release);
+    }
+
+    fn crash(&self, w: &mut World, n: usize) {
+        w.crashes_left -= 1;
+        for e in 0..self.bounds.elections {
+            if Self::leads(w, n, e) {
+                w.crashed_at = Some(w.t);
+                w.elections[e].orphaned = true;
+            }
+        }
+        let daemon = &mut w.daemons[n];
+        daemon.alive = false;
+        for request in std::mem::take(&mut daemon.requests).into_values() {
+            if let Request::Write {
+                lease,
+                condition,
+                answer: None,
+            } = request
+                && w.stray.is_none()
+            {
+                w.stray = Some((lease, condition));
+            }
+        }
+    }
 }
 
-impl Model for ElectionModel {
+impl Model for NodeModel {
     type State = World;
     type Action = Step;
 
     fn init_states(&self) -> Vec<World> {
         let start = Instant::from_since_origin(Duration::ZERO);
-        let nodes = (0..3)
+        let b = &self.bounds;
+        let daemons = (0..3)
             .map(|n| {
-                let core = Core::new(self.node_config(n), start, Duration::ZERO, true, true)
-                    .mutated(self.bounds.mutations);
-                let (core, session) = if self.bounds.sessions {
-                    // Opened once its election wants it, as in a daemon
-                    // without balance.
-                    let session = SessionCore::new(self.node_config(n), start, false);
-                    (core.through_sessions(), Some(session))
-                } else {
-                    (core, None)
-                };
-                Node {
-                    core,
-                    session,
-                    view: None,
+                let id = b.identities[n];
+                let mut node = Node::new(id, &self.cfg, start, true).mutated(b.node_mutations);
+                if b.sessions {
+                    node = node.with_session(self.election_config(n, 0), b.always_session);
+                }
+                for e in 0..b.elections {
+                    let mutations = b.mutations;
+                    node.add_election(self.election_config(n, e), Duration::ZERO, true, |c| {
+                        c.mutated(mutations)
+                    });
+                }
+                Daemon {
+                    node: Arc::new(node),
                     alive: true,
                     frozen: false,
                     frozen_at: 0,
-                    request: None,
-                    session_request: None,
-                    told: None,
-                    count: Default::default(),
+                    gate: true,
+                    requests: BTreeMap::new(),
+                    told: vec![None; b.elections],
                 }
             })
             .collect();
         vec![World {
             t: 0,
-            nodes,
-            record: None,
-            sessions: BTreeMap::new(),
-            session_written: BTreeMap::new(),
-            written_at: 0,
+            daemons,
+            records: BTreeMap::new(),
             stray: None,
             rvns: 0,
-            hints_left: self.bounds.hints,
-            losses_left: self.bounds.losses,
-            resigns_left: self.bounds.resigns,
-            crashes_left: self.bounds.crashes,
-            pauses_left: self.bounds.pauses,
-            delays_left: self.bounds.delays,
-            top_token: 0,
-            tenure: None,
+            hints_left: b.hints,
+            losses_left: b.losses,
+            resigns_left: b.resigns,
+            crashes_left: b.crashes,
+            pauses_left: b.pauses,
+            delays_left: b.delays,
+            gate_closes_left: b.gate_closes,
+            deletes_left: b.deletes,
+            elections: vec![Watch::default(); b.elections],
             token_fell: false,
             successor_passed_over: false,
+            took_while_failing: false,
             crashed_at: None,
             led_since_crash: false,
+            led_since_release: false,
         }]
     }
 
     fn actions(&self, w: &World, steps: &mut Vec<Step>) {
         for n in 0..3 {
-            self.node_steps(w, n, steps);
+            self.daemon_steps(w, n, steps);
+        }
+        if w.deletes_left > 0 {
+            for (e, name) in ELECTIONS.iter().enumerate().take(self.bounds.elections) {
+                let live = w.records.get(*name).is_some_and(|l| l.holder.is_some());
+                // Tokens rise across a deletion because a new item's token
+                // is at least the wall clock's ms: deleted once the clock
+                // passed every token written.
+                let past = EPOCH_MS + w.t > w.elections[e].top_token;
+                if live && past {
+                    steps.push(Step::Delete(e));
+                }
+            }
         }
         if w.stray.is_some() {
             steps.push(Step::Stray);
@@ -706,55 +675,37 @@ impl Model for ElectionModel {
     fn next_state(&self, last: &World, step: Step) -> Option<World> {
         let mut w = last.clone();
         match step {
-            Step::Wake(n) => self.feed(&mut w, n, Input::Timeout),
-            Step::WakeSession(n) => self.feed_session(&mut w, n, SessionInput::Timeout),
-            Step::Store(n, lane, with_record) => self.serve(&mut w, n, lane, with_record)?,
-            Step::Answer(n, lane) => {
-                let request = w.nodes[n].slot(lane).take()?;
-                self.answer(&mut w, n, lane, request, None)?;
+            Step::Wake(n) => self.feed(&mut w, n, NodeInput::Timeout),
+            Step::Store(n, request, with_record) => self.serve(&mut w, n, &request, with_record)?,
+            Step::Answer(n, request) => self.answer(&mut w, n, &request, false)?,
+            Step::Lose(n, request) => {
+                w.losses_left -= 1;
+                self.answer(&mut w, n, &request, true)?;
             }
-            Step::Lose(n, lane) => self.lose(&mut w, n, lane)?,
-            Step::Hint(n, kind) => {
+            Step::Hint(n, e, kind) => {
                 w.hints_left -= 1;
-                let hint = self.forged_event(&w, n, kind)?;
-                self.feed(&mut w, n, Input::Hint(hint));
+                let hint = self.forged_event(&w, n, e, kind)?;
+                let election = ElectionId(e as u32);
+                self.feed(&mut w, n, NodeInput::Hint { election, hint });
             }
-            Step::Resign(n, to) => {
-                w.resigns_left -= 1;
-                let (then, successor) = match to {
-                    Some(m) => (
-                        AfterRelease::Follow,
-                        Some(self.bounds.identities[m].to_owned()),
-                    ),
-                    None => (AfterRelease::SitOut(self.cfg.lease_duration), None),
-                };
-                self.feed(&mut w, n, Input::Release { then, successor });
+            Step::Resign(n, e, to) => self.resign(&mut w, n, e, to),
+            Step::GateCloses(n) => {
+                w.gate_closes_left -= 1;
+                w.daemons[n].gate = false;
             }
-            Step::Crash(n) => {
-                w.crashes_left -= 1;
-                if w.nodes[n].core.state().role == Role::Leader {
-                    w.crashed_at = Some(w.t);
-                }
-                let node = &mut w.nodes[n];
-                node.alive = false;
-                for request in [node.request.take(), node.session_request.take()] {
-                    if let Some(Request::Write {
-                        lease,
-                        condition,
-                        answer: None,
-                    }) = request
-                        && w.stray.is_none()
-                    {
-                        w.stray = Some((lease, condition));
-                    }
-                }
+            Step::ReleaseFailing(n, e) => self.release_failing(&mut w, n, e),
+            Step::Delete(e) => {
+                w.deletes_left -= 1;
+                w.records.remove(ELECTIONS[e]);
+                w.elections[e].written_at = w.t;
             }
+            Step::Crash(n) => self.crash(&mut w, n),
             Step::Freeze(n) => {
                 w.pauses_left -= 1;
-                w.nodes[n].frozen = true;
-                w.nodes[n].frozen_at = w.t;
+                w.daemons[n].frozen = true;
+                w.daemons[n].frozen_at = w.t;
             }
-            Step::Thaw(n) => w.nodes[n].frozen = false,
+            Step::Thaw(n) => w.daemons[n].frozen = false,
             Step::Stray => {
                 let (lease, condition) = w.stray.take()?;
                 self.apply(&mut w, &lease, &condition);
@@ -775,24 +726,39 @@ impl Model for ElectionModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("one job at a time", |m: &ElectionModel, w: &World| {
-                (0..3).filter(|n| m.runs_job(w, *n)).count() <= 1
+            Property::always("one job at a time", |m: &NodeModel, w: &World| {
+                (0..m.bounds.elections)
+                    .all(|e| (0..3).filter(|n| m.runs_job(w, *n, e)).count() <= 1)
             }),
             Property::always("fencing tokens rise", |_, w: &World| !w.token_fell),
             Property::always(
                 "a handed-over lease waits a lease for others",
                 |_, w: &World| !w.successor_passed_over,
             ),
+            Property::always("no take while the app check fails", |_, w: &World| {
+                !w.took_while_failing
+            }),
             Property::always(
                 "a follower leads in time after a crash",
-                |m: &ElectionModel, w: &World| {
+                |m: &NodeModel, w: &World| {
+                    let orphaned = w.elections.iter().any(|e| e.orphaned);
                     !m.bounds.timely
-                        || w.led_since_crash
+                        || !orphaned
                         || w.crashed_at.is_none_or(|c| w.t <= c + m.takeover_bound())
                 },
             ),
-            // An example, so that the bound above is seen to be reached.
+            Property::always(
+                "a released election is led again in time",
+                |m: &NodeModel, w: &World| {
+                    !m.bounds.timely
+                        || w.elections
+                            .iter()
+                            .all(|e| e.released_at.is_none_or(|r| w.t <= r + m.release_bound()))
+                },
+            ),
+            // Examples, so that the bounds above are seen to be reached.
             Property::sometimes(LED_AFTER_CRASH, |_, w: &World| w.led_since_crash),
+            Property::sometimes(LED_AFTER_RELEASE, |_, w: &World| w.led_since_release),
         ]
     }
 

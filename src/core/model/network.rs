@@ -1,16 +1,25 @@
 //! The hostile network: what a follower may be told at any time.
 
-use super::{ELECTION, ElectionModel, Forged, World};
+use super::{ELECTIONS, Forged, NodeModel, World};
 use crate::core::hints::{Hint, LeaseEvent};
 
-impl ElectionModel {
-    pub(super) fn forged_event(&self, w: &World, receiver: usize, kind: Forged) -> Option<Hint> {
+impl NodeModel {
+    /// The hint of `kind` daemon `receiver` may be told now of election
+    /// `e`, if there is one.
+    pub(super) fn forged_event(
+        &self,
+        w: &World,
+        receiver: usize,
+        e: usize,
+        kind: Forged,
+    ) -> Option<Hint> {
         let at = self.local(receiver, w.t);
-        let live = w.record.as_ref().map(|l| l.rvn.clone());
+        let name = ELECTIONS[e];
+        let live = w.records.get(name).map(|l| l.rvn.clone());
         let me = self.bounds.identities[receiver].to_owned();
         let event = match kind {
             Forged::RenewedLive | Forged::RenewedMadeUp => LeaseEvent::Renewed {
-                election: ELECTION.into(),
+                election: name.into(),
                 holder: me,
                 rvn: if kind == Forged::RenewedLive {
                     live?
@@ -21,16 +30,16 @@ impl ElectionModel {
                 lease_ms: 1,
             },
             Forged::ReleasedLive | Forged::ReleasedToReceiver => LeaseEvent::Released {
-                election: ELECTION.into(),
+                election: name.into(),
                 rvn: live?,
                 fencing_token: u64::MAX,
                 successor: (kind == Forged::ReleasedToReceiver).then_some(me),
             },
             Forged::NotLeader => LeaseEvent::NotLeader {
-                election: ELECTION.into(),
+                election: name.into(),
             },
             Forged::Ended => return Some(Hint::Ended),
-            Forged::Replay(m) => w.nodes[m].told.clone()?,
+            Forged::Replay(m) => w.daemons[m].told.get(e)?.clone()?,
         };
         Some(Hint::Event {
             at,

@@ -11,7 +11,8 @@
 //! which inputs reach each election.
 //!
 //! Like the cores it reads no clock, draws no random number and does no
-//! IO: its driver (`crate::driver`, the model checker in the tests)
+//! IO: its driver (for now only the model checker, `super::model`: the
+//! daemon still runs a task per election, `crate::election`)
 //! hands it what happened with the [`Moment`] now, carries out the
 //! [`NodeAction`]s it asks for (store requests concurrently, each
 //! answered with its [`RequestId`]), and wakes it at

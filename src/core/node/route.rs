@@ -23,8 +23,9 @@ impl Node {
     /// Hand `input` to election `id` (after the session view it has not
     /// been told yet), then route what it asks for. A command (a release,
     /// the end, a read-back's record) waits while the election has a
-    /// request in flight: it is fed nothing but that answer, and the
-    /// state of the daemon (the app check's verdict, the session).
+    /// request in flight: it is fed nothing but that answer and the state
+    /// of the daemon (the app check's verdict, the session), which the
+    /// core takes at any time.
     fn feed(&mut self, id: ElectionId, input: Input) {
         let Some(slot) = self.slots.get_mut(id.index()) else {
             return;
@@ -37,11 +38,12 @@ impl Node {
             slot.deferred.push_back(input);
             return;
         }
-        let answer = matches!(
-            input,
-            Input::Read(_) | Input::Written(_) | Input::SessionRecord(_)
-        );
-        if slot.view_seq != self.view_seq && !answer && !matches!(input, Input::Session(_)) {
+        // The session as it is now comes before anything else, answers
+        // too (a round must not take through a session ended meanwhile),
+        // but after the app check's verdict (a round that waits for the
+        // session must not take once the check closed).
+        let first = matches!(input, Input::Gate(_) | Input::Session(_));
+        if slot.view_seq != self.view_seq && !first {
             let view = self.view.clone();
             self.slots[id.index()].view_seq = self.view_seq;
             self.step(id, Input::Session(view));
