@@ -29,7 +29,7 @@ readonly BUILDER=localhost/leaderd-ci/builder:stand-in
 # buildah keeps the Dockerfile's cache mounts (cargo's registry and target
 # dir) under $TMPDIR/buildah-cache-UID: here in the machine's cache, one per
 # version of the rustc wrapper. Before each build leaderd's own fingerprints
-# go (see the build below), so only the crates.io dependencies are reused.
+# go (see the build below), so only the registry dependencies are reused.
 BUILD_CACHE=$CI_CACHE/image-build-$(sha256sum .ci/packaging/stand-in/rustc-static-bins.sh | cut -c1-12)
 readonly BUILD_CACHE
 
