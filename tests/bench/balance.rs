@@ -443,19 +443,7 @@ fn resign_one(
         .ok_or_else(|| format!("{} leads no election to resign", leader.identity))?;
     let before: Vec<_> = all.iter().map(|i| requests_by_op(i)).collect();
     let from = mono_ns();
-    let out = std::process::Command::new(&env.bin)
-        .args(["resign", &election, "--url"])
-        .arg(format!("http://127.0.0.1:{}", leader.port))
-        .env("LEADERD_HTTP__ADMIN_TOKEN", crate::harness::ADMIN_TOKEN)
-        .output()
-        .map_err(|e| format!("cannot run leaderd resign: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "leaderd resign {election} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    crate::scenarios::resign(env, leader, &election, None)?;
     sleep_until(from + RESIGN_WINDOW.as_nanos() as u64);
     let minutes = ms_between(from, mono_ns()) / 60e3;
     for (k, instance) in all.iter().enumerate() {

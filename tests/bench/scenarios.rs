@@ -328,7 +328,12 @@ pub fn failover(
                 let to = (leader + rand::rng().random_range(1..size)) % size;
                 let to_identity = cluster.instance(to)?.identity.clone();
                 let at = mono_ns();
-                resign_to(env, cluster.instance(leader)?, &cluster.label, &to_identity)?;
+                resign(
+                    env,
+                    cluster.instance(leader)?,
+                    &cluster.label,
+                    Some(&to_identity),
+                )?;
                 named = Some(to_identity);
                 (at, None)
             }
@@ -881,18 +886,29 @@ pub fn startup(env: &Env, store: SocketAddr, trials: usize) -> Result<Vec<Startu
     Ok(results)
 }
 
-/// `leaderd resign ELECTION --to IDENTITY` against `leader`: the command
+/// `leaderd resign ELECTION [--to IDENTITY]` against `leader`: the command
 /// line an operator uses, waited for to its end.
-fn resign_to(env: &Env, leader: &Instance, election: &str, to: &str) -> Result<(), String> {
-    let out = std::process::Command::new(&env.bin)
-        .args(["resign", election, "--to", to, "--url"])
+pub fn resign(
+    env: &Env,
+    leader: &Instance,
+    election: &str,
+    to: Option<&str>,
+) -> Result<(), String> {
+    let mut cmd = std::process::Command::new(&env.bin);
+    cmd.args(["resign", election]);
+    if let Some(to) = to {
+        cmd.args(["--to", to]);
+    }
+    let out = cmd
+        .arg("--url")
         .arg(format!("http://127.0.0.1:{}", leader.port))
         .env("LEADERD_HTTP__ADMIN_TOKEN", ADMIN_TOKEN)
         .output()
         .map_err(|e| format!("cannot run leaderd resign: {e}"))?;
     if !out.status.success() {
+        let to = to.map_or(String::new(), |to| format!(" --to {to}"));
         return Err(format!(
-            "leaderd resign {election} --to {to} failed ({}): {}",
+            "leaderd resign {election}{to} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
