@@ -189,6 +189,55 @@ fn requests_by_op(instance: &Instance) -> BTreeMap<String, f64> {
     by_op
 }
 
+/// A configuration of `n` elections named `PREFIX{n}[s]-RANDOM-i`, held
+/// through sessions when `sessions`, with `balance` as given: (label, path).
+fn write_config(
+    env: &Env,
+    store: SocketAddr,
+    prefix: &str,
+    n: usize,
+    sessions: bool,
+    balance: bool,
+) -> Result<(String, std::path::PathBuf), String> {
+    let label = format!(
+        "{prefix}{n}{}-{:06x}",
+        if sessions { "s" } else { "" },
+        rand::random::<u32>() & 0xff_ffff
+    );
+    let elections: Vec<String> = (0..n).map(|i| format!("{label}-{i:05}")).collect();
+    let config = env.write_config(
+        &format!("{label}.toml"),
+        &format!("http://{store}"),
+        &elections,
+        &[],
+    )?;
+    crate::harness::set_sessions(&config, sessions)?;
+    if balance {
+        // A top-level key goes before the first table.
+        let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+        std::fs::write(&config, format!("balance = true\n{text}")).map_err(|e| e.to_string())?;
+    }
+    Ok((label, config))
+}
+
+/// The first instance (`LABEL-a`), started alone and waited for until it
+/// leads all `n`.
+fn start_leading_all(
+    env: &Env,
+    label: &str,
+    config: &std::path::Path,
+    n: usize,
+) -> Result<Instance, String> {
+    let mut first = Instance::start(env, &format!("{label}-a"), config, &[])?;
+    first.wait_http(Duration::from_secs(30))?;
+    let lead_limit = Duration::from_secs(60) + Duration::from_millis(100 * n as u64);
+    poll(lead_limit, Duration::from_millis(200), || {
+        (led(&first) == n).then_some(())
+    })
+    .ok_or_else(|| format!("{label}: the first instance did not lead all {n}"))?;
+    Ok(first)
+}
+
 /// `n` elections over three balancing instances, held through sessions
 /// when `sessions`.
 pub fn measure(
@@ -199,33 +248,9 @@ pub fn measure(
     clock_ticks: f64,
     sessions: bool,
 ) -> Result<BalanceRun, String> {
-    let label = format!(
-        "bal{n}{}-{:06x}",
-        if sessions { "s" } else { "" },
-        rand::random::<u32>() & 0xff_ffff
-    );
-    let elections: Vec<String> = (0..n).map(|i| format!("{label}-{i:04}")).collect();
-    let config = env.write_config(
-        &format!("{label}.toml"),
-        &format!("http://{store}"),
-        &elections,
-        &[],
-    )?;
-    crate::harness::set_sessions(&config, sessions)?;
-    // A top-level key goes before the first table.
-    let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
-    std::fs::write(&config, format!("balance = true\n{text}")).map_err(|e| e.to_string())?;
-
-    let mut first = Instance::start(env, &format!("{label}-a"), &config, &[])?;
-    first.wait_http(Duration::from_secs(30))?;
-    let lead_limit = Duration::from_secs(60) + Duration::from_millis(100 * n as u64);
-    let first_leads_all_s = {
-        poll(lead_limit, Duration::from_millis(200), || {
-            (led(&first) == n).then_some(())
-        })
-        .ok_or_else(|| format!("{label}: the first instance did not lead all {n}"))?;
-        ms_between(first.spawned_ns, mono_ns()) / 1e3
-    };
+    let (label, config) = write_config(env, store, "bal", n, sessions, true)?;
+    let mut first = start_leading_all(env, &label, &config, n)?;
+    let first_leads_all_s = ms_between(first.spawned_ns, mono_ns()) / 1e3;
     eprintln!("  first instance leads all {n} after {first_leads_all_s:.1} s");
     let mut second = Instance::start(env, &format!("{label}-b"), &config, &[])?;
     second.wait_http(Duration::from_secs(30))?;
@@ -684,26 +709,8 @@ pub fn takeover_all(
     n: usize,
     sessions: bool,
 ) -> Result<TakeoverAll, String> {
-    let label = format!(
-        "all{n}{}-{:06x}",
-        if sessions { "s" } else { "" },
-        rand::random::<u32>() & 0xff_ffff
-    );
-    let elections: Vec<String> = (0..n).map(|i| format!("{label}-{i:05}")).collect();
-    let config = env.write_config(
-        &format!("{label}.toml"),
-        &format!("http://{store}"),
-        &elections,
-        &[],
-    )?;
-    crate::harness::set_sessions(&config, sessions)?;
-    let mut first = Instance::start(env, &format!("{label}-a"), &config, &[])?;
-    first.wait_http(Duration::from_secs(30))?;
-    let lead_limit = Duration::from_secs(60) + Duration::from_millis(100 * n as u64);
-    poll(lead_limit, Duration::from_millis(200), || {
-        (led(&first) == n).then_some(())
-    })
-    .ok_or_else(|| format!("{label}: the first instance did not lead all {n}"))?;
+    let (label, config) = write_config(env, store, "all", n, sessions, false)?;
+    let mut first = start_leading_all(env, &label, &config, n)?;
     let mut second = Instance::start(env, &format!("{label}-b"), &config, &[])?;
     second.wait_http(Duration::from_secs(30))?;
     std::thread::sleep(Duration::from_secs(10));
