@@ -48,26 +48,51 @@ pub fn create_sql(table: &str) -> String {
 
 /// Create the table unless it exists. An existing one is left alone
 /// without a `CREATE`, which would need the privilege to create in its
-/// schema even when it skips the table. Of several instances creating it
-/// at once, one does; PostgreSQL fails the others (`IF NOT EXISTS`
-/// notwithstanding) with a duplicate key in its catalog, which here means
-/// they find it made.
+/// schema even when it skips the table. `CREATE TABLE IF NOT EXISTS` is not
+/// safe against itself: of several run at once, PostgreSQL can fail all but
+/// one with a duplicate key in its catalog (the table's name, or its row
+/// type's). So creators of the same table queue on a transaction-scoped
+/// advisory lock named after it, and the statement runs in the lock's
+/// transaction; a duplicate error that still comes (a creator that is not
+/// leaderd) means the table was made, once that is seen.
 pub async fn create(client: &Client, table: &str) -> Result<(), tokio_postgres::Error> {
     use tokio_postgres::error::SqlState;
     if exists(client, table).await? {
         return Ok(());
     }
-    match client.batch_execute(&create_sql(table)).await {
+    // One simple query of two statements is one transaction: the lock is
+    // held until the `CREATE` commits.
+    let batch = format!(
+        "SELECT pg_advisory_xact_lock({}); {}",
+        lock_key(table),
+        create_sql(table)
+    );
+    match client.batch_execute(&batch).await {
         Err(e)
             if matches!(
                 e.code(),
-                Some(&SqlState::UNIQUE_VIOLATION | &SqlState::DUPLICATE_TABLE)
+                Some(
+                    &SqlState::UNIQUE_VIOLATION
+                        | &SqlState::DUPLICATE_TABLE
+                        | &SqlState::DUPLICATE_OBJECT
+                )
             ) && exists(client, table).await? =>
         {
             Ok(())
         }
         other => other,
     }
+}
+
+/// The advisory lock key of creating `table` (quoted): FNV-1a of the name,
+/// the same in every build, so any two leaderd versions queue on it.
+fn lock_key(table: &str) -> i64 {
+    let hash = format!("leaderd table create {table}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
 /// Whether the table `table` (quoted) exists.
