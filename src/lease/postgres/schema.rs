@@ -144,6 +144,23 @@ pub async fn check(
         columns.push((row.try_get::<_, String>(0)?, row.try_get::<_, String>(1)?));
         key = row.try_get(2)?;
     }
+    let problems = shape_problems(&columns, &key);
+    if !problems.is_empty() {
+        return Err(StoreError::WrongSchema {
+            table: table.clone(),
+            detail: format!(
+                "{} (the table leaderd needs: `leaderd table create --store postgres --print`)",
+                problems.join("; ")
+            ),
+        }
+        .into());
+    }
+    check_privileges(client, oid, names, needed).await
+}
+
+/// What is wrong with a table of `columns` (name, type) keyed by `key`,
+/// against the table leaderd makes: one line per problem.
+fn shape_problems(columns: &[(String, String)], key: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     let mut missing = Vec::new();
     for (column, ty) in TYPES {
@@ -177,16 +194,17 @@ pub async fn check(
             )
         });
     }
-    if !problems.is_empty() {
-        return Err(StoreError::WrongSchema {
-            table: table.clone(),
-            detail: format!(
-                "{} (the table leaderd needs: `leaderd table create --store postgres --print`)",
-                problems.join("; ")
-            ),
-        }
-        .into());
-    }
+    problems
+}
+
+/// Whether leaderd's role holds the privileges `needed` on the table `oid`.
+async fn check_privileges(
+    client: &Client,
+    oid: i64,
+    names: &Names,
+    needed: &[&str],
+) -> Result<(), CheckError> {
+    let table = &names.table;
     let row = client
         .query_typed_one(
             "SELECT has_table_privilege($1::int8::oid, 'SELECT'), \
@@ -239,6 +257,42 @@ impl From<tokio_postgres::Error> for CheckError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_table_of_the_made_shape_has_no_problem() {
+        let columns = owned(&TYPES);
+        assert!(shape_problems(&columns, &["election".to_owned()]).is_empty());
+    }
+
+    #[test]
+    fn each_difference_from_the_made_shape_is_named() {
+        let mut columns = owned(&TYPES);
+        columns.retain(|(c, _)| c != "rvn" && c != "session");
+        columns[1].1 = "character varying".to_owned();
+        let problems = shape_problems(&columns, &["election".to_owned(), "holder".to_owned()]);
+        assert_eq!(
+            problems,
+            [
+                "2 of leaderd's 12 columns are missing (`rvn`, `session`)",
+                "column `holder` is character varying, expected text",
+                "its primary key is (election, holder), expected (election)",
+            ]
+        );
+        assert_eq!(
+            shape_problems(&owned(&TYPES[1..]), &[]),
+            [
+                "column `election` is missing",
+                "it has no primary key, expected (election)"
+            ]
+        );
+    }
 
     #[test]
     fn the_create_statement_names_every_column_once() {
