@@ -46,7 +46,7 @@
 //! - [`exit`]: the process exit codes.
 //! - [`text`]: how values are written into messages (durations, user input, hex).
 
-// No function over 80 lines (clippy.toml): a longer one hides its steps.
+// No function over 80 lines (.clippy.toml): a longer one hides its steps.
 #![warn(clippy::too_many_lines)]
 
 pub mod app_check;

@@ -3,7 +3,7 @@
 //! This file stays thin: every behaviour lives in the library. It is the only
 //! place that uses `anyhow`, and the only place that exits the process.
 
-// No function over 80 lines (clippy.toml): a longer one hides its steps.
+// No function over 80 lines (.clippy.toml): a longer one hides its steps.
 #![warn(clippy::too_many_lines)]
 
 use std::time::Duration;
