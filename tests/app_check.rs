@@ -102,6 +102,17 @@ fn check_history(history: &Path) -> common::history::Summary {
     common::history::check(&log).unwrap_or_else(|v| panic!("{v}\n{log}"))
 }
 
+/// Waits (up to 10 s) until the history holds `n` tenures. A job's first
+/// line may take a moment on a busy machine (the job is a Python script),
+/// and a tenure ended before its job wrote a line leaves no trace: so each
+/// tenure is seen in the history before the test ends it. (If it never
+/// comes, the test's assertion on the history shows it.)
+fn wait_for_tenures(history: &Path, n: usize) {
+    let _ = wait_until(Duration::from_secs(10), || {
+        check_history(history).tenures.len() >= n
+    });
+}
+
 #[test]
 fn a_leader_whose_app_fails_hands_over_nobody_leads_while_all_fail_and_it_leads_again() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -113,6 +124,7 @@ fn a_leader_whose_app_fails_hands_over_nobody_leads_while_all_fail_and_it_leads_
     wait_until(Duration::from_secs(15), || a.is_leader())
         .unwrap_or_else(|| panic!("a does not lead; log:\n{}", a.log()));
     assert_eq!(app_check(&a).as_deref(), Some("pass"));
+    wait_for_tenures(&history, 1);
     let b = start(dir.path(), "b", &db, &app_b, FAILURES, &history);
     wait_until(Duration::from_secs(10), || {
         app_check(&b).as_deref() == Some("pass")
@@ -135,6 +147,7 @@ fn a_leader_whose_app_fails_hands_over_nobody_leads_while_all_fail_and_it_leads_
     assert_eq!(app_check(&a).as_deref(), Some("fail"));
     assert_eq!(metric(&a, "leaderd_app_check_up"), Some(0.0));
     assert!(metric(&a, "leaderd_app_check_failures_total").unwrap_or(0.0) >= f64::from(FAILURES));
+    wait_for_tenures(&history, 2);
 
     // Both fail: nobody leads, no job runs, for a while.
     app_b.set("fail");
@@ -172,12 +185,7 @@ fn a_leader_whose_app_fails_hands_over_nobody_leads_while_all_fail_and_it_leads_
         metric(&a, "leaderd_child_running") == Some(1.0)
     })
     .expect("a's job runs");
-    // Its first line may take a moment on a busy machine (the job is a
-    // Python script): wait for the third tenure's start, then a beat.
-    // (If it never comes, the assertion below shows the history.)
-    let _ = wait_until(Duration::from_secs(5), || {
-        check_history(&history).tenures.len() >= 3
-    });
+    wait_for_tenures(&history, 3);
     std::thread::sleep(Duration::from_millis(300));
 
     let summary = check_history(&history);
