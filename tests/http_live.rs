@@ -379,8 +379,10 @@ fn resign_bodies_that_are_not_json_objects_are_400_and_change_nothing() {
     assert!(!a.log().contains("resign requested"), "{}", a.log());
 }
 
-/// A job that needs 3 s to stop after its stop signal.
-const SLOW_TO_STOP: &str = "trap 'sleep 3; exit 0' TERM; while :; do sleep 0.1; done";
+/// A job that needs 3 s to stop after its stop signal, and says on stderr
+/// (in leaderd's log) each time one comes.
+const SLOW_TO_STOP: &str =
+    "trap 'echo job: stop signal >&2; sleep 3; exit 0' TERM; while :; do sleep 0.1; done";
 
 /// Where the leases of a test live.
 #[derive(Debug, Clone, Copy)]
@@ -497,13 +499,18 @@ fn wait_for_step_down(node: &Leaderd) {
 
 /// SIGTERM while a resign waits for the job to stop: the resign is answered
 /// (200: it stepped down as the daemon exited), its `to` is the successor
-/// named by the release at exit, and the daemon exits once the job is gone
-/// rather than after the HTTP drain waiting for its own pending answer.
+/// named by the release at exit, the job is not signalled twice, and the
+/// daemon exits once the job is gone rather than after the HTTP drain
+/// waiting for its own pending answer.
 fn sigterm_during_a_resign_answers_it_keeps_its_successor_and_exits_with_the_job(store: Store) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut a = leader_with_a_slow_job(dir.path(), store);
     let cli = resign_cli(&a, "b");
     wait_for_step_down(&a);
+    // The job's shell is in its trap by now: a second TERM would run the
+    // trap again (another 3 s). The daemon sends none to a job it asked to
+    // stop already.
+    std::thread::sleep(Duration::from_millis(500));
     let sigterm = std::time::Instant::now();
     a.signal(nix::sys::signal::Signal::SIGTERM);
     let status = a
@@ -520,8 +527,15 @@ fn sigterm_during_a_resign_answers_it_keeps_its_successor_and_exits_with_the_job
         !log.contains("still open after the drain time"),
         "waited on its own resign:\n{log}"
     );
-    // The job needs under 3 s from the resign's stop signal; the HTTP drain
-    // alone would add 5 s.
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.trim() == "job: stop signal")
+            .count(),
+        1,
+        "the job was signalled twice:\n{log}"
+    );
+    // The job needs 3 s from the resign's stop signal (2.5 s after the
+    // SIGTERM); a second signal would add 3 s, the HTTP drain 5 s.
     assert!(
         took < Duration::from_secs(5),
         "exited {took:?} after SIGTERM:\n{log}"

@@ -214,15 +214,30 @@ impl<C> Job<C> {
         }
     }
 
+    /// Whether the running child was asked to stop (and is still running).
+    pub(super) fn is_stopping(&self) -> bool {
+        matches!(self.slot, Slot::Running { stopping: true, .. })
+    }
+
     /// The daemon shuts down. Returns the running child, to forward the
-    /// signal to; when none runs, a scheduled restart is dropped and the
-    /// last exit forgotten, so that leaderd exits 0.
+    /// signal to, unless it was asked to stop already: a second stop signal
+    /// means "quit now" to many programs (and restarts a shell's trap), so
+    /// the stop under way is left to finish within the shutdown's grace.
+    /// When none runs, a scheduled restart is dropped and the last exit
+    /// forgotten, so that leaderd exits 0.
     pub(super) fn shutting_down(&mut self) -> Option<&mut C> {
         if !self.is_running() {
             self.slot = Slot::Idle;
             self.last_exit = None;
         }
-        self.child_mut()
+        match &mut self.slot {
+            Slot::Running {
+                child,
+                stopping: false,
+                ..
+            } => Some(child),
+            _ => None,
+        }
     }
 
     /// The daemon ends and killed the child, which ended with `status`
@@ -701,5 +716,18 @@ mod tests {
         // Nothing ran: the last exit stands.
         j.killed(None);
         assert_eq!(j.exit_code(), 137);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_child_asked_to_stop_already_gets_no_second_signal_at_shutdown() {
+        let clock = Clock::tokio();
+        let mut j = job(Mode::WhileLeader, OnChildExit::Restart);
+        j.started((), Some(1), clock.now());
+        assert!(!j.is_stopping());
+        assert!(j.stop().is_some(), "the first stop sends the signal");
+        assert!(j.is_stopping());
+        assert!(j.stop().is_none(), "asked once");
+        assert!(j.shutting_down().is_none(), "the stop under way suffices");
+        assert!(j.is_running(), "it still runs until it exits");
     }
 }

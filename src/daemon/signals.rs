@@ -65,7 +65,9 @@ impl Daemon {
             b.halt();
         }
         let grace = self.cfg.child.shutdown_grace;
-        if self.job.is_running() {
+        if self.job.is_stopping() {
+            tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: the child is stopping already, then releasing");
+        } else if self.job.is_running() {
             tracing::info!(signal = %sig, grace_ms = grace.as_millis() as u64, "shutting down: forwarding the signal to the child, then releasing");
         } else {
             tracing::info!(signal = %sig, "shutting down: releasing");
