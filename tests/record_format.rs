@@ -1,5 +1,5 @@
 //! The record `format` with real processes, on SQLite and on DynamoDB
-//! Local: a record of format 3 (as a later release writes it) whose
+//! Local: a record of format 4 (as a later release writes it) whose
 //! holder's lease ended long ago is never taken by `leaderd run`, whatever
 //! time passes; `/leader` reports the format and the holder, the warning is
 //! logged once and counted; `leaderd lock` waits on it or refuses it,
@@ -45,7 +45,7 @@ fn attributes() -> Vec<(&'static str, AttributeValue)> {
         ("acquired_at", n(1_600_000_000_000)),
         ("renewed_at", n(1_600_000_000_000)),
         ("expires_at", n(1_600_000_001)),
-        ("format", n(3)),
+        ("format", n(4)),
     ]
 }
 
@@ -191,7 +191,7 @@ fn daemon_leaves_it_alone(dir: &Path, store: &[String]) {
     node.wait_http(Duration::from_secs(20));
     wait_until(Duration::from_secs(10), || {
         node.leader()
-            .is_some_and(|(_, b)| b["unknown_format"] == "3")
+            .is_some_and(|(_, b)| b["unknown_format"] == "4")
     })
     .expect("/leader reports the unknown format");
     // More than two leases of this daemon (2 s) and of the record (1 s).
@@ -200,20 +200,20 @@ fn daemon_leaves_it_alone(dir: &Path, store: &[String]) {
     assert_eq!(status, 503, "led over an unknown format: {body}");
     assert_eq!(body["leader"], HOLDER, "{body}");
     assert_eq!(body["fencing_token"], 41, "{body}");
-    assert_eq!(body["unknown_format"], "3", "{body}");
+    assert_eq!(body["unknown_format"], "4", "{body}");
     let (_, status) = node.get("/status").expect("/status answers");
     let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
-    assert_eq!(status["elections"][ELECTION]["unknown_format"], "3");
+    assert_eq!(status["elections"][ELECTION]["unknown_format"], "4");
     let series = format!("leaderd_unknown_format_records_total{{election=\"{ELECTION}\"}}");
     assert_eq!(node.metric(&series), Some(1.0));
     let log = node.log();
     let warnings = log
         .lines()
-        .filter(|l| l.contains("lease record has format 3"))
+        .filter(|l| l.contains("lease record has format 4"))
         .collect::<Vec<_>>();
     assert_eq!(warnings.len(), 1, "{log}");
     assert!(
-        warnings[0].contains("knows formats 1 and 2") && warnings[0].contains("upgrade"),
+        warnings[0].contains("knows formats 1, 2 and 3") && warnings[0].contains("upgrade"),
         "{}",
         warnings[0]
     );
@@ -225,7 +225,7 @@ fn tools_leave_it_alone(store: &[String]) {
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(75), "{said}");
     assert!(
-        said.contains("format 3") && said.contains(HOLDER) && said.contains("not acquired"),
+        said.contains("format 4") && said.contains(HOLDER) && said.contains("not acquired"),
         "{said}"
     );
     // Waiting: one line naming the format, however many rounds.
@@ -234,22 +234,22 @@ fn tools_leave_it_alone(store: &[String]) {
     assert_eq!(out.status.code(), Some(75), "{said}");
     let waiting: Vec<_> = said.lines().filter(|l| l.contains("waiting")).collect();
     assert_eq!(waiting.len(), 1, "{said}");
-    assert!(waiting[0].contains("format 3"), "{said}");
+    assert!(waiting[0].contains("format 4"), "{said}");
     for action in ["renew", "release"] {
         let out = leaderd(&["lock", action, ELECTION, TOKEN], store);
         let said = stderr(&out);
         assert_eq!(out.status.code(), Some(77), "{action}: {said}");
-        assert!(said.contains("format 3"), "{action}: {said}");
+        assert!(said.contains("format 4"), "{action}: {said}");
     }
     let out = leaderd(&["status", ELECTION], store);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(text.contains("unknown_format (format 3"), "{text}");
+    assert!(text.contains("unknown_format (format 4"), "{text}");
     assert!(text.contains(HOLDER), "{text}");
     let out = leaderd(&["status", ELECTION, "--json"], store);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
     assert_eq!(rows[0]["state"], "unknown_format", "{rows}");
-    assert_eq!(rows[0]["format"], "3", "{rows}");
+    assert_eq!(rows[0]["format"], "4", "{rows}");
 }
 
 fn a_later_format_is_never_taken(planted: Planted, store: Vec<String>, dir: &Path) {

@@ -24,8 +24,8 @@ use leaderd::lease::dynamodb::{DynamoConfig, DynamoStore};
 use leaderd::lease::postgres::{PostgresStore, quoted_table};
 use leaderd::lease::sqlite::SqliteStore;
 use leaderd::lease::{
-    Condition, HolderMeta, Lease, LeaseStore, Record, RvnGuard, StoreError, WriteOutcome,
-    is_member_key, member_key, new_rvn,
+    Condition, FORMAT, FORMAT_SLOTS, HolderMeta, Lease, LeaseStore, Record, RvnGuard, StoreError,
+    WriteOutcome, is_member_key, member_key, new_rvn,
 };
 use tokio::sync::Barrier;
 
@@ -102,6 +102,7 @@ fn with_meta(mut l: Lease) -> Lease {
         labels: [("zone".to_owned(), "eu-west-1a".to_owned())]
             .into_iter()
             .collect(),
+        slots: None,
     });
     l
 }
@@ -217,6 +218,46 @@ mod contract {
             );
         }
         store.check(BUDGET).await.expect("check of a usable store");
+    }
+
+    /// A counting lock's record (format 3, its holder table in
+    /// `holder_meta.slots`) reads back exactly, is written over under its
+    /// `rvn` like any lease (and not under a stale one), and once released
+    /// (no holder, no `holder_meta`) it reads as format 1 again.
+    pub async fn counting_lock_round_trips(b: &dyn Backend) {
+        let store = b.store().await;
+        let election = common::unique_name("slots");
+        let mut held = lease(&election, "node-b", 7);
+        held.holder_meta = Some(HolderMeta {
+            slots: Some("2 6.abc.10000.1.1.61 7.def.10000.2.2.62".into()),
+            ..HolderMeta::default()
+        });
+        assert_eq!(held.format(), FORMAT_SLOTS);
+        assert_applied(store.create(&held, BUDGET).await, "create");
+        let other = b.store().await;
+        assert_eq!(expect_valid(read(&other, &election).await), held);
+        let next = renewed(&held);
+        assert_applied(
+            other.take_over(&next, &held.rvn, BUDGET).await,
+            "a write under its rvn",
+        );
+        assert_condition_failed(
+            store.take_over(&renewed(&held), &held.rvn, BUDGET).await,
+            "a write under a stale rvn",
+        );
+        assert_eq!(expect_valid(read(&store, &election).await), next);
+        let released = Lease {
+            holder: None,
+            holder_meta: None,
+            rvn: new_rvn(),
+            ..next.clone()
+        };
+        assert_applied(
+            store.take_over(&released, &next.rvn, BUDGET).await,
+            "the release",
+        );
+        let back = expect_valid(read(&other, &election).await);
+        assert_eq!((&back, back.format()), (&released, FORMAT));
     }
 
     /// Member records (balance) live next to the leases: `members()` finds
@@ -463,6 +504,10 @@ mod contract {
                     Some(RawValue::S(r#"{"address": 7, "labels": {}}"#)),
                 ),
                 ("holder_meta", Some(RawValue::S(r#"["a", "b"]"#))),
+                (
+                    "holder_meta",
+                    Some(RawValue::S(r#"{"labels": {}, "slots": 7}"#)),
+                ),
                 ("lease_ms", Some(RawValue::N(-10_000))),
                 ("acquired_at", None),
             ]
@@ -668,13 +713,13 @@ mod contract {
     /// An item of a format this build does not know reads as such (holder
     /// and token as far as they read), and no write replaces it, whatever
     /// its condition: not even `Unchanged` with its own raw rvn. Nor is it
-    /// a member. Items of formats 1 and 2 are this build's.
+    /// a member. Items of formats 1, 2 and 3 are this build's.
     pub async fn unknown_format_is_never_written(b: &dyn Backend) {
         let store = b.store().await;
         let formats = if b.typed() {
-            [(RawValue::N(3), "3"), (RawValue::N(-1), "-1")]
+            [(RawValue::N(4), "4"), (RawValue::N(-1), "-1")]
         } else {
-            [(RawValue::N(3), "3"), (RawValue::S("x"), "\"x\"")]
+            [(RawValue::N(4), "4"), (RawValue::S("x"), "\"x\"")]
         };
         for (format, shown) in formats {
             let election = common::unique_name("format");
@@ -708,7 +753,7 @@ mod contract {
         }
         let member = member_key(&common::unique_name("later"));
         let mut later = good_attrs();
-        later.push(("format", RawValue::N(3)));
+        later.push(("format", RawValue::N(4)));
         b.put_raw(&member, &later).await;
         let members = store.members(BUDGET).await.expect("members");
         assert!(!members.iter().any(|m| m.election == member), "{members:?}");
@@ -784,6 +829,11 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn create_then_read_back() {
                 contract::create_then_read_back(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn counting_lock_round_trips() {
+                contract::counting_lock_round_trips(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -341,6 +341,7 @@ impl Worker {
             Some(HolderMeta {
                 address: self.config.address.clone(),
                 labels,
+                slots: None,
             }),
         );
         let condition = match &self.own {

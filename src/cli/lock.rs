@@ -22,6 +22,10 @@
 //! Every command checks the store before it reads, as `leaderd run` does: a
 //! table with another key is exit 69 at once (`acquire` retries any other
 //! failure of the check, as it retries the store's errors).
+//!
+//! With `--slots N` the lock is a counting lock, up to N holders at once:
+//! `slots.rs`. A plain lock's command never writes over a counting lock's
+//! record, nor the reverse: each is a usage error (64) naming the other.
 
 use std::fmt;
 use std::sync::Arc;
@@ -38,6 +42,8 @@ use crate::election;
 use crate::exit;
 use crate::lease::{self, Condition, Lease, LeaseStore, Record, StoreError, WriteOutcome};
 use crate::text;
+
+mod slots;
 
 /// Longest one store request may take.
 const BUDGET: Duration = Duration::from_secs(10);
@@ -208,6 +214,8 @@ enum Round {
     Taken(Lease),
     /// The store can never hold the lock: its table has another key.
     Unusable(StoreError),
+    /// The lock is a counting lock: not one for this command (64).
+    Counting(ToolError),
     /// Not now: look again at `next`; `failed`: what failed and the
     /// store's error, if that was why; `blocked`: what stands in the way,
     /// if anything, and whether it is waited on (said on stderr).
@@ -339,6 +347,9 @@ impl Waiter {
             Ok(r) => r,
             Err(e) => return failed(&format!("cannot read lock {name}"), e, clock.now() + retry),
         };
+        if let Some(limit) = slots::counting(&record) {
+            return Round::Counting(slots::plain_on_counting(&self.name, limit));
+        }
         let at = clock.now();
         // The session the record is held through, if it is: read each
         // round to time it, and what the waiter says of its lease.
@@ -429,6 +440,9 @@ fn not_acquired(
 /// `leaderd lock acquire NAME`.
 pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
+    if let Some(limit) = args.slots {
+        return slots::acquire(args, limit).await;
+    }
     let (cfg, store) = open(&args.store).await?;
     let clock = Clock::boot();
     let started = clock.now();
@@ -453,6 +467,7 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
         {
             Round::Taken(lease) => return hand_out(store.as_ref(), &args.name, &lease).await,
             Round::Unusable(e) => return Err(unavailable(e)),
+            Round::Counting(e) => return Err(e),
             Round::Again {
                 next,
                 failed,
@@ -483,9 +498,14 @@ pub async fn acquire(args: LockAcquireArgs) -> Result<(), ToolError> {
     }
 }
 
-/// The record, if it is still the write `token` names.
+/// The record, if it is still the write `token` names (never a counting
+/// lock's: its newest holder's token can name the record's last write).
 async fn ours(store: &dyn LeaseStore, name: &str, token: &LockToken) -> Result<Lease, ToolError> {
-    match store.read(name, BUDGET).await.map_err(unavailable)? {
+    let record = store.read(name, BUDGET).await.map_err(unavailable)?;
+    if let Some(limit) = slots::counting(&record) {
+        return Err(slots::plain_on_counting(name, limit));
+    }
+    match record {
         Record::Valid(l)
             if l.holder.as_deref() == Some(token.holder.as_str())
                 && l.rvn == token.rvn
@@ -589,6 +609,9 @@ async fn hand_out(store: &dyn LeaseStore, name: &str, lease: &Lease) -> Result<(
 /// `leaderd lock renew NAME TOKEN`.
 pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
+    if let Some(limit) = args.slots {
+        return slots::renew(args, limit).await;
+    }
     let token = parse_token(&args.token)?;
     let (_, store) = open(&args.store).await?;
     tool::check_store(store.as_ref()).await?;
@@ -610,6 +633,9 @@ pub async fn renew(args: LockRenewArgs) -> Result<(), ToolError> {
 /// `leaderd lock release NAME TOKEN`.
 pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
     check_name(&args.name)?;
+    if let Some(limit) = args.slots {
+        return slots::release(args, limit).await;
+    }
     let token = parse_token(&args.token)?;
     let (_, store) = open(&args.store).await?;
     tool::check_store(store.as_ref()).await?;
@@ -617,9 +643,13 @@ pub async fn release(args: LockReleaseArgs) -> Result<(), ToolError> {
     write_ours(store.as_ref(), &args.name, &current.released(), &token).await
 }
 
-/// `leaderd lock status NAME`: `leaderd status NAME`.
+/// `leaderd lock status NAME`: `leaderd status NAME`, but a counting
+/// lock's holders are listed, each with its remaining lease.
 pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
-    // `status` checks the name.
+    check_name(&args.name)?;
+    if slots::status(&args).await? {
+        return Ok(());
+    }
     super::status::run(StatusArgs {
         store: args.store,
         elections: vec![args.name],

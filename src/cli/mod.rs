@@ -120,7 +120,8 @@ pub enum LockAction {
     /// Give the lock up; exit 77 (changing nothing) when it is not the
     /// token's any more.
     Release(LockReleaseArgs),
-    /// Print the lock's holder, fencing token and age.
+    /// Print the lock's holder, fencing token and age (a counting lock's:
+    /// every holder and its remaining lease).
     Status(LockStatusArgs),
 }
 
@@ -152,6 +153,18 @@ fn parse_lock_lease(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A counting lock's number of slots (`--slots N`): 1 to
+/// [`crate::core::slots::MAX_SLOTS`].
+fn parse_slots(s: &str) -> Result<u32, String> {
+    let max = crate::core::slots::MAX_SLOTS;
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("a counting lock needs at least 1 slot".into()),
+        Ok(n) if n > u64::from(max) => Err(format!("more than the limit of {max} slots")),
+        Ok(n) => Ok(u32::try_from(n).expect("at most MAX_SLOTS, checked above")),
+        Err(_) => Err(format!("not a whole number of slots (1 to {max})")),
+    }
+}
+
 /// `leaderd lock acquire NAME`.
 #[derive(Debug, Clone, Args)]
 pub struct LockAcquireArgs {
@@ -168,9 +181,14 @@ pub struct LockAcquireArgs {
     /// Give up (exit 75) after waiting this long; default: wait without limit.
     #[arg(long, value_name = "DURATION", value_parser = parse_wait, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
-    /// Try once; exit 75 if the lock is held.
+    /// Try once; exit 75 if the lock is held (with --slots: if every slot
+    /// is).
     #[arg(long)]
     pub no_wait: bool,
+    /// A counting lock: up to N holders at once, each with its own token
+    /// (1 to 500; every user of the lock gives the same N, else exit 64).
+    #[arg(long, value_name = "N", value_parser = parse_slots)]
+    pub slots: Option<u32>,
 }
 
 /// `leaderd lock renew NAME TOKEN`.
@@ -188,6 +206,9 @@ pub struct LockRenewArgs {
     /// The new lease, from now (like 15m, 15 minutes, 900s; 10ms to 24h).
     #[arg(long, value_name = "DURATION", value_parser = parse_lock_lease, default_value = "15m")]
     pub lease_duration: Duration,
+    /// The counting lock's N, as given to `acquire`.
+    #[arg(long, value_name = "N", value_parser = parse_slots)]
+    pub slots: Option<u32>,
 }
 
 /// `leaderd lock release NAME TOKEN`.
@@ -202,6 +223,9 @@ pub struct LockReleaseArgs {
     /// The token `acquire` (or the last `renew`) printed.
     #[arg(value_name = "TOKEN")]
     pub token: String,
+    /// The counting lock's N, as given to `acquire`.
+    #[arg(long, value_name = "N", value_parser = parse_slots)]
+    pub slots: Option<u32>,
 }
 
 /// `leaderd lock status NAME`.
@@ -216,6 +240,10 @@ pub struct LockStatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Check that the lock is a counting lock of N slots (exit 64 if it is
+    /// not); a counting lock's holders are listed without it too.
+    #[arg(long, value_name = "N", value_parser = parse_slots)]
+    pub slots: Option<u32>,
 }
 
 /// `leaderd status [ELECTION…] [--json]`.

@@ -309,7 +309,7 @@ mod tests {
                 guard: RvnGuard::Missing,
             }),
         );
-        store.plant_unknown_format("u", "3", Some("web-9"), Some(40));
+        store.plant_unknown_format("u", "4", Some("web-9"), Some(40));
         let names = ["a", "b", "m", "z", "u"].map(String::from);
         let rows = collect(&store, &names, Duration::from_secs(1))
             .await
@@ -330,9 +330,9 @@ mod tests {
         assert_eq!(json[0]["fencing_token"], 12);
         assert_eq!(json[3]["state"], "absent");
         assert_eq!(json[4]["state"], "unknown_format");
-        assert_eq!(json[4]["format"], "3");
+        assert_eq!(json[4]["format"], "4");
         assert!(
-            text.contains("unknown_format (format 3; this leaderd knows 1 and 2)"),
+            text.contains("unknown_format (format 4; this leaderd knows 1, 2 and 3)"),
             "{text}"
         );
         let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();

@@ -14,6 +14,9 @@
 //!   bookkeeping of that stream;
 //! - `session`: a daemon's session, one record whose renewals keep every
 //!   election held through it (its tests in `session/tests.rs`);
+//! - `slots`: counting locks (`leaderd lock acquire --slots N`): the
+//!   holder table in one record, and which slot may be taken, renewed,
+//!   released or evicted (its tests in `slots/tests.rs`);
 //! - `sweep`: which ended or abandoned session records the daemon's sweep
 //!   deletes (its tests in `sweep/tests.rs`);
 //! - `node`: one daemon's decisions in one state machine over its
@@ -39,6 +42,7 @@ mod model;
 pub mod node;
 pub mod record;
 pub mod session;
+pub mod slots;
 pub mod store_error;
 pub mod sweep;
 pub mod takeover;

@@ -144,13 +144,22 @@ impl Lease {
     }
 
     /// The format this record is written in: [`FORMAT_SESSIONS`] for a
-    /// session record or a record held through one, else [`FORMAT`].
+    /// session record or a record held through one, [`FORMAT_SLOTS`] for a
+    /// held counting lock, else [`FORMAT`].
     pub fn format(&self) -> u64 {
         if self.session.is_some() || is_session_key(&self.election) {
             FORMAT_SESSIONS
+        } else if self.slots().is_some() {
+            FORMAT_SLOTS
         } else {
             FORMAT
         }
+    }
+
+    /// The holder table of a counting lock's record, as stored (see
+    /// [`HolderMeta::slots`]); `None` on any other record.
+    pub fn slots(&self) -> Option<&str> {
+        self.holder_meta.as_ref().and_then(|m| m.slots.as_deref())
     }
 
     /// Whether `candidate` may take this record at once: it is released,
@@ -168,6 +177,15 @@ pub struct HolderMeta {
     pub address: Option<String>,
     /// Free-form labels.
     pub labels: BTreeMap<String, String>,
+    /// On a counting lock's record only (`leaderd lock acquire --slots`):
+    /// its limit and every holder, as `crate::core::slots::Slots` encodes
+    /// them. Kept here, where every store already keeps a holder's
+    /// description, so that no store's schema changes, and so that any
+    /// writer of any build, whose every write replaces `holder_meta`,
+    /// replaces the holder table with it (none can survive a write that
+    /// does not know it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<String>,
 }
 
 /// The format of a record that is its own lease (renewed by rewriting
@@ -196,14 +214,27 @@ pub const HELD_THROUGH_SESSION_LEASE_MS: u64 = 3_155_760_000_000;
 /// `rvn`, and take a live one over: it must leave it alone.
 pub const FORMAT_SESSIONS: u64 = 2;
 
-/// The formats this build knows, for humans: "1 and 2".
+/// The format of a held counting lock's record (`leaderd lock acquire
+/// --slots N`): up to N holders, each renewing its own entry of the table
+/// in [`HolderMeta::slots`]. Its `holder`, `lease_ms` and `rvn` still read
+/// as one held lease (the newest holder; the longest lease of any holder;
+/// changed by every holder's write), so that a daemon of this build sees
+/// it held while any holder renews; a build that knows only formats 1 and
+/// 2 leaves it alone, as any record of a later format. Released, it is
+/// format 1 again.
+pub const FORMAT_SLOTS: u64 = 3;
+
+/// Every format this build knows, lowest first.
+pub const KNOWN_FORMATS: [u64; 3] = [FORMAT, FORMAT_SESSIONS, FORMAT_SLOTS];
+
+/// The formats this build knows, for humans: "1, 2 and 3".
 pub fn known_formats() -> String {
-    format!("{FORMAT} and {FORMAT_SESSIONS}")
+    format!("{FORMAT}, {FORMAT_SESSIONS} and {FORMAT_SLOTS}")
 }
 
 /// Whether this build reads and writes records of `format`.
 pub fn known_format(format: u64) -> bool {
-    format == FORMAT || format == FORMAT_SESSIONS
+    KNOWN_FORMATS.contains(&format)
 }
 
 /// A record of a format this build does not know (see [`FORMAT`]): never

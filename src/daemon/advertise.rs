@@ -17,7 +17,7 @@ pub(super) fn advertise_in_records(cfg: &mut Config, bound: Option<SocketAddr>) 
         for e in &mut cfg.elections {
             e.holder_meta = Some(HolderMeta {
                 address: Some(address.clone()),
-                labels: Default::default(),
+                ..Default::default()
             });
         }
     }

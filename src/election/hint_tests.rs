@@ -27,7 +27,7 @@ fn held_by_a(store: &MemoryStore) -> Lease {
         expires_at_s: 1,
         holder_meta: Some(HolderMeta {
             address: Some("a:9777".into()),
-            labels: Default::default(),
+            ..Default::default()
         }),
         successor: None,
         session: None,

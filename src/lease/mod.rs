@@ -31,9 +31,9 @@ pub use crate::core::keys::{
     is_session_key, member_key, member_records, scratch_only, session_key, session_owner,
 };
 pub use crate::core::record::{
-    Condition, FORMAT, FORMAT_SESSIONS, HELD_THROUGH_SESSION_EXPIRES_AT_S,
-    HELD_THROUGH_SESSION_LEASE_MS, HolderMeta, Lease, Malformed, Record, RvnGuard, StaleSession,
-    Stamp, UnknownFormat, WriteOutcome, known_format, known_formats,
+    Condition, FORMAT, FORMAT_SESSIONS, FORMAT_SLOTS, HELD_THROUGH_SESSION_EXPIRES_AT_S,
+    HELD_THROUGH_SESSION_LEASE_MS, HolderMeta, KNOWN_FORMATS, Lease, Malformed, Record, RvnGuard,
+    StaleSession, Stamp, UnknownFormat, WriteOutcome, known_format, known_formats,
 };
 pub use crate::core::store_error::StoreError;
 

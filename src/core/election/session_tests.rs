@@ -83,7 +83,7 @@ fn own_session(ms: u64) -> SessionView {
 fn election() -> Lease {
     let meta = HolderMeta {
         address: Some("10.0.0.2:9777".into()),
-        labels: Default::default(),
+        ..Default::default()
     };
     Lease::stamped("e", "b", 7, 10_000, 1, Some(meta)).held_through(KEY)
 }

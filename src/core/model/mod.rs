@@ -322,7 +322,7 @@ impl NodeModel {
             identity: id.into(),
             holder_meta: Some(HolderMeta {
                 address: Some(format!("{id}-{n}:80")),
-                labels: Default::default(),
+                ..Default::default()
             }),
             ..self.cfg.clone()
         }

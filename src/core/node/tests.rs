@@ -101,7 +101,7 @@ fn read(request: RequestId, record: Record) -> NodeInput {
 fn theirs(name: &str, token: u64) -> Lease {
     let meta = HolderMeta {
         address: Some("10.0.0.2:9777".into()),
-        labels: Default::default(),
+        ..Default::default()
     };
     Lease::stamped(name, "b", token, 10_000, 1, Some(meta)).held_through(THEIRS)
 }
@@ -572,7 +572,7 @@ fn hints_wait_while_the_election_has_a_request_in_flight() {
     // read at once.
     let meta = HolderMeta {
         address: Some("10.0.0.2:9777".into()),
-        labels: Default::default(),
+        ..Default::default()
     };
     let held = Lease::stamped("e0", "b", 7, 10_000, 1, Some(meta));
     let out = handle(

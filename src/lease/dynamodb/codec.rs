@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{KEY, TTL_ATTRIBUTE};
 use crate::lease::{
-    Condition, FORMAT, FORMAT_SESSIONS, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError,
-    UnknownFormat, known_format,
+    Condition, FORMAT, FORMAT_SESSIONS, FORMAT_SLOTS, HolderMeta, Lease, Malformed, Record,
+    RvnGuard, StoreError, UnknownFormat, known_format,
 };
 use crate::text;
 
@@ -46,6 +46,9 @@ pub(super) fn lease_item(lease: &Lease) -> HashMap<String, AttributeValue> {
                 .map(|(k, v)| (k.clone(), AttributeValue::S(v.clone())))
                 .collect();
             m.insert("labels".to_owned(), AttributeValue::M(labels));
+            if let Some(slots) = &meta.slots {
+                m.insert("slots".to_owned(), AttributeValue::S(slots.clone()));
+            }
             item.insert("holder_meta".to_owned(), AttributeValue::M(m));
         }
     }
@@ -178,6 +181,11 @@ fn parse_meta(value: Option<&AttributeValue>) -> Result<Option<HolderMeta>, Stri
         }
         Some(other) => return Err(wrong_type("holder_meta.labels", other, "M")),
     }
+    meta.slots = match m.get("slots") {
+        None => None,
+        Some(AttributeValue::S(s)) => Some(s.clone()),
+        Some(other) => return Err(wrong_type("holder_meta.slots", other, "S")),
+    };
     Ok(Some(meta))
 }
 
@@ -336,7 +344,7 @@ pub(super) fn condition_expression(
             .collect::<HashMap<_, _>>()
     };
     // Every write over an item requires it to be of a format this build
-    // knows (`#f` absent, :f or :g): what a later format means is not ours
+    // knows (`#f` absent, :f, :g or :c): what a later format means is not ours
     // to judge, whatever this process read before.
     let values = |list: Vec<(&str, AttributeValue)>| {
         list.into_iter()
@@ -347,6 +355,7 @@ pub(super) fn condition_expression(
                     ":g".to_owned(),
                     AttributeValue::N(FORMAT_SESSIONS.to_string()),
                 ),
+                (":c".to_owned(), AttributeValue::N(FORMAT_SLOTS.to_string())),
             ])
             .collect::<HashMap<_, _>>()
     };
@@ -362,13 +371,13 @@ pub(super) fn condition_expression(
         // `Unchanged` may overwrite it, as in every other store.
         Condition::RvnIs(rvn) => ConditionExpression {
             expression: "#r = :r AND attribute_type(#t, :n) AND attribute_type(#l, :n) \
-                AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
+                AND (attribute_not_exists(#f) OR #f = :f OR #f = :g OR #f = :c)",
             names: names(&[("#r", "rvn"), ("#t", "fencing_token"), ("#l", "lease_ms")]),
             values: Some(values(vec![(":r", s(rvn)), (":n", s("N"))])),
         },
         Condition::HeldBy { rvn, holder } => ConditionExpression {
             expression: "#r = :r AND #h = :h AND attribute_type(#t, :n) \
-                AND attribute_type(#l, :n) AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
+                AND attribute_type(#l, :n) AND (attribute_not_exists(#f) OR #f = :f OR #f = :g OR #f = :c)",
             names: names(&[
                 ("#r", "rvn"),
                 ("#h", "holder"),
@@ -388,14 +397,14 @@ pub(super) fn condition_expression(
                 ))
             })?;
             ConditionExpression {
-                expression: "#r = :raw AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
+                expression: "#r = :raw AND (attribute_not_exists(#f) OR #f = :f OR #f = :g OR #f = :c)",
                 names: names(&[("#r", "rvn")]),
                 values: Some(values(vec![(":raw", value)])),
             }
         }
         Condition::Unchanged(RvnGuard::Missing) => ConditionExpression {
             expression: "attribute_exists(#e) AND attribute_not_exists(#r) \
-                AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)",
+                AND (attribute_not_exists(#f) OR #f = :f OR #f = :g OR #f = :c)",
             names: names(&[("#e", KEY), ("#r", "rvn")]),
             values: Some(values(Vec::new())),
         },

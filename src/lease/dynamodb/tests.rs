@@ -220,6 +220,7 @@ fn sample_lease() -> Lease {
         holder_meta: Some(HolderMeta {
             address: Some("10.0.0.1:9777".into()),
             labels: [("zone".to_owned(), "a".to_owned())].into(),
+            slots: None,
         }),
         successor: None,
         session: None,
@@ -432,13 +433,13 @@ fn any_other_format_is_unknown_whatever_the_rest_of_the_item() {
             other => panic!("expected an unknown format, got {other:?}"),
         }
     };
-    let u = unknown(AttributeValue::N("3".into()), false);
-    assert_eq!((u.election.as_str(), u.format.as_str()), ("report", "3"));
+    let u = unknown(AttributeValue::N("4".into()), false);
+    assert_eq!((u.election.as_str(), u.format.as_str()), ("report", "4"));
     assert_eq!(
         (u.holder.as_deref(), u.fencing_token),
         (Some("web-1"), Some(7))
     );
-    assert_eq!(unknown(AttributeValue::N("3".into()), true).format, "3");
+    assert_eq!(unknown(AttributeValue::N("4".into()), true).format, "4");
     assert_eq!(
         unknown(AttributeValue::S("x".into()), false).format,
         "\"x\""
@@ -456,7 +457,7 @@ fn any_other_format_is_unknown_whatever_the_rest_of_the_item() {
         "{\"BOOL\":true}"
     );
     assert_ne!(
-        unknown(AttributeValue::N("3".into()), false).fingerprint,
+        unknown(AttributeValue::N("5".into()), false).fingerprint,
         unknown(AttributeValue::N("4".into()), false).fingerprint
     );
 }
@@ -496,7 +497,7 @@ fn every_write_over_an_item_requires_a_known_format() {
         }
         assert!(
             c.expression
-                .ends_with(" AND (attribute_not_exists(#f) OR #f = :f OR #f = :g)"),
+                .ends_with(" AND (attribute_not_exists(#f) OR #f = :f OR #f = :g OR #f = :c)"),
             "{condition:?}: {}",
             c.expression
         );

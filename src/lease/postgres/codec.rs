@@ -16,7 +16,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::lease::{
-    Condition, FORMAT, FORMAT_SESSIONS, HolderMeta, Lease, Malformed, Record, RvnGuard, StoreError,
+    Condition, HolderMeta, KNOWN_FORMATS, Lease, Malformed, Record, RvnGuard, StoreError,
     UnknownFormat, WriteOutcome,
 };
 use crate::text;
@@ -53,7 +53,8 @@ fn returned(alias: &str) -> String {
 /// The row `alias` is of a format this build knows (null: written before
 /// the column existed).
 fn known_format(alias: &str) -> String {
-    format!("({alias}.format IS NULL OR {alias}.format IN ({FORMAT}, {FORMAT_SESSIONS}))")
+    let known = KNOWN_FORMATS.map(|f| f.to_string()).join(", ");
+    format!("({alias}.format IS NULL OR {alias}.format IN ({known}))")
 }
 
 /// The row `alias` reads as a well-formed lease: what
@@ -67,7 +68,8 @@ fn valid(alias: &str) -> String {
          AND ({a}.holder_meta IS NULL OR (jsonb_typeof({a}.holder_meta) = 'object' \
            AND coalesce(jsonb_typeof({a}.holder_meta -> 'address'), 'null') IN ('null', 'string') \
            AND jsonb_typeof({a}.holder_meta -> 'labels') = 'object' \
-           AND NOT jsonb_path_exists({a}.holder_meta, '$.labels.* ? (@.type() != \"string\")')))",
+           AND NOT jsonb_path_exists({a}.holder_meta, '$.labels.* ? (@.type() != \"string\")') \
+           AND coalesce(jsonb_typeof({a}.holder_meta -> 'slots'), 'null') IN ('null', 'string')))",
         known = known_format(a)
     )
 }
@@ -461,8 +463,9 @@ impl Stored {
 }
 
 /// A `holder_meta` as the SQL test `valid` reads it: an object whose
-/// `address` is absent, null or a string, and whose `labels` is an object
-/// of strings; other members are ignored.
+/// `address` is absent, null or a string, whose `labels` is an object of
+/// strings, and whose `slots` is absent, null or a string; other members
+/// are ignored.
 fn holder_meta(json: &str) -> Result<HolderMeta, String> {
     use serde_json::Value;
     let value: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
@@ -484,7 +487,16 @@ fn holder_meta(json: &str) -> Result<HolderMeta, String> {
             _ => Err(format!("label `{}` is not a string", text::shorten(k, 40))),
         })
         .collect::<Result<_, String>>()?;
-    Ok(HolderMeta { address, labels })
+    let slots = match object.get("slots") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("`slots` is not a string".into()),
+    };
+    Ok(HolderMeta {
+        address,
+        labels,
+        slots,
+    })
 }
 
 /// What a write answered: whether it applied, and the row it found.

@@ -164,7 +164,7 @@ fn a_row_reads_as_a_lease_or_names_what_is_wrong() {
 
 #[test]
 fn a_row_of_another_format_is_never_judged_by_this_ones_layout() {
-    for format in [3, -1] {
+    for format in [4, -1] {
         let stored = row(|s| {
             s.set_format(Some(format));
             s.set_rvn(None);
@@ -210,9 +210,9 @@ fn each_condition_has_its_statement() {
         .write(&Condition::RvnIs("r".into()))
         .expect("a statement");
     assert!(
-        s.contains("cur.fencing_token >= 0") && s.contains("cur.format IN (1, 2)"),
+        s.contains("cur.fencing_token >= 0") && s.contains("cur.format IN (1, 2, 3)"),
         "{s}"
     );
-    assert!(sql.update_unchanged.contains("cur.format IN (1, 2)"));
+    assert!(sql.update_unchanged.contains("cur.format IN (1, 2, 3)"));
     assert!(!sql.update_unchanged.contains("fencing_token >= 0"));
 }

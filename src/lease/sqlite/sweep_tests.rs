@@ -87,7 +87,7 @@ async fn a_sweep_deletes_what_its_judge_names_only_if_unchanged_and_a_session() 
     let other = || Connection::open(&path).expect("a second connection");
     other()
         .execute(
-            "UPDATE leases SET format = 3 WHERE election = '#session/d/later-format'",
+            "UPDATE leases SET format = 4 WHERE election = '#session/d/later-format'",
             [],
         )
         .expect("a later release's session");
@@ -182,7 +182,7 @@ async fn on_sqlite_only_sessions_unchanged_for_the_wait_are_deleted() {
     rusqlite::Connection::open(&path)
         .and_then(|c| {
             c.execute(
-                "UPDATE leases SET format = 3 WHERE election = '#session/later/1'",
+                "UPDATE leases SET format = 4 WHERE election = '#session/later/1'",
                 [],
             )
         })

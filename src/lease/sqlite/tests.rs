@@ -53,10 +53,10 @@ fn format_one_or_none_is_a_lease_and_any_other_is_unknown() {
             other => panic!("expected an unknown format, got {other:?}"),
         }
     };
-    let u = unknown(Raw::Integer(3));
+    let u = unknown(Raw::Integer(4));
     assert_eq!(
         (u.election.as_str(), u.format.as_str()),
-        ("e", "3"),
+        ("e", "4"),
         "{u:?}"
     );
     assert_eq!(
@@ -69,7 +69,7 @@ fn format_one_or_none_is_a_lease_and_any_other_is_unknown() {
     assert_eq!(unknown(Raw::Integer(-1)).format, "-1");
     // The fingerprint follows every column.
     let mut later = good();
-    later[FORMAT_COLUMN] = Raw::Integer(3);
+    later[FORMAT_COLUMN] = Raw::Integer(4);
     let mut renewed = later.clone();
     renewed[2] = Raw::Text(b"r2".to_vec());
     let fingerprint = |v: [Raw; 12]| match row(v).to_record() {
@@ -175,7 +175,7 @@ fn conditions_match_the_memory_store() {
     ));
     // A row of another format: no condition, not even its own raw rvn.
     let mut later = good();
-    later[FORMAT_COLUMN] = Raw::Integer(3);
+    later[FORMAT_COLUMN] = Raw::Integer(4);
     let later = row(later);
     for condition in [
         Condition::NotExists,
@@ -481,12 +481,12 @@ async fn every_write_stores_format_1_and_a_later_format_is_never_replaced() {
     assert_eq!(stored_format(&path, "e"), Value::Integer(1));
     // A later release rewrites it in its own format, keeping our rvn.
     Connection::open(&path)
-        .and_then(|c| c.execute("UPDATE leases SET format = 3 WHERE election = 'e'", []))
+        .and_then(|c| c.execute("UPDATE leases SET format = 4 WHERE election = 'e'", []))
         .expect("a later release's write");
     let Ok(Record::UnknownFormat(u)) = store.read("e", budget).await else {
-        panic!("format 3 reads as an unknown format");
+        panic!("format 4 reads as an unknown format");
     };
-    assert_eq!((u.format.as_str(), u.holder.as_deref()), ("3", Some("me")));
+    assert_eq!((u.format.as_str(), u.holder.as_deref()), ("4", Some("me")));
     // The raw rvn is still the one we wrote: only the format says no.
     let raw_rvn = RvnGuard::Raw(format!("text:{}", mine.rvn));
     for condition in [
@@ -507,7 +507,7 @@ async fn every_write_stores_format_1_and_a_later_format_is_never_replaced() {
             "{condition:?}"
         );
     }
-    assert_eq!(stored_format(&path, "e"), Value::Integer(3));
+    assert_eq!(stored_format(&path, "e"), Value::Integer(4));
     assert_eq!(store.read("e", budget).await, Ok(Record::UnknownFormat(u)));
 }
 
