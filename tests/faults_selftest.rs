@@ -323,6 +323,90 @@ fn child_and_grandchild_lines_form_one_tenure() {
     assert_eq!(summary.gaps[0].gap, Duration::from_millis(100));
 }
 
+/// A counting lock's holder: its `ask` line (the instant it asked for the
+/// slot) written, as the harness writes it, after it got the slot.
+fn slot_tenure(
+    identity: &str,
+    token: u64,
+    pid: u32,
+    asked_ms: u64,
+    from_ms: u64,
+    to_ms: u64,
+) -> Vec<(u64, String)> {
+    let mut lines = tenure(identity, token, pid, from_ms, to_ms);
+    lines.insert(0, (from_ms, line(asked_ms, "ask", identity, token, pid)));
+    lines
+}
+
+#[test]
+fn at_most_n_allows_n_holders_at_once_and_fails_on_one_more() {
+    let three = [
+        slot_tenure("a", 5, 101, 900, 1000, 2000),
+        slot_tenure("b", 6, 202, 950, 1100, 2000),
+        slot_tenure("c", 7, 303, 990, 1200, 2000),
+    ];
+    let summary = history::check_at_most(&log_of(&three), 3)
+        .unwrap_or_else(|v| panic!("three of three slots rejected: {v}"));
+    assert_eq!((summary.most_at_once, summary.tenures.len()), (3, 3));
+    assert_eq!(summary.tenures[0].asked_ns, Some(900 * MS));
+    // The same history has three leaders at once.
+    assert!(matches!(
+        history::check(&log_of(&three)),
+        Err(Violation::Overlap(_))
+    ));
+    let mut four = three.to_vec();
+    four.push(slot_tenure("d", 8, 404, 1250, 1300, 1400));
+    let violation = history::check_at_most(&log_of(&four), 3).expect_err("four holders");
+    match &violation {
+        Violation::MoreThan { limit, at_once } => {
+            assert_eq!(*limit, 3);
+            let who: Vec<&str> = at_once.iter().map(|t| t.identity.as_str()).collect();
+            assert_eq!(who, ["a", "b", "c", "d"]);
+        }
+        other => panic!("expected too many holders, got {other}"),
+    }
+    assert!(
+        violation
+            .to_string()
+            .contains("4 holders at once, more than 3")
+    );
+    // One that starts as another ends is one too many, to the ns.
+    let touching = [
+        slot_tenure("a", 5, 101, 900, 1000, 2000),
+        slot_tenure("b", 6, 202, 1900, 2000, 2100),
+    ];
+    assert!(history::check_at_most(&log_of(&touching), 1).is_err());
+    assert!(history::check_at_most(&log_of(&touching), 2).is_ok());
+}
+
+#[test]
+fn slot_holders_may_start_out_of_token_order_but_a_later_ask_has_a_higher_token() {
+    // `b` took its slot (token 5) before `a` (token 6) but started its work
+    // later: both asked before either started, so either order is right.
+    let crossing = [
+        slot_tenure("a", 6, 101, 900, 1000, 1500),
+        slot_tenure("b", 5, 202, 950, 1010, 1500),
+    ];
+    history::check_at_most(&log_of(&crossing), 2)
+        .unwrap_or_else(|v| panic!("crossing starts rejected: {v}"));
+    // `c` asked after `a` had started: its token must be above 6.
+    let mut late = crossing.to_vec();
+    late.push(slot_tenure("c", 4, 303, 1100, 1600, 1700));
+    match history::check_at_most(&log_of(&late), 2).expect_err("4 after 6") {
+        Violation::TokenNotIncreasing { tenure, earlier } => {
+            assert_eq!((tenure.identity.as_str(), tenure.fencing_token), ("c", 4));
+            assert_eq!((earlier.identity.as_str(), earlier.fencing_token), ("a", 6));
+        }
+        other => panic!("expected a token violation, got {other}"),
+    }
+    // An ask with nothing else of its tenure is no history.
+    let lone = line(900, "ask", "a", 5, 101);
+    assert!(matches!(
+        history::check_at_most(&lone, 2),
+        Err(Violation::Malformed { .. })
+    ));
+}
+
 // -------------------------------------------------------------------- job --
 
 /// A job.py process in its own process group; the whole group is killed when

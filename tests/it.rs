@@ -36,6 +36,7 @@ mod http_load;
 mod iam;
 mod load;
 mod lock;
+mod lock_slots;
 mod monitoring;
 mod pid1;
 mod postgres_store;

@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 use common::daemon::{Leaderd, Spec, leaderd_bin, output_within, wait_until};
 use nix::sys::signal::Signal;
 
-/// How a test reaches its store.
+/// How a test reaches its store (`lock_slots` reaches it so too).
 #[derive(Clone)]
-struct Store {
+pub(crate) struct Store {
     args: Vec<String>,
 }
 
 impl Store {
-    fn sqlite(dir: &Path) -> Store {
+    pub(crate) fn sqlite(dir: &Path) -> Store {
         Store {
             args: vec![
                 "--store-path".into(),
@@ -36,7 +36,7 @@ impl Store {
     }
 
     /// A fresh table on the shared DynamoDB Local.
-    fn dynamodb() -> Store {
+    pub(crate) fn dynamodb() -> Store {
         let emulator = common::emulators::shared_dynamodb_local();
         let store = Store {
             args: vec![
@@ -60,7 +60,7 @@ impl Store {
     }
 
     /// A fresh table on the shared PostgreSQL server.
-    fn postgres() -> Store {
+    pub(crate) fn postgres() -> Store {
         let table = common::unique_name("locks");
         let store = Store {
             args: common::postgres::shared_postgres().args(&table),
@@ -75,7 +75,7 @@ impl Store {
     }
 
     /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, not started yet.
-    fn command(&self, subcommand: &[&str], extra: &[&str]) -> Command {
+    pub(crate) fn command(&self, subcommand: &[&str], extra: &[&str]) -> Command {
         let mut cmd = Command::new(leaderd_bin());
         cmd.args(subcommand)
             .args(&self.args)
@@ -87,23 +87,23 @@ impl Store {
     }
 
     /// `leaderd SUBCOMMAND… STORE-ARGS EXTRA…`, run to its end (60 s at most).
-    fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
+    pub(crate) fn leaderd(&self, subcommand: &[&str], extra: &[&str]) -> Output {
         let mut cmd = self.command(subcommand, extra);
         let (out, ended) = output_within(&mut cmd, Duration::from_secs(60));
         assert!(ended, "leaderd {subcommand:?} did not end");
         out
     }
 
-    fn lock(&self, action: &str, args: &[&str]) -> Output {
+    pub(crate) fn lock(&self, action: &str, args: &[&str]) -> Output {
         self.leaderd(&["lock", action], args)
     }
 }
 
-fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().to_owned()
 }
 

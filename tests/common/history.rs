@@ -6,6 +6,13 @@
 //! compare directly. A tenure is every line with one (identity, fencing
 //! token); its activity spans from its first line to its last, whichever
 //! process (child or grandchild) wrote them.
+//!
+//! A counting lock (`leaderd lock acquire --slots N`) has up to N holders
+//! at once, so [`check_at_most`] allows N active tenures, and its holders
+//! may start their work in another order than they took their slots. A
+//! holder then also writes an `ask` line, timed when it *asked* for the
+//! slot (written once it has its token): a tenure that had started before
+//! another asked must have the lower token.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -35,6 +42,9 @@ pub struct Tenure {
     pub first_ns: u64,
     /// Monotonic time of its last line, in ns.
     pub last_ns: u64,
+    /// Monotonic time its holder asked for it (its `ask` line), if it
+    /// wrote one; not part of its activity.
+    pub asked_ns: Option<u64>,
     /// `start` lines (one per process: child, grandchild).
     pub starts: usize,
     /// `beat` lines.
@@ -135,6 +145,8 @@ pub struct Summary {
     /// Overlaps measured by [`check_measuring_overlap`]; always empty after
     /// [`check`].
     pub overlaps: Vec<Overlap>,
+    /// The most tenures active at one instant.
+    pub most_at_once: usize,
 }
 
 impl Summary {
@@ -169,6 +181,7 @@ impl fmt::Display for Summary {
             self.beats,
             self.ends
         )?;
+        writeln!(f, "at most {} active at once", self.most_at_once)?;
         for tenure in &self.tenures {
             writeln!(
                 f,
@@ -236,6 +249,18 @@ pub enum Violation {
     /// Two tenures were active at once.
     #[error("two leaders: {0}")]
     Overlap(Overlap),
+    /// More than `limit` tenures were active at once ([`check_at_most`]).
+    #[error(
+        "{} holders at once, more than {limit}: {}",
+        at_once.len(),
+        at_once.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    MoreThan {
+        /// The most allowed.
+        limit: usize,
+        /// The tenures active at the instant the last of them started.
+        at_once: Vec<TenureId>,
+    },
     /// A tenure's token is not larger than that of every tenure before it.
     #[error(
         "fencing token did not increase: {tenure} started after {earlier}, which has token {}",
@@ -252,7 +277,15 @@ pub enum Violation {
 /// Checks a history: every line well formed, no two tenures active at once,
 /// every tenure's token larger than every earlier tenure's.
 pub fn check(log: &str) -> Result<Summary, Violation> {
-    evaluate(log, false)
+    evaluate(log, false, 1)
+}
+
+/// Like [`check`] for a counting lock of `limit` slots: every line well
+/// formed, never more than `limit` tenures active at once, and the token
+/// of every tenure above that of every tenure that had started before it
+/// was asked for (its `ask` line, else its first line).
+pub fn check_at_most(log: &str, limit: usize) -> Result<Summary, Violation> {
+    evaluate(log, false, limit.max(1))
 }
 
 /// Like [`check`], but overlapping tenures are measured and reported in
@@ -260,11 +293,12 @@ pub fn check(log: &str) -> Result<Summary, Violation> {
 /// where the old job may run briefly after it thaws). Malformed lines and
 /// tokens that do not increase still fail.
 pub fn check_measuring_overlap(log: &str) -> Result<Summary, Violation> {
-    evaluate(log, true)
+    evaluate(log, true, 1)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Event {
+    Ask,
     Start,
     Beat,
     End,
@@ -292,10 +326,11 @@ fn parse_line(text: &str) -> Result<Line, String> {
         .parse::<u64>()
         .map_err(|_| format!("timestamp {:?} is not a whole number of ns", fields[0]))?;
     let event = match fields[1] {
+        "ask" => Event::Ask,
         "start" => Event::Start,
         "beat" => Event::Beat,
         "end" => Event::End,
-        other => return Err(format!("unknown event {other:?} (start, beat or end)")),
+        other => return Err(format!("unknown event {other:?} (ask, start, beat or end)")),
     };
     let identity = fields[2];
     if identity.is_empty() {
@@ -318,7 +353,7 @@ fn parse_line(text: &str) -> Result<Line, String> {
     })
 }
 
-fn evaluate(log: &str, measure_overlap: bool) -> Result<Summary, Violation> {
+fn evaluate(log: &str, measure_overlap: bool, at_most: usize) -> Result<Summary, Violation> {
     let mut tenures: HashMap<TenureId, Tenure> = HashMap::new();
     let mut last_of_writer: HashMap<(u32, TenureId), u64> = HashMap::new();
     // Per tenure, the times of its lines (for overlap measurement).
@@ -366,17 +401,23 @@ fn evaluate(log: &str, measure_overlap: bool) -> Result<Summary, Violation> {
 
         let tenure = tenures.entry(line.id.clone()).or_insert_with(|| Tenure {
             id: line.id.clone(),
-            first_ns: line.ns,
-            last_ns: line.ns,
+            first_ns: u64::MAX,
+            last_ns: 0,
+            asked_ns: None,
             starts: 0,
             beats: 0,
             ends: 0,
             pids: BTreeSet::new(),
         });
+        tenure.pids.insert(line.pid);
+        if line.event == Event::Ask {
+            tenure.asked_ns = Some(tenure.asked_ns.map_or(line.ns, |a| a.min(line.ns)));
+            continue;
+        }
         tenure.first_ns = tenure.first_ns.min(line.ns);
         tenure.last_ns = tenure.last_ns.max(line.ns);
-        tenure.pids.insert(line.pid);
         let (slot, index) = match line.event {
+            Event::Ask => unreachable!("taken apart above"),
             Event::Start => (&mut tenure.starts, 0),
             Event::Beat => (&mut tenure.beats, 1),
             Event::End => (&mut tenure.ends, 2),
@@ -387,6 +428,13 @@ fn evaluate(log: &str, measure_overlap: bool) -> Result<Summary, Violation> {
     }
 
     let mut tenures: Vec<Tenure> = tenures.into_values().collect();
+    if let Some(lone) = tenures.iter().find(|t| t.first_ns == u64::MAX) {
+        return Err(Violation::Malformed {
+            line: lines,
+            text: lone.id.to_string(),
+            reason: "an `ask` line with no other line of its tenure".to_owned(),
+        });
+    }
     // Ties on the first line (same ns) are broken by token, then identity,
     // so the outcome never depends on hash order.
     tenures.sort_by(|a, b| {
@@ -394,13 +442,25 @@ fn evaluate(log: &str, measure_overlap: bool) -> Result<Summary, Violation> {
     });
 
     let mut overlaps = Vec::new();
-    let mut highest: Option<&Tenure> = None;
+    let mut most_at_once = usize::from(!tenures.is_empty());
     for (j, later) in tenures.iter().enumerate() {
-        for earlier in &tenures[..j] {
-            // Sorted by first line, so only the earlier one's end matters.
-            if later.first_ns > earlier.last_ns {
-                continue;
-            }
+        // Sorted by first line, so only the earlier ones' ends matter.
+        let active: Vec<&Tenure> = tenures[..j]
+            .iter()
+            .filter(|earlier| later.first_ns <= earlier.last_ns)
+            .collect();
+        most_at_once = most_at_once.max(active.len() + 1);
+        if at_most > 1 && active.len() >= at_most && !measure_overlap {
+            return Err(Violation::MoreThan {
+                limit: at_most,
+                at_once: active
+                    .iter()
+                    .map(|t| t.id.clone())
+                    .chain([later.id.clone()])
+                    .collect(),
+            });
+        }
+        for earlier in active.iter().filter(|_| at_most == 1) {
             let inside: Vec<u64> = times[&earlier.id]
                 .iter()
                 .copied()
@@ -422,15 +482,21 @@ fn evaluate(log: &str, measure_overlap: bool) -> Result<Summary, Violation> {
             }
             overlaps.push(overlap);
         }
-        if let Some(top) = highest {
-            if later.id.fencing_token <= top.id.fencing_token {
-                return Err(Violation::TokenNotIncreasing {
-                    tenure: later.id.clone(),
-                    earlier: top.id.clone(),
-                });
-            }
+        // Every tenure that had started before this one was asked for
+        // was granted before it: its token is lower.
+        let asked = later.asked_ns.unwrap_or(later.first_ns).min(later.first_ns);
+        let top = tenures[..j]
+            .iter()
+            .filter(|earlier| earlier.first_ns < asked || later.asked_ns.is_none())
+            .max_by_key(|earlier| earlier.id.fencing_token);
+        if let Some(top) = top
+            && later.id.fencing_token <= top.id.fencing_token
+        {
+            return Err(Violation::TokenNotIncreasing {
+                tenure: later.id.clone(),
+                earlier: top.id.clone(),
+            });
         }
-        highest = Some(later);
     }
 
     let gaps: Vec<Gap> = tenures
@@ -451,6 +517,7 @@ fn evaluate(log: &str, measure_overlap: bool) -> Result<Summary, Violation> {
         beats: counts[1],
         ends: counts[2],
         overlaps,
+        most_at_once,
     })
 }
 
