@@ -49,7 +49,8 @@
 //! The rooms: this file is the world and its steps; `store` the store and
 //! the requests; `checks` runs the searches and holds the deliberate
 //! defects; `network` is the hostile network; `trace` writes
-//! counterexamples.
+//! counterexamples; `slots` is a world of its own, counting locks'
+//! clients racing for the slots of one record.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,6 +66,7 @@ use crate::core::time::Instant;
 
 mod checks;
 mod network;
+mod slots;
 mod store;
 mod trace;
 
