@@ -482,7 +482,7 @@ fn a_bad_clock_drift_is_a_config_error() {
 
 /// Where a command's stdout goes when it cannot be written.
 #[derive(Debug, Clone, Copy)]
-enum Sink {
+pub(crate) enum Sink {
     /// `/dev/full`: every write fails with ENOSPC.
     Full,
     /// A pipe whose reader is gone before anything is written: EPIPE.
@@ -490,7 +490,7 @@ enum Sink {
 }
 
 /// Run `cmd` with its stdout on `sink`: (exit code, stderr).
-fn run_into(mut cmd: Command, sink: Sink) -> (Option<i32>, String) {
+pub(crate) fn run_into(mut cmd: Command, sink: Sink) -> (Option<i32>, String) {
     cmd.stdin(Stdio::null()).stderr(Stdio::piped());
     match sink {
         Sink::Full => cmd.stdout(

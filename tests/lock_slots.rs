@@ -8,7 +8,7 @@
 //! clear error.
 
 use crate::common;
-use crate::lock::{Store, stderr, stdout};
+use crate::lock::{Sink, Store, run_into, stderr, stdout};
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -293,6 +293,42 @@ fn a_killed_holders_slot_is_taken_after_its_lease_on_dynamodb_local() {
 #[test]
 fn a_killed_holders_slot_is_taken_after_its_lease_on_postgres() {
     a_killed_holders_slot_is_taken_after_its_lease(&Store::postgres());
+}
+
+/// A slot whose token cannot reach stdout (`/dev/full`) is released again
+/// at once (exit 74), after `acquire` and after `renew` alike: nobody could
+/// renew or release it, and the other holders keep theirs.
+#[test]
+fn an_undeliverable_token_leaves_the_slot_free_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::sqlite(dir.path());
+    let other = take(&store, "gate", "other", &[]);
+    let (code, said) = run_into(
+        store.command(&["lock", "acquire", "gate", "--slots", "2"], &[]),
+        Sink::Full,
+    );
+    assert_eq!(code, Some(74), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains("cannot write the token") && said.contains("released the slot again"),
+        "{said}"
+    );
+    let taken = take(&store, "gate", "next", &["--no-wait"]);
+    let (code, said) = run_into(
+        store.command(&["lock", "renew", "gate", &taken, "--slots", "2"], &[]),
+        Sink::Full,
+    );
+    assert_eq!(code, Some(74), "{said}");
+    assert!(said.contains("released the slot again"), "{said}");
+    let shown = status(&store, "gate", &[]);
+    assert_eq!(
+        shown["holders"].as_array().map(Vec::len),
+        Some(1),
+        "{shown}"
+    );
+    assert_eq!(shown["holders"][0]["holder"], "other", "{shown}");
+    let again = take(&store, "gate", "again", &["--no-wait"]);
+    assert!(fencing(&again) > fencing(&taken) && fencing(&taken) > fencing(&other));
 }
 
 /// Each wrong use is one line on stderr naming the problem, with its exit
