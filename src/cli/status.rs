@@ -47,6 +47,10 @@ pub struct ElectionStatus {
     pub session: Option<String>,
     /// That session's state: "live", "ended", "missing" or "unreadable".
     pub session_state: Option<&'static str>,
+    /// A counting lock's slots, as "2 of 3" (`holder` is its newest
+    /// holder, `lease_ms` the longest lease: `leaderd lock status` lists
+    /// every holder).
+    pub slots: Option<String>,
 }
 
 impl ElectionStatus {
@@ -65,6 +69,7 @@ impl ElectionStatus {
             format: None,
             session: None,
             session_state: None,
+            slots: None,
         };
         match record {
             Record::Absent => {}
@@ -83,6 +88,10 @@ impl ElectionStatus {
                 s.age_ms = Some(now_ms.saturating_sub(l.renewed_at_ms));
                 s.holder_address = l.holder_meta.as_ref().and_then(|m| m.address.clone());
                 s.session = l.session.clone().filter(|_| l.holder.is_some());
+                s.slots = crate::core::slots::Slots::of(l).map(|t| match t {
+                    Ok(t) => format!("{} of {}", t.holders.len(), t.limit),
+                    Err(_) => "unreadable".to_owned(),
+                });
             }
             Record::Malformed(m) => {
                 s.election = m.election.clone();
@@ -194,9 +203,10 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
                         crate::lease::known_formats()
                     )
                 }
-                (None, None) => match r.session_state {
-                    Some(s) => format!("{} (session {s})", r.state),
-                    None => r.state.to_owned(),
+                (None, None) => match (r.session_state, &r.slots) {
+                    (Some(s), _) => format!("{} (session {s})", r.state),
+                    (None, Some(slots)) => format!("{} (counting lock: {slots} slots)", r.state),
+                    (None, None) => r.state.to_owned(),
                 },
             },
             r.holder.clone().unwrap_or_else(dash),
@@ -337,6 +347,28 @@ mod tests {
         );
         let all = collect(&store, &[], Duration::from_secs(1)).await.unwrap();
         assert_eq!(all.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_counting_lock_shows_its_slots() {
+        let store = MemoryStore::new();
+        let mut lease = Lease::stamped("c", "newest", 7, 30_000, 1, None);
+        lease.holder_meta = Some(crate::lease::HolderMeta {
+            slots: Some("3 6.ab.10000.1.1.61 7.cd.30000.1.1.62".into()),
+            ..Default::default()
+        });
+        store.set("c", Record::Valid(lease));
+        let rows = collect(&store, &["c".to_owned()], Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(rows[0].slots.as_deref(), Some("2 of 3"));
+        let text = render_text(&rows);
+        assert!(
+            text.contains("held (counting lock: 2 of 3 slots)"),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&render_json(&rows)).unwrap();
+        assert_eq!(json[0]["slots"], "2 of 3");
     }
 
     #[tokio::test]
