@@ -488,7 +488,8 @@ fn table_of(
     let (slots, counter) = match (record, limit) {
         (Record::Valid(l), _) => match (Slots::of(l), limit) {
             (Some(Ok(s)), _) => (s, Some(l.fencing_token)),
-            (Some(Err(problem)), _) => return Err(plain_on_counting(name, Err(problem))),
+            // Unreadable: shown as the record it reads as.
+            (Some(Err(_)), _) => return Ok(None),
             (None, None) => return Ok(None),
             (None, Some(_)) if l.holder.is_some() => {
                 let c = Conflict::Plain {
