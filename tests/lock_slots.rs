@@ -55,11 +55,12 @@ fn fencing(token: &str) -> u64 {
 
 /// One racer: take a slot (waiting), work for 50 ms to 1.5 s writing a
 /// beat every 50 ms, release it; again until the race is over. Returns
-/// how often it held a slot and how often its wait ran out.
-fn racer(store: &Store, name: &str, n: usize, log: &Log, until: Instant) -> (usize, usize) {
+/// how often it held a slot, how often its wait ran out, and how often its
+/// slot was gone when it released it.
+fn racer(store: &Store, name: &str, n: usize, log: &Log, until: Instant) -> (usize, usize, usize) {
     let identity = format!("racer-{n}");
     let slots = SLOTS.to_string();
-    let (mut held, mut ran_out) = (0, 0);
+    let (mut held, mut ran_out, mut lost) = (0, 0, 0);
     while Instant::now() < until {
         let asked = mono_ns();
         let mut cmd = store.command(
@@ -98,14 +99,18 @@ fn racer(store: &Store, name: &str, n: usize, log: &Log, until: Instant) -> (usi
         }
         log.line(mono_ns(), "end", &identity, t, n);
         let out = store.lock("release", &[name, &token, "--slots", &slots]);
-        assert!(
-            out.status.success(),
-            "{identity}: release of {token}: {}",
-            stderr(&out)
-        );
+        match out.status.code() {
+            Some(0) => {}
+            // Its slot was taken while it held it: the history shows how.
+            Some(77) => lost += 1,
+            other => panic!(
+                "{identity}: release of {token} exited {other:?}: {}",
+                stderr(&out)
+            ),
+        }
         held += 1;
     }
-    (held, ran_out)
+    (held, ran_out, lost)
 }
 
 fn racers_never_exceed_the_slots(store: &Store) {
@@ -126,11 +131,12 @@ fn racers_never_exceed_the_slots(store: &Store) {
             std::thread::spawn(move || racer(&store, &name, n, &log, until))
         })
         .collect();
-    let (mut held, mut ran_out) = (0, 0);
+    let (mut held, mut ran_out, mut lost) = (0, 0, 0);
     for t in threads {
-        let (h, r) = t.join().expect("a racer panicked");
+        let (h, r, l) = t.join().expect("a racer panicked");
         held += h;
         ran_out += r;
+        lost += l;
     }
     let text = std::fs::read_to_string(&path).expect("history");
     let summary =
@@ -142,6 +148,7 @@ fn racers_never_exceed_the_slots(store: &Store) {
         summary.lines
     );
     assert_eq!(summary.tenures.len(), held);
+    assert_eq!(lost, 0, "slots lost while held");
     // The race filled every slot (else it proved little), and went on.
     assert_eq!(summary.most_at_once, SLOTS, "{summary}");
     assert!(held >= 3 * RACERS, "only {held} tenures in {RACE:?}");
