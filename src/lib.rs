@@ -14,6 +14,9 @@
 //! - [`election`]: one task per election, running the core's rules:
 //!   campaign, renew, stop, release; and the task of the daemon's session,
 //!   which keeps every election held through it.
+//! - [`driver`]: the one IO driver of a daemon's node (the core's `node`):
+//!   its store requests performed concurrently, its states published; a
+//!   first step, not used by the daemon yet.
 //! - [`balance`]: many elections shared fairly among the daemons that
 //!   campaign for them (member records in the store, handovers).
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated
@@ -56,6 +59,7 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod daemon;
+pub mod driver;
 pub mod election;
 pub mod exit;
 pub mod http;
