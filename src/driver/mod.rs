@@ -5,8 +5,8 @@
 //! channels.
 //!
 //! A first step: the daemon does not use it yet (it still runs a task per
-//! election, `crate::election`); hints, the app check, the job's
-//! deadline and the daemon's stream are not wired here yet.
+//! election, `crate::election`); hints, the job's deadline, the daemon's
+//! stream, logs and metrics are not wired here yet.
 //!
 //! The rooms: this file is the driver; `tests` runs nodes through it over
 //! the in-memory store.
@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::app_check::Verdict;
 use crate::clock::Clock;
 use crate::core::election::{ElectionState, Tick};
 use crate::core::node::{ElectionId, Moment, Node, NodeAction, NodeInput, RequestId};
@@ -63,6 +64,8 @@ pub struct NodeDriver {
     inflight: JoinSet<(RequestId, Answer)>,
     /// Release commands waiting for their answer, by election.
     answers: Vec<Option<oneshot::Sender<bool>>>,
+    /// The app check's verdict; `None`: no app check.
+    gate: Option<watch::Receiver<Verdict>>,
 }
 
 impl NodeDriver {
@@ -83,6 +86,7 @@ impl NodeDriver {
             commands,
             inflight: JoinSet::new(),
             answers,
+            gate: None,
         };
         let handle = NodeHandle {
             states: receivers,
@@ -90,6 +94,22 @@ impl NodeDriver {
             commands: commands_tx,
         };
         (driver, handle)
+    }
+
+    /// The same driver, campaigning only while `gate` (the app check's
+    /// verdict) passes. The node must have been made with that verdict.
+    #[must_use]
+    pub fn gated(mut self, gate: watch::Receiver<Verdict>) -> NodeDriver {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Whether the app check lets the node campaign now (true without
+    /// one).
+    fn may_campaign(&self) -> bool {
+        self.gate
+            .as_ref()
+            .is_none_or(|g| *g.borrow() == Verdict::Pass)
     }
 
     /// Run until every election and the session have ended.
@@ -115,6 +135,8 @@ impl NodeDriver {
                     }
                 },
                 () = sleep_until(&clock, wake) => self.feed(NodeInput::Timeout),
+                // The new verdict comes with the next input: this one.
+                () = gate_changed(&mut self.gate) => self.feed(NodeInput::Timeout),
             }
         }
     }
@@ -146,7 +168,7 @@ impl NodeDriver {
                 stamp: Stamp::now(),
                 jitter: rand::random::<f64>(),
             },
-            may_campaign: true,
+            may_campaign: self.may_campaign(),
         };
         self.node.handle(&moment, input);
         while let Some(action) = self.node.poll_action() {
@@ -224,6 +246,18 @@ impl NodeDriver {
             NodeAction::Tell { .. } | NodeAction::Watch { .. } => {}
         }
     }
+}
+
+/// Resolves when the app check's verdict changes; never without an app
+/// check, or once it is gone.
+async fn gate_changed(gate: &mut Option<watch::Receiver<Verdict>>) {
+    if let Some(g) = gate {
+        if g.changed().await.is_ok() {
+            return;
+        }
+        *gate = None;
+    }
+    std::future::pending().await
 }
 
 /// Sleep until `wake` on `clock`; forever without one.
