@@ -5,20 +5,24 @@
 //! channels.
 //!
 //! A first step: the daemon does not use it yet (it still runs a task per
-//! election, `crate::election`); hints, the job's deadline, the daemon's
-//! stream, logs and metrics are not wired here yet.
+//! election, `crate::election`). It takes hints from one channel for all
+//! its elections and tells its events on one broadcast, but the watch
+//! client is not wired (where an election asks to watch is dropped), nor
+//! are the owners' streams of sessions, the job's deadline, logs and
+//! metrics.
 //!
 //! The rooms: this file is the driver; `tests` runs nodes through it over
 //! the in-memory store.
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::app_check::Verdict;
 use crate::clock::Clock;
 use crate::core::election::{ElectionState, Tick};
+use crate::core::hints::{Hint, LeaseEvent};
 use crate::core::node::{ElectionId, Moment, Node, NodeAction, NodeInput, RequestId};
 use crate::core::session::SessionView;
 use crate::lease::{LeaseStore, Record, Stamp, StoreError, WriteOutcome};
@@ -50,6 +54,8 @@ pub struct NodeHandle {
     pub session: watch::Receiver<Option<SessionView>>,
     /// Commands for the node; dropping it orphans every election.
     pub commands: mpsc::Sender<Command>,
+    /// Every event the node's elections tell their followers.
+    pub told: broadcast::Sender<LeaseEvent>,
 }
 
 /// The driver; see the module docs.
@@ -66,6 +72,11 @@ pub struct NodeDriver {
     answers: Vec<Option<oneshot::Sender<bool>>>,
     /// The app check's verdict; `None`: no app check.
     gate: Option<watch::Receiver<Verdict>>,
+    /// What the leaders' streams bring, for every election; `None`: no
+    /// hints (or their source is gone).
+    hints: Option<mpsc::Receiver<(ElectionId, Hint)>>,
+    /// Where the elections' events go.
+    told: broadcast::Sender<LeaseEvent>,
 }
 
 impl NodeDriver {
@@ -77,6 +88,7 @@ impl NodeDriver {
         let (session, session_rx) = watch::channel(node.session_view().cloned());
         let (commands_tx, commands) = mpsc::channel(16);
         let answers = (0..node.len()).map(|_| None).collect();
+        let (told, _) = broadcast::channel(64);
         let driver = NodeDriver {
             node,
             store,
@@ -87,11 +99,14 @@ impl NodeDriver {
             inflight: JoinSet::new(),
             answers,
             gate: None,
+            hints: None,
+            told: told.clone(),
         };
         let handle = NodeHandle {
             states: receivers,
             session: session_rx,
             commands: commands_tx,
+            told,
         };
         (driver, handle)
     }
@@ -101,6 +116,13 @@ impl NodeDriver {
     #[must_use]
     pub fn gated(mut self, gate: watch::Receiver<Verdict>) -> NodeDriver {
         self.gate = Some(gate);
+        self
+    }
+
+    /// The same driver, taking the hints of its elections from `hints`.
+    #[must_use]
+    pub fn with_hints(mut self, hints: mpsc::Receiver<(ElectionId, Hint)>) -> NodeDriver {
+        self.hints = Some(hints);
         self
     }
 
@@ -137,6 +159,10 @@ impl NodeDriver {
                 () = sleep_until(&clock, wake) => self.feed(NodeInput::Timeout),
                 // The new verdict comes with the next input: this one.
                 () = gate_changed(&mut self.gate) => self.feed(NodeInput::Timeout),
+                hint = next_hint(&mut self.hints) => match hint {
+                    Some((election, hint)) => self.feed(NodeInput::Hint { election, hint }),
+                    None => self.hints = None,
+                },
             }
         }
     }
@@ -242,8 +268,12 @@ impl NodeDriver {
                 let election = election.map(|id| self.node.config(id).name.clone());
                 tracing::debug!(?election, ?note, "node");
             }
+            NodeAction::Tell { event, .. } => {
+                // Nobody listening is no error.
+                let _ = self.told.send(event);
+            }
             // Not wired yet: see the module docs.
-            NodeAction::Tell { .. } | NodeAction::Watch { .. } => {}
+            NodeAction::Watch { .. } => {}
         }
     }
 }
@@ -258,6 +288,17 @@ async fn gate_changed(gate: &mut Option<watch::Receiver<Verdict>>) {
         *gate = None;
     }
     std::future::pending().await
+}
+
+/// The next hint from `hints`; `None` once its source is gone; never
+/// without one.
+async fn next_hint(
+    hints: &mut Option<mpsc::Receiver<(ElectionId, Hint)>>,
+) -> Option<(ElectionId, Hint)> {
+    match hints {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Sleep until `wake` on `clock`; forever without one.

@@ -1,6 +1,7 @@
 //! Nodes run by their drivers over the in-memory store, in tokio's paused
 //! time: each election led by one daemon, and led again after one is
-//! killed.
+//! killed; the app check followed; a release told on the stream taken at
+//! once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,19 +25,34 @@ fn start_gated(
     gate: Option<watch::Receiver<Verdict>>,
 ) -> (NodeHandle, tokio::task::JoinHandle<()>) {
     let clock = Clock::tokio();
-    let timing = ElectionConfig::with_defaults("-", identity);
     let passes = gate.as_ref().is_none_or(|g| *g.borrow() == Verdict::Pass);
-    let mut node = Node::new(identity, &timing, clock.now(), passes).with_session(timing, false);
-    for i in 0..ELECTIONS {
-        let cfg = ElectionConfig::with_defaults(format!("e{i}"), identity);
-        node.add_election(cfg, Duration::ZERO, false, |c| c);
-    }
+    let node = node(identity, &clock, passes, false);
     let store: Arc<dyn LeaseStore> = store.clone();
     let (mut driver, handle) = NodeDriver::new(node, store, clock);
     if let Some(gate) = gate {
         driver = driver.gated(gate);
     }
     (handle, tokio::spawn(driver.run()))
+}
+
+/// The node of `identity`: every election through its session, each
+/// advertising an address (so that its followers take its hints);
+/// `has_feed`: its elections take hints.
+fn node(identity: &str, clock: &Clock, may_campaign: bool, has_feed: bool) -> Node {
+    let timing = ElectionConfig::with_defaults("-", identity);
+    let mut node =
+        Node::new(identity, &timing, clock.now(), may_campaign).with_session(timing, false);
+    for i in 0..ELECTIONS {
+        let cfg = ElectionConfig {
+            holder_meta: Some(crate::lease::HolderMeta {
+                address: Some(format!("{identity}:80")),
+                labels: Default::default(),
+            }),
+            ..ElectionConfig::with_defaults(format!("e{i}"), identity)
+        };
+        node.add_election(cfg, Duration::ZERO, has_feed, |c| c);
+    }
+    node
 }
 
 /// For each election, the daemons (by index among `handles`, `None` for
@@ -124,4 +140,57 @@ async fn a_daemon_whose_app_check_fails_takes_nothing_and_what_it_released_goes_
     tokio::time::sleep(Duration::from_secs(16)).await;
     let led = leaders(&[Some(&a), Some(&b)]);
     assert!(led.iter().all(|l| l == &[1]), "b leads all: {led:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_told_of_a_release_takes_the_election_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let (a, _task_a) = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // b hears a's stream: every event a tells reaches b at once.
+    let clock = Clock::tokio();
+    let (hints_tx, hints) = mpsc::channel(64);
+    let mut stream = a.told.subscribe();
+    let hint_clock = clock.clone();
+    tokio::spawn(async move {
+        while let Ok(event) = stream.recv().await {
+            let Some(e) = event
+                .election()
+                .and_then(|name| name.strip_prefix('e'))
+                .and_then(|n| n.parse().ok())
+            else {
+                continue;
+            };
+            let hint = Hint::Event {
+                at: hint_clock.now(),
+                event: Box::new(event),
+            };
+            if hints_tx.send((ElectionId(e), hint)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let store_b: Arc<dyn LeaseStore> = store.clone();
+    let (driver, b) = NodeDriver::new(node("b", &clock, true, true), store_b, clock);
+    tokio::spawn(driver.with_hints(hints).run());
+    // Half a retry interval off b's polls (they come every P from its
+    // start), so that only the hint can explain a take within 100 ms.
+    tokio::time::sleep(Duration::from_millis(20_500)).await;
+    assert_eq!(leaders(&[Some(&a), Some(&b)])[0], [0], "a leads e0");
+    // a resigns e0 to anyone (and sits out a lease): b, told, takes it
+    // well within a retry interval (its poll would take up to one).
+    let (done, released) = oneshot::channel();
+    let input = NodeInput::Release {
+        election: ElectionId(0),
+        then: crate::core::election::AfterRelease::SitOut(Duration::from_secs(10)),
+        successor: None,
+    };
+    let command = Command {
+        input,
+        answer: Some(done),
+    };
+    assert!(a.commands.send(command).await.is_ok());
+    assert_eq!(released.await, Ok(true));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(leaders(&[Some(&a), Some(&b)])[0], [1], "b leads e0");
 }
