@@ -7,7 +7,7 @@
 //! `success_threshold` consecutive passes, `Fail` after `failure_threshold`
 //! consecutive failures. It runs apart from the elections, so a probe that
 //! hangs never delays a renewal. The elections read the verdict as a gate
-//! (`election::spawn_gated`); the daemon steps down when it turns bad.
+//! (`driver::NodeDriver::gated`); the daemon steps down when it turns bad.
 
 use std::path::PathBuf;
 use std::sync::Arc;

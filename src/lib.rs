@@ -11,12 +11,12 @@
 //! - [`lease`]: the store interface and its backends (SQLite's connection
 //!   lanes, table and queries each in a file of their own); the record
 //!   they store is the core's.
-//! - [`election`]: one task per election, running the core's rules:
-//!   campaign, renew, stop, release; and the task of the daemon's session,
-//!   which keeps every election held through it.
-//! - [`driver`]: the one IO driver of a daemon's node (the core's `node`):
-//!   its store requests performed concurrently, its states published; a
-//!   first step, not used by the daemon yet.
+//! - [`election`]: elections as the rest of leaderd sees them: the core's
+//!   types, what the driver reports, the channel the watch clients feed.
+//! - [`driver`]: the one IO driver of a daemon's node (the core's `node`,
+//!   which runs every election's rules and the daemon's session): its
+//!   store requests performed concurrently, its hints, time and commands
+//!   fed back, its states published, its notes logged and counted.
 //! - [`balance`]: many elections shared fairly among the daemons that
 //!   campaign for them (member records in the store, handovers).
 //! - [`app_check`]: probes the app leaderd stands for; campaigning is gated

@@ -10,8 +10,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::Clock;
+use leaderd::core::node::Node;
+use leaderd::driver::{NodeDriver, Running, Sessions};
 use leaderd::election::{
-    ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionReads, SessionView, TaskContext,
+    ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionView, TaskContext,
 };
 use leaderd::http::{AppState, router};
 use leaderd::lease::{self, Condition, Lease, LeaseStore, StoreSpec};
@@ -24,7 +26,8 @@ use tower::ServiceExt;
 struct Fixture {
     app: Router,
     clock: Clock,
-    peers: Arc<SessionReads>,
+    peers: Sessions,
+    _node: Running,
     watchers: Watchers,
     store: Arc<dyn LeaseStore>,
     _dir: tempfile::TempDir,
@@ -41,14 +44,18 @@ async fn fixture(sessions: bool, buffer: usize) -> Fixture {
     let store = lease::open(&StoreSpec::Sqlite(dir.path().join("l.db")))
         .await
         .expect("a SQLite store");
-    let peers = Arc::new(SessionReads::new(
-        TaskContext {
-            store: store.clone(),
-            clock: clock.clone(),
-            observer: Arc::new(NoObserver),
-        },
-        &ElectionConfig::with_defaults("report", "web-1"),
-    ));
+    // What the daemon knows of other sessions: its node's (one of no
+    // election, here).
+    let context = TaskContext {
+        store: store.clone(),
+        clock: clock.clone(),
+        observer: Arc::new(NoObserver),
+    };
+    let timing = ElectionConfig::with_defaults("report", "web-1");
+    let node = Node::new("web-1", &timing, clock.now(), true);
+    let (driver, _, mut node) = NodeDriver::new(node, context.clone());
+    driver.spawn(&mut node);
+    let peers = node.sessions(context);
     let now = clock.now();
     let (state_tx, state) = watch::channel(ElectionState::example("report", "web-1", now));
     let (resign, _) = mpsc::channel(1);
@@ -66,6 +73,7 @@ async fn fixture(sessions: bool, buffer: usize) -> Fixture {
         app: router(app),
         clock,
         peers,
+        _node: node,
         watchers,
         store,
         _dir: dir,
@@ -194,7 +202,7 @@ async fn a_named_session_counts_once_the_store_shows_it_and_a_made_up_one_occupi
     let _b = open_as(&f.app, Some("web-3")).await;
     let _c = open_as(&f.app, Some(&format!("#session/{}", "x".repeat(600)))).await;
     // Names are only names: nothing is known before the store is asked.
-    assert!(f.peers.sessions().is_empty());
+    assert!(f.peers.sessions().await.is_empty());
     // Streams beyond the watch slots were refused, and their names dropped.
     assert!(f.watchers.len() <= 512, "{} names kept", f.watchers.len());
     let mut looked_up = 0;
@@ -211,7 +219,13 @@ async fn a_named_session_counts_once_the_store_shows_it_and_a_made_up_one_occupi
         looked_up += keys.len();
     }
     assert_eq!(looked_up, f.watchers.len(), "each name looked up once");
-    let known: Vec<String> = f.peers.sessions().into_iter().map(|k| k.key).collect();
+    let known: Vec<String> = f
+        .peers
+        .sessions()
+        .await
+        .into_iter()
+        .map(|k| k.key)
+        .collect();
     assert_eq!(
         known,
         ["#session/web-2/x"],

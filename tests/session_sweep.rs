@@ -101,10 +101,7 @@ fn a_daemon_whose_wall_clock_is_two_days_ahead_deletes_no_live_session() {
         ("FAKETIME", format!("+{}d", SKEW.as_secs() / 86_400)),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
         // The sweep's line says what it read, timed and deleted.
-        (
-            "RUST_LOG",
-            "info,leaderd::election::session_task=debug".to_owned(),
-        ),
+        ("RUST_LOG", "info,leaderd::driver::session=debug".to_owned()),
     ];
     let skewed = Leaderd::start(Spec {
         identity: "skewed",

@@ -33,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
-use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role, Steering};
+use crate::driver::Steering;
+use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role};
 use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
 
 mod sessions;
@@ -560,32 +561,37 @@ fn condition_over(current: &Record) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::{ElectionConfig, ElectionHandle, NoObserver};
+    use crate::core::node::Node;
+    use crate::driver::{ElectionHandle, NodeDriver, Running};
+    use crate::election::{ElectionConfig, NoObserver, TaskContext};
     use crate::lease::memory::MemoryStore;
 
     const S: Duration = Duration::from_secs(1);
 
-    /// One daemon in process: an engine per election and a balancer.
+    /// One daemon in process: a node of every election, and a balancer.
     struct Daemon {
         handles: Vec<ElectionHandle>,
+        running: Running,
         balancer: Option<Balancer>,
     }
 
     impl Daemon {
         fn start(store: &MemoryStore, identity: &str, names: &[String]) -> Daemon {
             let store: Arc<dyn LeaseStore> = Arc::new(store.clone());
-            let handles: Vec<ElectionHandle> = names
-                .iter()
-                .map(|n| {
-                    election::spawn(
-                        store.clone(),
-                        ElectionConfig::with_defaults(n.clone(), identity),
-                        Clock::tokio(),
-                        Arc::new(NoObserver),
-                    )
-                })
-                .collect();
+            let clock = Clock::tokio();
             let timing = ElectionConfig::with_defaults("x", identity);
+            let mut node = Node::new(identity, &timing, clock.now(), true);
+            for n in names {
+                let cfg = ElectionConfig::with_defaults(n.clone(), identity);
+                node.add_election(cfg, Duration::ZERO, false, |c| c);
+            }
+            let context = TaskContext {
+                store: store.clone(),
+                clock,
+                observer: Arc::new(NoObserver),
+            };
+            let (driver, handles, mut running) = NodeDriver::new(node, context);
+            driver.spawn(&mut running);
             let config = BalanceConfig {
                 identity: identity.to_owned(),
                 lease_duration: timing.lease_duration,
@@ -614,6 +620,7 @@ mod tests {
             );
             Daemon {
                 handles,
+                running,
                 balancer: Some(balancer),
             }
         }
@@ -627,9 +634,7 @@ mod tests {
 
         /// Dies without a word: engines and balancer stop, nothing released.
         fn crash(&mut self) {
-            for h in &self.handles {
-                h.abort();
-            }
+            self.running.abort();
             if let Some(b) = self.balancer.take() {
                 b.task.abort();
             }

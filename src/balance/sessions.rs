@@ -15,22 +15,22 @@
 //! it is live again or plainly gone. As before, membership is advice: a
 //! wrong count costs balance, never safety.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use tokio::sync::watch;
 
 use super::{LED_LABEL, Peer, SET_LABEL, Worker};
-use crate::election::{HintFeed, KnownSession, SessionReads, takeover_wait};
+use crate::driver::Sessions;
+use crate::election::{KnownSession, takeover_wait};
 use crate::lease::{READ_MANY_LIMIT, Record, session_owner};
 use crate::watch::mux::Mux;
 use crate::watch::watchers::Watchers;
 
 /// What the balancer needs of the daemon's sessions.
 pub struct SessionMembers {
-    /// What the daemon knows of the sessions (its own elections' reads,
-    /// and the streams).
-    pub reads: Arc<SessionReads>,
+    /// What the daemon's node knows of the sessions (its own elections'
+    /// reads, and the streams).
+    pub sessions: Sessions,
     /// The labels of the daemon's own session.
     pub labels: watch::Sender<BTreeMap<String, String>>,
     /// The daemon's streams of other daemons: members are watched there.
@@ -44,10 +44,10 @@ pub struct SessionMembers {
 /// open at once (half the HTTP connection limit) in a few requests.
 const LOOK_UPS_PER_ROUND: usize = 3 * READ_MANY_LIMIT;
 
-/// The members' streams the balancer keeps open: one feed per session,
-/// aimed at its daemon's address.
+/// The members' streams the balancer keeps open: the address of each
+/// session's daemon, watched through the mux.
 #[derive(Default)]
-pub(super) struct Watched(HashMap<String, HintFeed>);
+pub(super) struct Watched(HashMap<String, String>);
 
 impl Worker {
     /// Our session's labels: what we lead and which set, or nothing while
@@ -78,7 +78,7 @@ impl Worker {
         self.look_up_watchers(members).await;
         let mut peers = Vec::new();
         let mut addresses = HashMap::new();
-        for known in members.reads.sessions() {
+        for known in members.sessions.sessions().await {
             let Some(owner) = session_owner(&known.key).map(str::to_owned) else {
                 continue;
             };
@@ -104,13 +104,18 @@ impl Worker {
                 });
             }
         }
-        watched.0.retain(|key, _| addresses.contains_key(key));
+        watched.0.retain(|key, _| {
+            let kept = addresses.contains_key(key);
+            if !kept {
+                members.mux.aim_member(key, None);
+            }
+            kept
+        });
         for (key, address) in addresses {
-            let feed = watched
-                .0
-                .entry(key.clone())
-                .or_insert_with(|| members.mux.feed(format!("#member{key}")));
-            feed.aim(Some(address.clone()));
+            if watched.0.get(&key) != Some(&address) {
+                members.mux.aim_member(&key, Some(address.clone()));
+                watched.0.insert(key, address);
+            }
         }
         peers
     }
@@ -120,14 +125,21 @@ impl Worker {
     /// so, without a Scan. A name counts only once the store shows its
     /// session held; each stream's name is looked up once.
     async fn look_up_watchers(&self, members: &SessionMembers) {
+        let sessions: HashSet<String> = members
+            .sessions
+            .sessions()
+            .await
+            .into_iter()
+            .map(|k| k.key)
+            .collect();
         let (known, names): (Vec<String>, Vec<String>) = members
             .watchers
             .unchecked(LOOK_UPS_PER_ROUND)
             .into_iter()
-            .partition(|k| members.reads.session(k).is_some());
+            .partition(|k| sessions.contains(k));
         members.watchers.checked(&known);
         for keys in names.chunks(READ_MANY_LIMIT) {
-            match members.reads.look_up(keys, self.budget()).await {
+            match members.sessions.look_up(keys, self.budget()).await {
                 Ok(_) => members.watchers.checked(keys),
                 Err(e) => {
                     tracing::debug!(error = %e, "balance: cannot look up the sessions of the daemons watching this one");
@@ -164,11 +176,10 @@ impl Worker {
 
     async fn reread(&self, members: &SessionMembers, known: KnownSession) -> KnownSession {
         let budget = self.budget();
-        let (answer, _) = members.reads.read(&known.key, budget, None).await;
-        if let Err(e) = &answer.record {
+        if let Err(e) = members.sessions.read(&known.key, budget).await {
             tracing::debug!(session = %known.key, error = %e, "balance: cannot read a member's session");
         }
-        members.reads.session(&known.key).unwrap_or(known)
+        members.sessions.session(&known.key).await.unwrap_or(known)
     }
 
     /// What `known` says of its daemon as a member, if it is live.

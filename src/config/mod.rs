@@ -303,7 +303,7 @@ pub struct Config {
     pub identity: String,
     /// The lease store.
     pub store: StoreConfig,
-    /// One entry per election, timing checked, ready for `election::spawn`.
+    /// One entry per election, timing checked, ready for the daemon's node.
     pub elections: Vec<ElectionConfig>,
     /// The election behind `GET /leader` (one of `elections`).
     pub primary: String,

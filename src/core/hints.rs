@@ -30,7 +30,7 @@
 //!   polls, not a leaderless election.
 //!
 //! The transport (an HTTP stream, `crate::watch::client`, fed to the
-//! election through `crate::election`'s `HintFeed`) is outside the core:
+//! node through `crate::election`'s `HintSink`) is outside the core:
 //! it gets the address to watch and hands back what arrived.
 
 use std::collections::{BTreeMap, VecDeque};

@@ -336,6 +336,11 @@ impl SessionCore {
         }
     }
 
+    /// Its timing and identity.
+    pub fn config(&self) -> &ElectionConfig {
+        &self.cfg
+    }
+
     /// The open session, if its validity has not run out yet.
     pub fn view(&self) -> Option<SessionView> {
         match &self.phase {

@@ -20,7 +20,8 @@ enum Event {
     AppCheck,
     /// The primary election published a new state.
     State,
-    /// The primary election's task is gone.
+    /// The primary election's state is no longer published (the node's
+    /// driver is gone).
     StateGone,
     /// The child exited.
     ChildExited(ChildExit),

@@ -1,7 +1,8 @@
-//! Wiring for `leaderd run`: the store, one engine per election, the HTTP
-//! server, the child supervisor and the shutdown sequence.
+//! Wiring for `leaderd run`: the store, the node that runs every election
+//! and the session (one IO driver, `crate::driver`), the HTTP server, the
+//! child supervisor and the shutdown sequence.
 //!
-//! Everything that reacts to leadership watches the engines' state; the
+//! Everything that reacts to leadership watches the elections' state; the
 //! daemon owns the one loop that turns those states, signals and child exits
 //! into actions, so the order of events is easy to follow:
 //! lead -> start child; lose -> stop child (the guard enforces the kill);
@@ -31,9 +32,9 @@ use crate::app_check::{self, Verdict};
 use crate::balance::{self, BalanceConfig, Balancer, Elected, Membership, SessionMembers};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::election::{
-    self, ElectionConfig, ElectionHandle, ElectionState, LeaseEvent, SessionHandle, SessionView,
-};
+use crate::core::node::{ElectionId, Node};
+use crate::driver::{ElectionHandle, NodeDriver, Running};
+use crate::election::{self, Aim, Clients, ElectionConfig, ElectionState, HintSink, LeaseEvent};
 use crate::exit;
 use crate::http::{self, AppState};
 use crate::lease::{self, LeaseStore, StoreError};
@@ -158,10 +159,9 @@ pub async fn run(
 
     notifier.send("STOPPING=1");
     daemon.release_all().await;
-    if let Some(session) = started.session {
-        // Its elections are released: end it, so nobody waits it out.
-        session.close().await;
-    }
+    // Its elections are released: end the session, so nobody waits it
+    // out, and the node with it.
+    started.running.close().await;
     notify_task.abort();
     http.stop().await;
     tracing::info!(exit_code = code, "leaderd stopped");
@@ -218,10 +218,10 @@ struct Wiring<'a> {
 
 /// What `run` started besides HTTP and the job.
 struct Started {
-    /// One engine per election.
+    /// Each election of the node.
     handles: BTreeMap<String, ElectionHandle>,
-    /// The daemon's session, with `sessions`.
-    session: Option<SessionHandle>,
+    /// The node: its session (with `sessions`), its end.
+    running: Running,
     /// The daemon's stream (what every election tells), with `sessions`.
     told: Option<broadcast::Sender<LeaseEvent>>,
     /// The sessions named by the daemons that watch this one's stream
@@ -241,26 +241,50 @@ impl Wiring<'_> {
         }
     }
 
-    /// The session (with sessions), the elections, the balancer (with
-    /// balance) and the check of the records held through the session;
-    /// `advertised`: the address written into the records.
+    /// The node (its session with `sessions`, its elections), its
+    /// driver, and the balancer (with balance); `advertised`: the address
+    /// written into the records.
     fn start(&self, advertised: Option<String>) -> Started {
         let cfg = self.cfg;
-        let session = cfg.sessions.then(|| self.start_session());
-        // With sessions, what every election tells goes out on one stream.
-        let told = session
-            .as_ref()
-            .map(|_| broadcast::channel::<LeaseEvent>(TOLD_BUFFER).0);
-        let own = session.as_ref().map(|s| s.view.clone());
-        let following = Following::new(self, own);
-        let handles = self.start_elections(session.as_ref(), told.as_ref(), &following);
+        let (driver, handles, mut running) = NodeDriver::new(self.node(), self.tasks());
+        let (sink, hints) = HintSink::channel();
+        // With sessions, what every election tells goes out on one stream,
+        // and the followers watch other daemons' streams through one mux
+        // instead of one stream per election.
+        let told = cfg
+            .sessions
+            .then(|| broadcast::channel::<LeaseEvent>(TOLD_BUFFER).0);
+        let mux = cfg.sessions.then(|| {
+            // Streams name this daemon's session only for balance (a
+            // leader learns its members so); without it the session opens
+            // and ends with what this daemon leads, which need not reopen
+            // every stream.
+            let own = cfg.balance.then(|| running.session.clone());
+            let pacing = Pacing::of(primary_timing(cfg));
+            Mux::new(self.clock.clone(), pacing, sink.clone(), own)
+        });
+        let aim: Box<dyn Aim> = match &mux {
+            Some(mux) => Box::new(mux.clone()),
+            None => Box::new(self.clients(&sink)),
+        };
+        let mut driver = driver.gated(self.app_check.cloned()).with_hints(hints, aim);
+        if let Some(told) = &told {
+            driver = driver.telling(told.clone());
+        }
+        driver.spawn(&mut running);
+        let handles: BTreeMap<String, ElectionHandle> = cfg
+            .elections
+            .iter()
+            .map(|e| e.name.clone())
+            .zip(handles)
+            .collect();
         // Balance looks up the sessions its watchers name.
-        let watchers = (cfg.balance && session.is_some()).then(Watchers::default);
+        let watchers = (cfg.balance && cfg.sessions).then(Watchers::default);
         let balancer = cfg.balance.then(|| {
-            let membership = match (&session, &following.mux, &watchers) {
-                (Some(s), Some(mux), Some(watchers)) => Membership::Sessions(SessionMembers {
-                    reads: following.reads.clone(),
-                    labels: s.labels.clone(),
+            let membership = match (&mux, &watchers) {
+                (Some(mux), Some(watchers)) => Membership::Sessions(SessionMembers {
+                    sessions: running.sessions(self.tasks()),
+                    labels: running.labels.clone(),
                     mux: mux.clone(),
                     watchers: watchers.clone(),
                 }),
@@ -268,104 +292,53 @@ impl Wiring<'_> {
             };
             self.start_balancer(&handles, advertised, membership)
         });
-        if let Some(s) = &session {
-            self.start_record_check(&handles, s);
-        }
         Started {
             handles,
-            session,
+            running,
             told,
             watchers,
             balancer,
         }
     }
 
-    /// One engine per election. Their first store requests are spread: a
+    /// The node: with `sessions` the daemon's session on the primary
+    /// election's timing (every election has the same, checked in
+    /// `Config::load`), open always with balance (balance counts on it as
+    /// this instance's member record), else only while an election wants
+    /// it; and every election. Their first store requests are spread: a
     /// thousand elections reach the store over a second instead of in one
     /// burst that would open a connection per election (and keep them all
     /// pooled), and their renewals stay that far apart afterwards. One
-    /// election starts at once. With sessions (`told`: the daemon's
-    /// stream), every election tells that stream too, and the followers
-    /// watch other daemons' streams through one mux instead of one stream
-    /// per election.
-    fn start_elections(
-        &self,
-        session: Option<&SessionHandle>,
-        told: Option<&broadcast::Sender<LeaseEvent>>,
-        following: &Following,
-    ) -> BTreeMap<String, ElectionHandle> {
+    /// election starts at once.
+    fn node(&self) -> Node {
         let cfg = self.cfg;
+        let timing = primary_timing(cfg);
+        let may_campaign = self.app_check.is_none_or(|g| *g.borrow() == Verdict::Pass);
+        let mut node = Node::new(&cfg.identity, timing, self.clock.now(), may_campaign);
+        if cfg.sessions {
+            node = node.with_session(timing.clone(), cfg.balance);
+        }
         let n = cfg.elections.len();
-        cfg.elections
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let hints = match &following.mux {
-                    Some(mux) => mux.feed(e.name.clone()),
-                    None => hints::spawn(e.name.clone(), self.clock.clone(), Pacing::of(e)),
-                };
-                let handle = election::spawn_gated(
-                    self.store.clone(),
-                    e.clone(),
-                    self.clock.clone(),
-                    self.metrics.clone(),
-                    campaign_delay(i, n),
-                    election::Links {
-                        gate: self.app_check.cloned(),
-                        hints: Some(hints),
-                        session: session.map(|s| s.view.clone()),
-                        session_reads: Some(following.reads.clone()),
-                        demand: session.map(|s| s.demand.clone()),
-                        told: told.cloned(),
-                    },
-                );
-                (e.name.clone(), handle)
-            })
-            .collect()
+        for (i, e) in cfg.elections.iter().enumerate() {
+            node.add_election(e.clone(), campaign_delay(i, n), true, |core| core);
+        }
+        node
     }
 
-    /// The daemon's session, with `sessions`: on the primary election's
-    /// timing (every election has the same, checked in `Config::load`) and
-    /// advertising what its records advertise.
-    fn start_session(&self) -> SessionHandle {
-        // Balance counts on the session as this instance's member record: it
-        // stays open. Otherwise it is open only while an election wants it.
-        election::spawn_session(
-            self.tasks(),
-            primary_timing(self.cfg).clone(),
-            self.cfg.balance,
-        )
-    }
-
-    /// The check of the records held through the session (see
-    /// `election::record_check`), every R of the session's timing; it ends
-    /// with the session.
-    fn start_record_check(
-        &self,
-        handles: &BTreeMap<String, ElectionHandle>,
-        session: &SessionHandle,
-    ) {
-        let cfg = self.cfg;
-        let targets = cfg
-            .elections
-            .iter()
-            .filter_map(|e| {
-                let h = handles.get(&e.name)?;
-                Some(election::CheckTarget {
-                    name: e.name.clone(),
-                    strict: e.strict_new_lease,
-                    state: h.state.clone(),
-                    steering: h.steering(),
-                })
-            })
-            .collect();
-        election::spawn_record_check(
-            self.tasks(),
-            targets,
-            session.view.clone(),
-            primary_timing(cfg).renew_interval,
-            cfg.identity.clone(),
-        );
+    /// Without sessions, one watch client per election, each handing its
+    /// hints to `sink`.
+    fn clients(&self, sink: &HintSink) -> Clients {
+        let clients = self.cfg.elections.iter().enumerate().map(|(i, e)| {
+            let id = ElectionId(u32::try_from(i).unwrap_or(u32::MAX));
+            hints::spawn(
+                e.name.clone(),
+                id,
+                self.clock.clone(),
+                Pacing::of(e),
+                sink.clone(),
+            )
+        });
+        Clients(clients.collect())
     }
 
     /// The balancer, when `balance` is on: every election may move, except
@@ -440,8 +413,9 @@ impl Wiring<'_> {
         if let Some(b) = &started.balancer {
             app = app.with_balance(b.share.clone());
         }
-        if let Some(s) = &started.session {
-            app = app.with_session(s.view.clone(), s.validity);
+        if self.cfg.sessions {
+            let validity = primary_timing(cfg).validity();
+            app = app.with_session(started.running.session.clone(), validity);
         }
         if let Some(told) = started.told.take() {
             app = app.with_daemon_stream(told, started.watchers.take());
@@ -457,34 +431,6 @@ fn primary_timing(cfg: &Config) -> &ElectionConfig {
         .iter()
         .find(|e| e.name == cfg.primary)
         .expect("primary names a configured election: validated in Config::load")
-}
-
-/// How this daemon follows other daemons' sessions: what it knows of them
-/// (shared by its elections, and balance), and with sessions one stream
-/// per leader daemon.
-struct Following {
-    reads: Arc<election::SessionReads>,
-    mux: Option<Mux>,
-}
-
-impl Following {
-    fn new(wiring: &Wiring<'_>, own: Option<watch::Receiver<Option<SessionView>>>) -> Following {
-        let timing = primary_timing(wiring.cfg);
-        // One read of a session answers every election that times it.
-        let reads = Arc::new(election::SessionReads::new(wiring.tasks(), timing));
-        // Streams name this daemon's session only for balance (a leader
-        // learns its members so); without it the session opens and ends
-        // with what this daemon leads, which need not reopen every stream.
-        let mux = own.map(|own| {
-            Mux::new(
-                wiring.clock.clone(),
-                Pacing::of(timing),
-                reads.clone(),
-                wiring.cfg.balance.then_some(own),
-            )
-        });
-        Following { reads, mux }
-    }
 }
 
 /// Check the store until it answers. A wrong schema is final and goes to

@@ -1,34 +1,77 @@
 //! The one IO driver of a daemon's [`Node`]: it performs the node's store
 //! requests concurrently (a slow answer for one election never delays
-//! another), feeds their answers, the time and the commands back, and
-//! publishes each election's state and the daemon's session on watch
-//! channels.
+//! another), feeds their answers, the time, the hints of every election
+//! (one channel from every watch client), the app check's verdict, the
+//! store's changes and the commands back, and publishes each election's
+//! state and events and the daemon's session on watch channels, which
+//! HTTP, the metrics, the job's supervision and balance follow. It decides
+//! nothing: an election is data in the node, not a task.
 //!
-//! A first step: the daemon does not use it yet (it still runs a task per
-//! election, `crate::election`). It takes hints from one channel for all
-//! its elections and tells its events on one broadcast, but the watch
-//! client is not wired (where an election asks to watch is dropped), nor
-//! are the owners' streams of sessions, the job's deadline, logs and
-//! metrics.
-//!
-//! The rooms: this file is the driver; `tests` runs nodes through it over
-//! the in-memory store.
+//! The rooms: this file is the driver's loop and what it carries out;
+//! `handle` what the rest of the daemon holds of a running node (each
+//! election's handle, the node's session and end, the sessions it knows
+//! for balance); `report` the metrics and logs of its requests and of
+//! what the node noted; `error_log` store errors logged once per change;
+//! `session` the session's changes logged and the sweep of sessions that
+//! are over; `tests` nodes run through it over the in-memory store;
+//! `engine_tests` and `hint_tests` one election run through it (by
+//! `lone`), step by step and with hints.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::app_check::Verdict;
-use crate::clock::Clock;
-use crate::core::election::{ElectionState, Tick};
-use crate::core::hints::{Hint, LeaseEvent};
-use crate::core::node::{ElectionId, Moment, Node, NodeAction, NodeInput, RequestId};
+use crate::clock::{Clock, Instant};
+use crate::core::election::{AfterRelease, ElectionState, Tick, WriteOp};
+use crate::core::hints::LeaseEvent;
+use crate::core::node::{ElectionId, KnownSession, Moment, Node, NodeAction, NodeInput, RequestId};
 use crate::core::session::SessionView;
-use crate::lease::{LeaseStore, Record, Stamp, StoreError, WriteOutcome};
+use crate::election::{Aim, Outcome, TaskContext};
+use crate::lease::{Record, Stamp, StoreError, WriteOutcome};
+
+mod error_log;
+mod handle;
+mod report;
+mod session;
 
 #[cfg(test)]
+mod engine_tests;
+#[cfg(test)]
+mod hint_tests;
+#[cfg(test)]
+mod lone;
+#[cfg(test)]
 mod tests;
+
+pub use handle::{ElectionHandle, Running, Sessions, Steering};
+pub use session::SWEEP_EVERY;
+
+use report::{Metric, Report};
+use session::{SessionLog, Sweeper};
+
+/// What the node is told by the rest of the daemon.
+pub enum Command {
+    /// An input as it is.
+    Input(NodeInput),
+    /// Give an election's lease up (the caller stopped the job first),
+    /// handing it to `successor` if named, then act as said; `answer`
+    /// hears whether a lease was released.
+    Release {
+        /// The election.
+        election: ElectionId,
+        /// What to do afterwards.
+        then: AfterRelease,
+        /// Hand the lease to this identity.
+        successor: Option<String>,
+        /// Where the answer goes.
+        answer: oneshot::Sender<bool>,
+    },
+    /// List the sessions of other daemons the node knows.
+    Known(oneshot::Sender<Vec<KnownSession>>),
+}
 
 /// What the store answered to one of the node's requests.
 enum Answer {
@@ -37,152 +80,283 @@ enum Answer {
     Written(Result<WriteOutcome, StoreError>),
 }
 
-/// A command for the node, and where its answer goes (a release is
-/// answered with whether a lease was released).
-pub struct Command {
-    /// What the node is told.
-    pub input: NodeInput,
-    /// Where the answer goes, for a release.
-    pub answer: Option<oneshot::Sender<bool>>,
+/// A request answered: what, how long it took, how it is counted, and
+/// for the session's end, its key (logged).
+struct Done {
+    request: RequestId,
+    answer: Answer,
+    took: Duration,
+    metric: Metric,
+    ending: Option<String>,
 }
 
-/// The channels a running node is watched and commanded through.
-pub struct NodeHandle {
-    /// Each election's published state, by [`ElectionId`].
-    pub states: Vec<watch::Receiver<ElectionState>>,
-    /// The daemon's session as its elections see it.
-    pub session: watch::Receiver<Option<SessionView>>,
-    /// Commands for the node; dropping it orphans every election.
-    pub commands: mpsc::Sender<Command>,
-    /// Every event the node's elections tell their followers.
-    pub told: broadcast::Sender<LeaseEvent>,
+/// Where the driver publishes.
+struct Published {
+    states: Vec<watch::Sender<ElectionState>>,
+    events: Vec<watch::Sender<Option<LeaseEvent>>>,
+    session: watch::Sender<Option<SessionView>>,
+    /// The daemon's stream, told every event too (with sessions).
+    told: Option<broadcast::Sender<LeaseEvent>>,
+}
+
+/// What the driver follows besides its commands and requests; each is
+/// optional.
+#[derive(Default)]
+struct Links {
+    /// The app check's verdict: the node campaigns only while it passes.
+    gate: Option<watch::Receiver<Verdict>>,
+    /// What the watch clients bring, for every election.
+    hints: Option<mpsc::Receiver<NodeInput>>,
+    /// Where the elections say they watch.
+    aim: Option<Box<dyn Aim>>,
+    /// Moves when the store notices its data was replaced under it.
+    changes: Option<watch::Receiver<u64>>,
+    /// The labels the session's record carries.
+    labels: Option<watch::Receiver<BTreeMap<String, String>>>,
 }
 
 /// The driver; see the module docs.
 pub struct NodeDriver {
     node: Node,
-    store: Arc<dyn LeaseStore>,
-    clock: Clock,
-    states: Vec<watch::Sender<ElectionState>>,
-    session: watch::Sender<Option<SessionView>>,
+    context: TaskContext,
+    out: Published,
     commands: mpsc::Receiver<Command>,
     /// The store requests on their way.
-    inflight: JoinSet<(RequestId, Answer)>,
-    /// Release commands waiting for their answer, by election.
-    answers: Vec<Option<oneshot::Sender<bool>>>,
-    /// The app check's verdict; `None`: no app check.
-    gate: Option<watch::Receiver<Verdict>>,
-    /// What the leaders' streams bring, for every election; `None`: no
-    /// hints (or their source is gone).
-    hints: Option<mpsc::Receiver<(ElectionId, Hint)>>,
-    /// Where the elections' events go.
-    told: broadcast::Sender<LeaseEvent>,
+    inflight: JoinSet<Done>,
+    /// Release commands waiting for their answer, by election, in order.
+    answers: HashMap<ElectionId, VecDeque<oneshot::Sender<bool>>>,
+    links: Links,
+    report: Report,
+    session_log: SessionLog,
+    /// With a session: its sweeps of sessions that are over.
+    sweeper: Option<Sweeper>,
 }
 
 impl NodeDriver {
-    /// A driver of `node` over `store`, timed by `clock`, and its handle.
-    pub fn new(node: Node, store: Arc<dyn LeaseStore>, clock: Clock) -> (NodeDriver, NodeHandle) {
-        let (states, receivers): (Vec<_>, Vec<_>) = (0..node.len())
-            .map(|i| watch::channel(node.state(ElectionId(i as u32)).clone()))
-            .unzip();
+    /// A driver of `node` with `context` (the store, the clock, the
+    /// metrics), the handles of its elections (in their order) and of the
+    /// running node (its task is set by [`NodeDriver::spawn`]).
+    pub fn new(node: Node, context: TaskContext) -> (NodeDriver, Vec<ElectionHandle>, Running) {
+        let (commands_tx, commands) = mpsc::channel(64);
+        let mut states = Vec::with_capacity(node.len());
+        let mut events = Vec::with_capacity(node.len());
+        let mut handles = Vec::with_capacity(node.len());
+        for i in 0..node.len() {
+            let id = ElectionId(i as u32);
+            let (state_tx, state) = watch::channel(node.state(id).clone());
+            let (events_tx, events_rx) = watch::channel(None);
+            states.push(state_tx);
+            events.push(events_tx);
+            handles.push(ElectionHandle {
+                state,
+                events: events_rx,
+                lease_duration: node.config(id).lease_duration,
+                steering: Steering {
+                    commands: commands_tx.clone(),
+                    election: id,
+                },
+            });
+        }
         let (session, session_rx) = watch::channel(node.session_view().cloned());
-        let (commands_tx, commands) = mpsc::channel(16);
-        let answers = (0..node.len()).map(|_| None).collect();
-        let (told, _) = broadcast::channel(64);
+        let (labels, labels_rx) = watch::channel(BTreeMap::new());
+        let timing = node
+            .session()
+            .map(|s| (s.config().renew_interval, s.config().max_clock_drift));
+        let every = timing.map_or(Duration::from_secs(5), |t| t.0);
+        let sweeper = timing.map(|(_, drift)| Sweeper::new(node.identity().to_owned(), drift));
+        let report = Report::new(context.observer.clone(), node.identity().to_owned(), every);
+        let links = Links {
+            changes: context.store.changes(),
+            labels: Some(labels_rx),
+            ..Links::default()
+        };
         let driver = NodeDriver {
             node,
-            store,
-            clock,
-            states,
-            session,
+            context,
+            out: Published {
+                states,
+                events,
+                session,
+                told: None,
+            },
             commands,
             inflight: JoinSet::new(),
-            answers,
-            gate: None,
-            hints: None,
-            told: told.clone(),
+            answers: HashMap::new(),
+            links,
+            report,
+            session_log: SessionLog::default(),
+            sweeper,
         };
-        let handle = NodeHandle {
-            states: receivers,
+        let running = Running {
             session: session_rx,
+            labels,
             commands: commands_tx,
-            told,
+            task: None,
         };
-        (driver, handle)
+        (driver, handles, running)
     }
 
     /// The same driver, campaigning only while `gate` (the app check's
     /// verdict) passes. The node must have been made with that verdict.
     #[must_use]
-    pub fn gated(mut self, gate: watch::Receiver<Verdict>) -> NodeDriver {
-        self.gate = Some(gate);
+    pub fn gated(mut self, gate: Option<watch::Receiver<Verdict>>) -> NodeDriver {
+        self.links.gate = gate;
         self
     }
 
-    /// The same driver, taking the hints of its elections from `hints`.
+    /// The same driver, taking what the watch clients bring from `hints`
+    /// and telling them where to watch through `aim`.
     #[must_use]
-    pub fn with_hints(mut self, hints: mpsc::Receiver<(ElectionId, Hint)>) -> NodeDriver {
-        self.hints = Some(hints);
+    pub fn with_hints(mut self, hints: mpsc::Receiver<NodeInput>, aim: Box<dyn Aim>) -> NodeDriver {
+        self.links.hints = Some(hints);
+        self.links.aim = Some(aim);
         self
+    }
+
+    /// The same driver, telling every event of its elections on `told`
+    /// too (the daemon's stream).
+    #[must_use]
+    pub fn telling(mut self, told: broadcast::Sender<LeaseEvent>) -> NodeDriver {
+        self.out.told = Some(told);
+        self
+    }
+
+    /// Run the driver as a task of its own; `running` learns of it.
+    pub fn spawn(self, running: &mut Running) {
+        running.task = Some(tokio::spawn(self.run()));
     }
 
     /// Whether the app check lets the node campaign now (true without
     /// one).
     fn may_campaign(&self) -> bool {
-        self.gate
+        self.links
+            .gate
             .as_ref()
             .is_none_or(|g| *g.borrow() == Verdict::Pass)
+    }
+
+    /// Whether there is more to do: an election or the session not ended,
+    /// or (a node of no election, no session: what balance asks of the
+    /// sessions) someone may still command it.
+    fn goes_on(&self, orphaned: bool) -> bool {
+        !self.node.is_finished() || (self.node.is_empty() && !orphaned)
     }
 
     /// Run until every election and the session have ended.
     pub async fn run(mut self) {
         let mut orphaned = false;
         self.feed(NodeInput::Timeout);
-        while !self.node.is_finished() {
-            let wake = self.node.next_wake();
-            let clock = self.clock.clone();
-            tokio::select! {
-                Some(done) = self.inflight.join_next(), if !self.inflight.is_empty() => {
-                    // A request's task only ends by answering (it is never
-                    // aborted while the driver runs).
-                    if let Ok((request, answer)) = done {
-                        self.answered(request, answer);
-                    }
-                }
-                command = self.commands.recv(), if !orphaned => match command {
-                    Some(command) => self.command(command),
-                    None => {
-                        orphaned = true;
-                        self.feed(NodeInput::Orphaned);
-                    }
-                },
-                () = sleep_until(&clock, wake) => self.feed(NodeInput::Timeout),
-                // The new verdict comes with the next input: this one.
-                () = gate_changed(&mut self.gate) => self.feed(NodeInput::Timeout),
-                hint = next_hint(&mut self.hints) => match hint {
-                    Some((election, hint)) => self.feed(NodeInput::Hint { election, hint }),
-                    None => self.hints = None,
-                },
+        while self.goes_on(orphaned) {
+            let input = self.next_input(&mut orphaned).await;
+            if let Some(input) = input {
+                self.feed(input);
             }
         }
     }
 
-    fn command(&mut self, command: Command) {
-        if let NodeInput::Release { election, .. } = &command.input
-            && let Some(slot) = self.answers.get_mut(election.index())
-        {
-            *slot = command.answer;
+    /// Wait for what comes next: an input for the node, or `None` when
+    /// what came was handled here.
+    async fn next_input(&mut self, orphaned: &mut bool) -> Option<NodeInput> {
+        let wake = self.node.next_wake();
+        let clock = self.context.clock.clone();
+        let now = clock.now();
+        let open = self
+            .node
+            .session()
+            .is_some_and(|s| s.record_key().is_some());
+        let sweep = self.sweeper.as_mut().and_then(|s| s.due(open, now));
+        tokio::select! {
+            Some(done) = self.inflight.join_next(), if !self.inflight.is_empty() => {
+                // A request's task only ends by answering (it is never
+                // aborted while the driver runs).
+                done.ok().map(|done| self.answered(done))
+            }
+            command = self.commands.recv(), if !*orphaned => match command {
+                Some(command) => self.command(command),
+                None => {
+                    *orphaned = true;
+                    Some(NodeInput::Orphaned)
+                }
+            },
+            () = sleep_until(&clock, wake) => Some(NodeInput::Timeout),
+            // The new verdict comes with the next input: this one.
+            () = gate_changed(&mut self.links.gate) => Some(NodeInput::Timeout),
+            hint = next_hint(&mut self.links.hints) => {
+                if hint.is_none() {
+                    self.links.hints = None;
+                }
+                hint
+            }
+            () = store_changed(&mut self.links.changes) => Some(NodeInput::StoreReplaced),
+            labels = labels_changed(&mut self.links.labels) => labels.map(NodeInput::Labels),
+            () = sleep_until(&clock, sweep) => {
+                if let Some(s) = self.sweeper.as_mut() {
+                    s.start(self.context.store.clone(), clock.clone());
+                }
+                None
+            }
         }
-        self.feed(command.input);
     }
 
-    fn answered(&mut self, request: RequestId, answer: Answer) {
-        let input = match answer {
+    /// A command: the input it makes, if any.
+    fn command(&mut self, command: Command) -> Option<NodeInput> {
+        match command {
+            Command::Input(input) => Some(input),
+            Command::Release {
+                election,
+                then,
+                successor,
+                answer,
+            } => {
+                if election.index() >= self.node.len() || self.node.core(election).is_finished() {
+                    let _ = answer.send(false);
+                    return None;
+                }
+                self.answers.entry(election).or_default().push_back(answer);
+                Some(NodeInput::Release {
+                    election,
+                    then,
+                    successor,
+                })
+            }
+            Command::Known(answer) => {
+                let _ = answer.send(self.node.known_sessions());
+                None
+            }
+        }
+    }
+
+    /// A request was answered: counted, then the input it makes.
+    fn answered(&mut self, done: Done) -> NodeInput {
+        let Done {
+            request,
+            answer,
+            took,
+            metric,
+            ending,
+        } = done;
+        let outcome = match &answer {
+            Answer::Read(Err(e)) | Answer::ReadMany(Err(e)) | Answer::Written(Err(e)) => {
+                Outcome::Failed(e)
+            }
+            Answer::Written(Ok(WriteOutcome::ConditionFailed { .. })) => Outcome::Lost,
+            _ => Outcome::Ok,
+        };
+        let cfg = match metric {
+            Metric::Election(id, _) => Some(self.node.config(id)),
+            _ => None,
+        };
+        let now = self.context.clock.now();
+        self.report.request(metric, cfg, took, outcome, now);
+        if let (Some(key), Outcome::Ok) = (&ending, outcome) {
+            let retired = self.node.session().is_some_and(|s| s.is_retired());
+            SessionLog::ended(self.node.identity(), key, retired);
+        }
+        match answer {
             Answer::Read(record) => NodeInput::Read { request, record },
             Answer::ReadMany(records) => NodeInput::ReadMany { request, records },
             Answer::Written(outcome) => NodeInput::Written { request, outcome },
-        };
-        self.feed(input);
+        }
     }
 
     /// Hand `input` to the node with the moment now, then carry out what
@@ -190,7 +364,7 @@ impl NodeDriver {
     fn feed(&mut self, input: NodeInput) {
         let moment = Moment {
             tick: Tick {
-                now: self.clock.now(),
+                now: self.context.clock.now(),
                 stamp: Stamp::now(),
                 jitter: rand::random::<f64>(),
             },
@@ -200,80 +374,176 @@ impl NodeDriver {
         while let Some(action) = self.node.poll_action() {
             self.carry_out(action);
         }
+        if let Some(core) = self.node.session() {
+            self.session_log
+                .changed(self.node.identity(), core, self.node.session_view());
+        }
     }
 
     fn carry_out(&mut self, action: NodeAction) {
-        let store = self.store.clone();
         match action {
             NodeAction::Read {
                 request,
                 key,
                 budget,
-                ..
-            } => {
-                self.inflight
-                    .spawn(async move { (request, Answer::Read(store.read(&key, budget).await)) });
-            }
+                confirming,
+            } => self.read(request, key, budget, confirming),
             NodeAction::ReadMany {
                 request,
                 keys,
                 budget,
-            } => {
-                self.inflight.spawn(async move {
-                    (
-                        request,
-                        Answer::ReadMany(store.read_many(&keys, budget).await),
-                    )
-                });
-            }
+            } => self.read_many(request, keys, budget),
             NodeAction::Write {
                 request,
+                op,
                 lease,
                 condition,
                 budget,
                 deadline,
-                ..
-            } => {
-                let clock = self.clock.clone();
-                self.inflight.spawn(async move {
-                    let write = store.write(&lease, &condition, budget);
-                    let outcome = match deadline {
-                        Some(at) => clock
-                            .timeout_at(at, write)
-                            .await
-                            .unwrap_or(Err(StoreError::Timeout(budget))),
-                        None => write.await,
-                    };
-                    (request, Answer::Written(outcome))
-                });
+            } => self.write(request, op, lease, condition, budget, deadline),
+            other => self.publish(other),
+        }
+    }
+
+    /// Read the records under `keys` for `request`, within `budget`.
+    fn read_many(&mut self, request: RequestId, keys: Vec<String>, budget: Duration) {
+        let metric = Metric::Check;
+        let store = self.context.store.clone();
+        let clock = self.context.clock.clone();
+        self.inflight.spawn(async move {
+            let sent = clock.now();
+            let answer = Answer::ReadMany(store.read_many(&keys, budget).await);
+            let took = clock.now() - sent;
+            Done {
+                request,
+                answer,
+                took,
+                metric,
+                ending: None,
             }
+        });
+    }
+
+    /// Read `key` for `request`, within `budget`.
+    fn read(&mut self, request: RequestId, key: String, budget: Duration, confirming: bool) {
+        let metric = match &request {
+            RequestId::Election(_) if confirming => Metric::None,
+            RequestId::Election(id) => Metric::Election(*id, "read"),
+            RequestId::Session => Metric::Own("read_session"),
+            RequestId::SessionRecord(_) => Metric::Shared,
+            RequestId::ReadBack(_) => Metric::Check,
+        };
+        let store = self.context.store.clone();
+        let clock = self.context.clock.clone();
+        self.inflight.spawn(async move {
+            let sent = clock.now();
+            let answer = Answer::Read(store.read(&key, budget).await);
+            let took = clock.now() - sent;
+            Done {
+                request,
+                answer,
+                took,
+                metric,
+                ending: None,
+            }
+        });
+    }
+
+    /// Write `lease` if `condition` holds, for `request`, within `budget`,
+    /// giving up at `deadline`.
+    #[allow(clippy::too_many_arguments)] // a write as the node asks for it
+    fn write(
+        &mut self,
+        request: RequestId,
+        op: WriteOp,
+        lease: crate::lease::Lease,
+        condition: crate::lease::Condition,
+        budget: Duration,
+        deadline: Option<Instant>,
+    ) {
+        let (metric, ending) = match &request {
+            RequestId::Election(id) => (Metric::Election(*id, op.label()), None),
+            _ => (
+                Metric::Own(op.label()),
+                (op == WriteOp::EndSession).then(|| lease.election.clone()),
+            ),
+        };
+        let store = self.context.store.clone();
+        let clock = self.context.clock.clone();
+        self.inflight.spawn(async move {
+            let sent = clock.now();
+            let write = store.write(&lease, &condition, budget);
+            let outcome = match deadline {
+                Some(at) => clock
+                    .timeout_at(at, write)
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout(budget))),
+                None => write.await,
+            };
+            Done {
+                request,
+                answer: Answer::Written(outcome),
+                took: clock.now() - sent,
+                metric,
+                ending,
+            }
+        });
+    }
+
+    /// Carry out what is no store request: publish, tell, aim, answer,
+    /// report.
+    fn publish(&mut self, action: NodeAction) {
+        match action {
             NodeAction::Publish(id) => {
-                if let Some(tx) = self.states.get(id.index()) {
-                    tx.send_replace(self.node.state(id).clone());
+                if let Some(tx) = self.out.states.get(id.index()) {
+                    let state = self.node.state(id);
+                    tx.send_if_modified(|s| {
+                        if s == state {
+                            return false;
+                        }
+                        s.clone_from(state);
+                        true
+                    });
                 }
             }
             NodeAction::PublishSession => {
-                self.session.send_replace(self.node.session_view().cloned());
+                self.out
+                    .session
+                    .send_replace(self.node.session_view().cloned());
             }
             NodeAction::Answer { election, released } => {
                 if let Some(tx) = self
                     .answers
-                    .get_mut(election.index())
-                    .and_then(Option::take)
+                    .get_mut(&election)
+                    .and_then(VecDeque::pop_front)
                 {
                     let _ = tx.send(released);
                 }
+                if self.answers.get(&election).is_some_and(VecDeque::is_empty) {
+                    self.answers.remove(&election);
+                }
             }
             NodeAction::Note { election, note } => {
-                let election = election.map(|id| self.node.config(id).name.clone());
-                tracing::debug!(?election, ?note, "node");
+                let now = self.context.clock.now();
+                let election = election.map(|id| (id, self.node.config(id)));
+                self.report.note(election, note, now);
             }
-            NodeAction::Tell { event, .. } => {
-                // Nobody listening is no error.
-                let _ = self.told.send(event);
+            NodeAction::Tell { election, event } => {
+                if let Some(told) = &self.out.told {
+                    // No follower daemon listening: nobody to tell.
+                    let _ = told.send(event.clone());
+                }
+                if let Some(tx) = self.out.events.get(election.index()) {
+                    tx.send_replace(Some(event));
+                }
             }
-            // Not wired yet: see the module docs.
-            NodeAction::Watch { .. } => {}
+            NodeAction::Watch { election, address } => {
+                if let Some(aim) = &self.links.aim {
+                    aim.aim(election, &self.node.config(election).name, address);
+                }
+            }
+            // Store requests are `carry_out`'s.
+            NodeAction::Read { .. } | NodeAction::ReadMany { .. } | NodeAction::Write { .. } => {}
         }
     }
 }
@@ -290,19 +560,44 @@ async fn gate_changed(gate: &mut Option<watch::Receiver<Verdict>>) {
     std::future::pending().await
 }
 
-/// The next hint from `hints`; `None` once its source is gone; never
-/// without one.
-async fn next_hint(
-    hints: &mut Option<mpsc::Receiver<(ElectionId, Hint)>>,
-) -> Option<(ElectionId, Hint)> {
+/// The next input from the watch clients; `None` once they are all gone;
+/// never without them.
+async fn next_hint(hints: &mut Option<mpsc::Receiver<NodeInput>>) -> Option<NodeInput> {
     match hints {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
 }
 
+/// Resolves when the store's change counter moves; never without one.
+async fn store_changed(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = changes {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+        // Its store is gone: nothing will ever change.
+        *changes = None;
+    }
+    std::future::pending().await
+}
+
+/// The session's labels once they change; `None` once nobody can change
+/// them any more (then never again).
+async fn labels_changed(
+    labels: &mut Option<watch::Receiver<BTreeMap<String, String>>>,
+) -> Option<BTreeMap<String, String>> {
+    if let Some(rx) = labels {
+        if rx.changed().await.is_ok() {
+            return Some(rx.borrow_and_update().clone());
+        }
+        *labels = None;
+        return None;
+    }
+    std::future::pending().await
+}
+
 /// Sleep until `wake` on `clock`; forever without one.
-async fn sleep_until(clock: &Clock, wake: Option<crate::core::time::Instant>) {
+async fn sleep_until(clock: &Clock, wake: Option<Instant>) {
     match wake {
         Some(at) => clock.sleep_until(at).await,
         None => std::future::pending().await,

@@ -3,36 +3,64 @@
 //! killed; the app check followed; a release told on the stream taken at
 //! once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{broadcast, mpsc, watch};
+
 use super::*;
 use crate::core::election::{ElectionConfig, Role};
+use crate::core::hints::Hint;
+use crate::election::{Clients, NoObserver};
+use crate::lease::LeaseStore;
 use crate::lease::memory::MemoryStore;
 
 const ELECTIONS: u32 = 6;
 
-/// A node of `identity` campaigning for every election through its
-/// session, driven over `store`; its handle and task.
-fn start(identity: &str, store: &Arc<MemoryStore>) -> (NodeHandle, tokio::task::JoinHandle<()>) {
-    start_gated(identity, store, None)
+/// A daemon run through the driver: its elections, its node.
+struct Daemon {
+    elections: Vec<ElectionHandle>,
+    running: Running,
+    /// What its elections tell.
+    told: broadcast::Sender<LeaseEvent>,
 }
 
-/// [`start`], following the app check's verdict `gate` if given.
-fn start_gated(
+/// A node of `identity` campaigning for every election through its
+/// session, driven over `store`.
+fn start(identity: &str, store: &Arc<MemoryStore>) -> Daemon {
+    start_with(identity, store, None, None)
+}
+
+/// [`start`], following the app check's verdict `gate` and taking hints
+/// from `hints`, if given.
+fn start_with(
     identity: &str,
     store: &Arc<MemoryStore>,
     gate: Option<watch::Receiver<Verdict>>,
-) -> (NodeHandle, tokio::task::JoinHandle<()>) {
+    hints: Option<mpsc::Receiver<NodeInput>>,
+) -> Daemon {
     let clock = Clock::tokio();
     let passes = gate.as_ref().is_none_or(|g| *g.borrow() == Verdict::Pass);
-    let node = node(identity, &clock, passes, false);
+    let node = node(identity, &clock, passes, hints.is_some());
     let store: Arc<dyn LeaseStore> = store.clone();
-    let (mut driver, handle) = NodeDriver::new(node, store, clock);
-    if let Some(gate) = gate {
-        driver = driver.gated(gate);
+    let context = TaskContext {
+        store,
+        clock,
+        observer: Arc::new(NoObserver),
+    };
+    let (driver, elections, mut running) = NodeDriver::new(node, context);
+    let (told, _) = broadcast::channel(64);
+    let mut driver = driver.gated(gate).telling(told.clone());
+    if let Some(hints) = hints {
+        driver = driver.with_hints(hints, Box::new(Clients::default()));
     }
-    (handle, tokio::spawn(driver.run()))
+    driver.spawn(&mut running);
+    Daemon {
+        elections,
+        running,
+        told,
+    }
 }
 
 /// The node of `identity`: every election through its session, each
@@ -57,7 +85,7 @@ fn node(identity: &str, clock: &Clock, may_campaign: bool, has_feed: bool) -> No
 
 /// For each election, the daemons (by index among `handles`, `None` for
 /// a killed one) that lead it.
-fn leaders(handles: &[Option<&NodeHandle>]) -> Vec<Vec<usize>> {
+fn leaders(handles: &[Option<&Daemon>]) -> Vec<Vec<usize>> {
     (0..ELECTIONS as usize)
         .map(|e| {
             handles
@@ -65,7 +93,7 @@ fn leaders(handles: &[Option<&NodeHandle>]) -> Vec<Vec<usize>> {
                 .enumerate()
                 .filter_map(|(n, h)| {
                     let h = (*h)?;
-                    (h.states[e].borrow().role == Role::Leader).then_some(n)
+                    (h.elections[e].state.borrow().role == Role::Leader).then_some(n)
                 })
                 .collect()
         })
@@ -75,18 +103,18 @@ fn leaders(handles: &[Option<&NodeHandle>]) -> Vec<Vec<usize>> {
 #[tokio::test(start_paused = true)]
 async fn every_election_is_led_by_one_daemon_and_led_again_after_a_kill() {
     let store = Arc::new(MemoryStore::new());
-    let (handles, tasks): (Vec<_>, Vec<_>) = ["a", "b", "c"]
+    let handles: Vec<Daemon> = ["a", "b", "c"]
         .into_iter()
         .map(|id| start(id, &store))
-        .unzip();
+        .collect();
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let all: Vec<Option<&NodeHandle>> = handles.iter().map(Some).collect();
+    let all: Vec<Option<&Daemon>> = handles.iter().map(Some).collect();
     let led = leaders(&all);
     assert!(led.iter().all(|l| l.len() == 1), "leaders: {led:?}");
     for (n, h) in handles.iter().enumerate() {
         if led.iter().any(|l| l == &[n]) {
             assert!(
-                h.session.borrow().is_some(),
+                h.running.session.borrow().is_some(),
                 "a leader holds through its session"
             );
         }
@@ -94,8 +122,8 @@ async fn every_election_is_led_by_one_daemon_and_led_again_after_a_kill() {
     // kill -9 of the daemon that leads the first election: its task ends
     // where it is, nothing released.
     let killed = led[0][0];
-    tasks[killed].abort();
-    let living: Vec<Option<&NodeHandle>> = handles
+    handles[killed].running.abort();
+    let living: Vec<Option<&Daemon>> = handles
         .iter()
         .enumerate()
         .map(|(n, h)| (n != killed).then_some(h))
@@ -113,28 +141,18 @@ async fn every_election_is_led_by_one_daemon_and_led_again_after_a_kill() {
 async fn a_daemon_whose_app_check_fails_takes_nothing_and_what_it_released_goes_to_the_other() {
     let store = Arc::new(MemoryStore::new());
     let (verdict, gate) = watch::channel(Verdict::Pass);
-    let (a, _task_a) = start_gated("a", &store, Some(gate));
+    let a = start_with("a", &store, Some(gate), None);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let led = leaders(&[Some(&a)]);
     assert!(led.iter().all(|l| l == &[0]), "a leads all: {led:?}");
-    let (b, _task_b) = start("b", &store);
+    let b = start("b", &store);
     tokio::time::sleep(Duration::from_secs(5)).await;
     // The app check fails: the daemon releases what it leads (its jobs
     // stopped first), and takes nothing back.
     verdict.send_replace(Verdict::Fail);
-    for e in 0..ELECTIONS {
-        let (done, released) = oneshot::channel();
-        let input = NodeInput::Release {
-            election: ElectionId(e),
-            then: crate::core::election::AfterRelease::SitOut(Duration::ZERO),
-            successor: None,
-        };
-        let command = Command {
-            input,
-            answer: Some(done),
-        };
-        assert!(a.commands.send(command).await.is_ok());
-        assert_eq!(released.await, Ok(true), "election {e} released");
+    for (e, h) in a.elections.iter().enumerate() {
+        let released = h.release(AfterRelease::SitOut(Duration::ZERO)).await;
+        assert!(released, "election {e} released");
     }
     // Within a lease and a few P, b leads every election; a none.
     tokio::time::sleep(Duration::from_secs(16)).await;
@@ -145,7 +163,7 @@ async fn a_daemon_whose_app_check_fails_takes_nothing_and_what_it_released_goes_
 #[tokio::test(start_paused = true)]
 async fn a_follower_told_of_a_release_takes_the_election_at_once() {
     let store = Arc::new(MemoryStore::new());
-    let (a, _task_a) = start("a", &store);
+    let a = start("a", &store);
     tokio::time::sleep(Duration::from_secs(5)).await;
     // b hears a's stream: every event a tells reaches b at once.
     let clock = Clock::tokio();
@@ -165,32 +183,104 @@ async fn a_follower_told_of_a_release_takes_the_election_at_once() {
                 at: hint_clock.now(),
                 event: Box::new(event),
             };
-            if hints_tx.send((ElectionId(e), hint)).await.is_err() {
+            let input = NodeInput::Hint {
+                election: ElectionId(e),
+                hint,
+            };
+            if hints_tx.send(input).await.is_err() {
                 return;
             }
         }
     });
-    let store_b: Arc<dyn LeaseStore> = store.clone();
-    let (driver, b) = NodeDriver::new(node("b", &clock, true, true), store_b, clock);
-    tokio::spawn(driver.with_hints(hints).run());
+    let b = start_with("b", &store, None, Some(hints));
     // Half a retry interval off b's polls (they come every P from its
     // start), so that only the hint can explain a take within 100 ms.
     tokio::time::sleep(Duration::from_millis(20_500)).await;
     assert_eq!(leaders(&[Some(&a), Some(&b)])[0], [0], "a leads e0");
     // a resigns e0 to anyone (and sits out a lease): b, told, takes it
     // well within a retry interval (its poll would take up to one).
-    let (done, released) = oneshot::channel();
-    let input = NodeInput::Release {
-        election: ElectionId(0),
-        then: crate::core::election::AfterRelease::SitOut(Duration::from_secs(10)),
-        successor: None,
-    };
-    let command = Command {
-        input,
-        answer: Some(done),
-    };
-    assert!(a.commands.send(command).await.is_ok());
-    assert_eq!(released.await, Ok(true));
+    let released = a.elections[0]
+        .release(AfterRelease::SitOut(Duration::from_secs(10)))
+        .await;
+    assert!(released);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(leaders(&[Some(&a), Some(&b)])[0], [1], "b leads e0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_are_carried_out_concurrently_so_a_slow_store_delays_each_election_once() {
+    let store = Arc::new(MemoryStore::new());
+    // Every answer comes a second late: one after another, the session's
+    // open and six elections' reads and creates would take 13 s.
+    store.set_fault(crate::lease::memory::Fault::Slow(Duration::from_secs(1)));
+    let a = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let led = leaders(&[Some(&a)]);
+    assert!(led.iter().all(|l| l == &[0]), "a leads all: {led:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_labels_set_ride_on_the_sessions_next_write() {
+    let store = Arc::new(MemoryStore::new());
+    let a = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let key = a
+        .running
+        .session
+        .borrow()
+        .as_ref()
+        .map(|v| v.key.clone())
+        .expect("a's session is open");
+    let labels = BTreeMap::from([("led".to_owned(), "6".to_owned())]);
+    a.running.labels.send_replace(labels.clone());
+    // Within a renew interval the session's record carries them.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let crate::lease::Record::Valid(session) = store.get(&key) else {
+        panic!("no session record under {key}");
+    };
+    let meta = session.holder_meta.expect("the session names its holder");
+    assert_eq!(meta.labels, labels);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_of_an_ended_election_is_answered_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let a = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a.elections[0].release(AfterRelease::Exit).await);
+    // Ended: nothing more to release, and nobody waits for an answer.
+    let again = tokio::time::timeout(
+        Duration::from_secs(1),
+        a.elections[0].release(AfterRelease::Exit),
+    )
+    .await;
+    assert_eq!(again, Ok(false));
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_releases_what_is_left_ends_the_session_and_the_node() {
+    let store = Arc::new(MemoryStore::new());
+    let a = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let key = a
+        .running
+        .session
+        .borrow()
+        .as_ref()
+        .map(|v| v.key.clone())
+        .expect("a's session is open");
+    let Daemon { running, .. } = a;
+    tokio::time::timeout(Duration::from_secs(5), running.close())
+        .await
+        .expect("the node ends within a few seconds");
+    let crate::lease::Record::Valid(session) = store.get(&key) else {
+        panic!("no session record under {key}");
+    };
+    assert_eq!(session.holder, None, "the session was ended");
+    for i in 0..ELECTIONS {
+        let crate::lease::Record::Valid(e) = store.get(&format!("e{i}")) else {
+            panic!("no record of e{i}");
+        };
+        assert_eq!(e.holder, None, "e{i} released");
+    }
 }

@@ -2,8 +2,8 @@
 //! open on the leader's advertised address and hands each event to the
 //! election engine as a [`Hint`], with the moment it arrived.
 //!
-//! The engine says where to watch (through [`HintFeed::target`]); this
-//! task connects, reads the events ([`super::wire`]), and reports
+//! The engine says where to watch (through the channel [`spawn`]
+//! returns); this task connects, reads the events ([`super::wire`]), and reports
 //! [`Hint::Ended`] when the stream ends, breaks or cannot be opened, then
 //! tries again after a pause (the retry interval, doubling up to
 //! [`MAX_PAUSE`]; at once when the engine names another address).
@@ -17,11 +17,12 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, HOST};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::wire::{self, LineSplitter, MAX_LINE};
 use crate::clock::{Clock, Instant};
-use crate::election::{ElectionConfig, Hint, HintFeed, LeaseEvent, Target};
+use crate::core::node::ElectionId;
+use crate::election::{ElectionConfig, Hint, HintSink, LeaseEvent};
 use crate::http_client::{self, CONNECT_TIMEOUT};
 use crate::text;
 
@@ -33,24 +34,37 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(30);
 /// record names another, and that is no news.
 const UNREPORTED_FAILURES: u32 = 3;
 
-/// Hints waiting for the engine; beyond that new ones are dropped (the
-/// engine is busy leading or writing; it reads the store anyway).
-const QUEUE: usize = 16;
-
 /// The path of `election`'s watch stream.
 pub fn watch_path(election: &str) -> String {
     format!("/v1/elections/{}/watch", text::path_segment(election))
 }
 
-/// Start a watch client for `election`, paced by `pacing`; the engine
-/// gets the feed. The client ends when the engine drops it.
-pub fn spawn(election: String, clock: Clock, pacing: Pacing) -> HintFeed {
+/// Start a watch client for `election` (the node's election `id`),
+/// paced by `pacing`, handing its hints to `sink`; it watches the address
+/// sent on the channel returned, and ends when that is dropped.
+pub fn spawn(
+    election: String,
+    id: ElectionId,
+    clock: Clock,
+    pacing: Pacing,
+    sink: HintSink,
+) -> watch::Sender<Option<String>> {
     let (target_tx, target) = watch::channel(None);
-    let (hints_tx, hints) = mpsc::channel(QUEUE);
-    tokio::spawn(run(election, clock, pacing, target, hints_tx));
-    HintFeed {
-        target: Target::Channel(target_tx),
-        hints,
+    let hints = Hints { id, sink };
+    tokio::spawn(run(election, clock, pacing, target, hints));
+    target_tx
+}
+
+/// Where one client's hints go: the node's channel, tagged with its
+/// election.
+struct Hints {
+    id: ElectionId,
+    sink: HintSink,
+}
+
+impl Hints {
+    fn try_send(&self, hint: Hint) {
+        self.sink.hint(self.id, hint);
     }
 }
 
@@ -141,7 +155,7 @@ async fn run(
     clock: Clock,
     pacing: Pacing,
     mut target: watch::Receiver<Option<String>>,
-    hints: mpsc::Sender<Hint>,
+    hints: Hints,
 ) {
     let retry_interval = pacing.retry_interval;
     let mut backoff = pauses(retry_interval);
@@ -161,13 +175,13 @@ async fn run(
                 if changed.is_err() {
                     return;
                 }
-                let _ = hints.try_send(Hint::Ended);
+                hints.try_send(Hint::Ended);
                 backoff = pauses(retry_interval);
                 reported.retarget();
                 continue;
             }
         };
-        let _ = hints.try_send(Hint::Ended);
+        hints.try_send(Hint::Ended);
         let pause = match outcome {
             Ok(()) => {
                 backoff = pauses(retry_interval);
@@ -214,7 +228,7 @@ async fn stream(
     election: &str,
     clock: &Clock,
     quiet: Duration,
-    hints: &mpsc::Sender<Hint>,
+    hints: &Hints,
     reported: &mut Reported,
 ) -> Result<(), String> {
     let mut held = false;
@@ -233,7 +247,7 @@ async fn stream(
             let _ = reported.spoke(election, address);
         }
         // Full: the engine is busy; it reads the store anyway.
-        let _ = hints.try_send(Hint::Event {
+        hints.try_send(Hint::Event {
             at,
             event: Box::new(event),
         });

@@ -10,11 +10,12 @@
 //!   pure, no I/O;
 //! - [`server`]: the leader's end, the streaming answer;
 //! - [`client`]: the follower's end, which follows the leader's stream and
-//!   feeds the engine's [`HintFeed`](crate::election::HintFeed);
+//!   hands its events to the node's one channel
+//!   ([`HintSink`](crate::election::HintSink));
 //! - [`mux`]: with sessions, the follower daemon's end of the leader
 //!   daemons' streams (`GET /v1/watch`, one per leader daemon, carrying
-//!   its session's writes and every election's events), feeding each
-//!   election's engine and the daemon's knowledge of the sessions;
+//!   its session's writes and every election's events), feeding the
+//!   node's elections and its knowledge of the sessions;
 //! - [`watchers`]: the sessions named by the daemons that watch this one,
 //!   kept only while their stream is open, for balance to look up before
 //!   they count.

@@ -2,38 +2,32 @@
 //! `GET /v1/watch` per leader daemon, whatever the number of elections it
 //! leads, instead of one stream per election.
 //!
-//! Each election's engine gets a [`HintFeed`] as from
-//! [`super::client::spawn`]: it names where to watch (its holder's
-//! advertised address, or nowhere) and receives what arrives for it. The
-//! mux holds one stream per address some election names, hands each
-//! election's events (`renewed` when a tenure starts, `released`,
-//! `not_leader`) to the feeds of that election aimed at that address, and
-//! tells [`SessionReads`] of every write of a session the stream tells of,
-//! which is how the followers time a session without reading each
-//! election. A stream that ends, breaks or goes quiet ends the feeds' hints
-//! ([`Hint::Ended`]) and the sessions' flow; it is opened again after a
-//! pause, as the election's client does.
+//! The node's elections say where to watch through the mux (it is their
+//! [`Aim`]: their holder's advertised address, or nowhere). The mux holds
+//! one stream per address some election names, hands each election's
+//! events (`renewed` when a tenure starts, `released`, `not_leader`) to
+//! the node's one channel ([`HintSink`]) for the elections aimed at that
+//! address, and tells the node there of every write of a session the
+//! stream tells of, which is how the followers time a session without
+//! reading each election. A stream that ends, breaks or goes quiet ends
+//! the elections' hints ([`Hint::Ended`]) and the sessions' flow; it is
+//! opened again after a pause, as an election's own client does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Pacing, Reported, StreamRequest, follow, pauses};
 use crate::clock::{Clock, Instant};
-use crate::election::{
-    Aim, Hint, HintFeed, LeaseEvent, SESSION_LABEL, SessionReads, SessionView, Target,
-};
+use crate::core::node::{ElectionId, NodeInput};
+use crate::election::{Aim, Hint, HintSink, LeaseEvent, SESSION_LABEL, SessionView};
 use crate::lease::is_session_key;
 
 /// The path of a daemon's stream.
 pub const WATCH_PATH: &str = "/v1/watch";
-
-/// Hints waiting for one election's engine; beyond that new ones are
-/// dropped (the engine is busy; it reads the store anyway).
-const QUEUE: usize = 16;
 
 /// Sessions one stream may tell of: a daemon has one at a time (two for a
 /// moment when it replaces it). More ends the stream: it is not a
@@ -49,7 +43,8 @@ pub struct Mux {
 struct Inner {
     clock: Clock,
     pacing: Pacing,
-    reads: Arc<SessionReads>,
+    /// The node's one channel: its elections' hints, the sessions told of.
+    sink: HintSink,
     /// This daemon's session, named to the daemons it watches.
     own: Option<watch::Receiver<Option<SessionView>>>,
     state: Mutex<State>,
@@ -57,87 +52,55 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    /// Each election's feed and where it is aimed.
+    /// Each feed aimed somewhere, by name: an election's (its name) or a
+    /// member's (balance), and where it is aimed.
     feeds: HashMap<String, Feed>,
     /// Each address some feed is aimed at: how many, and its stream.
     streams: HashMap<String, (usize, CancellationToken)>,
 }
 
 struct Feed {
-    address: Option<String>,
-    hints: mpsc::Sender<Hint>,
+    address: String,
+    /// The node's election it feeds; `None`: a member's stream kept open
+    /// (its sessions' writes are what counts).
+    election: Option<ElectionId>,
 }
 
 impl Mux {
     /// A mux timed on `clock`: a failed stream is opened again after
     /// `pacing`'s retry interval (doubling while it fails), one silent for
     /// its `quiet` (R + P: a daemon with a session tells of a write every
-    /// R) is given up; sessions' writes are told to `reads`. Each stream
-    /// is opened naming this daemon's session, `own`, and opened again
-    /// when that session is opened or replaced (the header is only read
-    /// on a request).
+    /// R) is given up; the elections' hints and the sessions' writes go
+    /// to `sink`. Each stream is opened naming this daemon's session,
+    /// `own`, and opened again when that session is opened or replaced
+    /// (the header is only read on a request).
     pub fn new(
         clock: Clock,
         pacing: Pacing,
-        reads: Arc<SessionReads>,
+        sink: HintSink,
         own: Option<watch::Receiver<Option<SessionView>>>,
     ) -> Mux {
         Mux {
             inner: Arc::new(Inner {
                 clock,
                 pacing,
-                reads,
+                sink,
                 own,
                 state: Mutex::new(State::default()),
             }),
         }
     }
 
-    /// The feed of `election`'s engine. It ends when the engine drops it.
-    pub fn feed(&self, election: String) -> HintFeed {
-        let (hints_tx, hints) = mpsc::channel(QUEUE);
-        self.inner.lock().feeds.insert(
-            election.clone(),
-            Feed {
-                address: None,
-                hints: hints_tx,
-            },
-        );
-        HintFeed {
-            target: Target::Shared(Box::new(Aimed {
-                inner: self.inner.clone(),
-                election,
-            })),
-            hints,
-        }
+    /// Keep the stream of the daemon at `address` open for the member
+    /// whose session is `key` (balance); `None`: no longer.
+    pub fn aim_member(&self, key: &str, address: Option<String>) {
+        self.inner.aim(&format!("#member{key}"), None, address);
     }
 }
 
-/// One election's feed in the mux, aimed by its engine: no task and no
-/// channel of its own (a thousand elections over).
-struct Aimed {
-    inner: Arc<Inner>,
-    election: String,
-}
-
-impl Aim for Aimed {
-    fn aim(&self, address: Option<String>) {
-        self.inner.aim(&self.election, address);
-    }
-}
-
-impl Drop for Aimed {
-    fn drop(&mut self) {
-        self.inner.aim(&self.election, None);
-        self.inner.lock().feeds.remove(&self.election);
-    }
-}
-
-impl std::fmt::Debug for Aimed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Aimed")
-            .field("election", &self.election)
-            .finish_non_exhaustive()
+impl Aim for Mux {
+    fn aim(&self, election: ElectionId, name: &str, address: Option<String>) {
+        self.inner.aim(name, Some(election), address);
     }
 }
 
@@ -173,20 +136,34 @@ impl Inner {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Aim `election`'s feed at `address`: open that address's stream if
-    /// it is the first, close the old one's if it was the last.
-    fn aim(self: &Arc<Self>, election: &str, address: Option<String>) {
+    /// Aim the feed `name` (of `election`, if an election's) at
+    /// `address`: open that address's stream if it is the first, close the
+    /// old one's if it was the last. A feed aimed nowhere is forgotten.
+    fn aim(self: &Arc<Self>, name: &str, election: Option<ElectionId>, address: Option<String>) {
         let mut state = self.lock();
-        let Some(feed) = state.feeds.get_mut(election) else {
-            return;
-        };
-        if feed.address == address {
+        let old = state.feeds.get(name).map(|f| f.address.clone());
+        if old == address {
             return;
         }
-        let old = std::mem::replace(&mut feed.address, address.clone());
-        if old.is_some() {
+        match &address {
+            Some(address) => {
+                state.feeds.insert(
+                    name.to_owned(),
+                    Feed {
+                        address: address.clone(),
+                        election,
+                    },
+                );
+            }
+            None => {
+                state.feeds.remove(name);
+            }
+        }
+        if old.is_some()
+            && let Some(id) = election
+        {
             // What it watched is no longer its leader's.
-            let _ = feed.hints.try_send(Hint::Ended);
+            self.sink.hint(id, Hint::Ended);
         }
         if let Some(address) = address {
             let (count, _) = state.streams.entry(address.clone()).or_insert_with(|| {
@@ -231,7 +208,8 @@ impl Inner {
                 () = stop.cancelled() => None,
             };
             for key in sessions.keys() {
-                self.reads.stream_ended(key);
+                self.sink
+                    .input(NodeInput::SessionStreamEnded { key: key.clone() });
             }
             self.tell_ended(&address);
             let pause = match outcome {
@@ -275,11 +253,17 @@ impl Inner {
         else {
             let state = self.lock();
             let feed = event.election().and_then(|e| state.feeds.get(e));
-            if let Some(feed) = feed.filter(|f| f.address.as_deref() == Some(address)) {
-                let _ = feed.hints.try_send(Hint::Event {
-                    at,
-                    event: Box::new(event),
-                });
+            if let Some(id) = feed
+                .filter(|f| f.address == address)
+                .and_then(|f| f.election)
+            {
+                self.sink.hint(
+                    id,
+                    Hint::Event {
+                        at,
+                        event: Box::new(event),
+                    },
+                );
             }
             return Ok(());
         };
@@ -295,7 +279,13 @@ impl Inner {
             let _ = reported.spoke(SESSION_LABEL, address);
         }
         let since = *sessions.entry(session.clone()).or_insert(at);
-        self.reads.told(session, rvn, labels, at, since);
+        self.sink.input(NodeInput::SessionTold {
+            key: session.clone(),
+            rvn: rvn.clone(),
+            labels: labels.clone(),
+            at,
+            since,
+        });
         Ok(())
     }
 
@@ -304,8 +294,10 @@ impl Inner {
     fn tell_ended(&self, address: &str) {
         let state = self.lock();
         for feed in state.feeds.values() {
-            if feed.address.as_deref() == Some(address) {
-                let _ = feed.hints.try_send(Hint::Ended);
+            if feed.address == address
+                && let Some(id) = feed.election
+            {
+                self.sink.hint(id, Hint::Ended);
             }
         }
     }
@@ -314,11 +306,10 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::{ElectionConfig, NoObserver, TaskContext};
-    use crate::lease::memory::MemoryStore;
     use crate::watch::wire;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
 
     /// A daemon's stream that never ends: answers every request with one
     /// session event, and reports the session each request named.
@@ -383,23 +374,15 @@ mod tests {
     async fn the_stream_is_opened_again_naming_each_new_session_of_ours() {
         let (address, mut named) = stream_server().await;
         let clock = Clock::tokio();
-        let reads = Arc::new(SessionReads::new(
-            TaskContext {
-                store: Arc::new(MemoryStore::new()),
-                clock: clock.clone(),
-                observer: Arc::new(NoObserver),
-            },
-            &ElectionConfig::with_defaults("-", "me"),
-        ));
+        let (sink, mut brought) = HintSink::channel();
         let (own_tx, own) = watch::channel(None);
         let second = Duration::from_secs(1);
         let pacing = Pacing {
             retry_interval: second,
             quiet: 10 * second,
         };
-        let mux = Mux::new(clock, pacing, reads, Some(own));
-        let feed = mux.feed("e".to_owned());
-        feed.aim(Some(address));
+        let mux = Mux::new(clock, pacing, sink, Some(own));
+        mux.aim(ElectionId(0), "e", Some(address));
         // Opened before our session was: no name.
         assert_eq!(next(&mut named, second).await, None);
         own_tx.send_replace(view("#session/me/1", "a"));
@@ -420,9 +403,24 @@ mod tests {
             named.try_recv().is_err(),
             "opened again without a new session"
         );
-        // A feed dropped by its engine leaves the mux, and its stream with
-        // it when it was the last one aimed there.
-        drop(feed);
+        // The session the stream told of reached the node (beside the
+        // ends of the streams opened again).
+        let told = async {
+            loop {
+                match brought.recv().await {
+                    Some(NodeInput::SessionTold { key, .. }) => return key,
+                    Some(_) => {}
+                    None => panic!("the channel closed"),
+                }
+            }
+        };
+        let key = tokio::time::timeout(5 * second, told)
+            .await
+            .expect("told within 5 s");
+        assert_eq!(key, "#session/there/1");
+        // A feed aimed nowhere leaves the mux, and its stream with it when
+        // it was the last one aimed there.
+        mux.aim(ElectionId(0), "e", None);
         let state = mux.inner.lock();
         assert!(state.feeds.is_empty() && state.streams.is_empty());
     }

@@ -168,7 +168,7 @@ impl ElectionState {
 /// What to do after a voluntary release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AfterRelease {
-    /// End the election task.
+    /// End the election (it campaigns no more).
     Exit,
     /// Sit out this long, then campaign again.
     SitOut(Duration),

@@ -4,9 +4,20 @@
 
 use std::sync::Mutex;
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::ElectionHandle;
+use super::lone::{Links, Lone, spawn, spawn_after, spawn_gated};
+use crate::app_check::Verdict;
+use crate::clock::Clock;
+use crate::core::election::{ElectionConfig, ElectionState, Role};
+use crate::election::{AfterRelease, NoObserver, Observer, Outcome};
 use crate::lease::memory::{Fault, MemoryStore};
 use crate::lease::{Condition, Lease, Malformed, Record, RvnGuard, WriteOutcome, new_rvn};
+use crate::lease::{LeaseStore, StoreError};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -40,7 +51,7 @@ impl Observer for Recorder {
     }
 }
 
-fn start(store: &MemoryStore, c: ElectionConfig) -> ElectionHandle {
+fn start(store: &MemoryStore, c: ElectionConfig) -> Lone {
     spawn(
         Arc::new(store.clone()),
         c,
@@ -94,7 +105,7 @@ fn stored(store: &MemoryStore) -> Lease {
 }
 
 /// Start election "a" on `store` with a recorder, and wait until it leads.
-async fn lead(store: &MemoryStore) -> (Arc<Recorder>, ElectionHandle) {
+async fn lead(store: &MemoryStore) -> (Arc<Recorder>, Lone) {
     let rec = Arc::new(Recorder::default());
     let mut h = spawn(
         Arc::new(store.clone()),

@@ -2,7 +2,18 @@
 //! follower fed by a (fake) watch stream reads less, acts sooner, and is
 //! never made to lead by what it is told.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use super::ElectionHandle;
+use super::lone::{Links, Lone, spawn_gated};
+use crate::clock::Clock;
+use crate::core::election::{ElectionConfig, Role};
+use crate::core::hints::{Hint, LeaseEvent};
+use crate::core::node::{ElectionId, NodeInput};
+use crate::election::{AfterRelease, NoObserver};
 use crate::lease::memory::{Fault, MemoryStore};
 use crate::lease::{HolderMeta, Lease, Record, new_rvn};
 
@@ -40,7 +51,7 @@ fn held_by_a(store: &MemoryStore) -> Lease {
 /// send it hints.
 struct FakeStream {
     target: watch::Receiver<Option<String>>,
-    hints: mpsc::Sender<Hint>,
+    hints: mpsc::Sender<NodeInput>,
     /// The follower's clock: arrival times are on it.
     clock: Clock,
 }
@@ -48,13 +59,11 @@ struct FakeStream {
 impl FakeStream {
     async fn send(&self, event: LeaseEvent) {
         let at = self.clock.now();
-        self.hints
-            .send(Hint::Event {
-                at,
-                event: Box::new(event),
-            })
-            .await
-            .expect("the engine takes hints");
+        self.hint(Hint::Event {
+            at,
+            event: Box::new(event),
+        })
+        .await;
     }
 
     async fn renewed(&self, rvn: &str) {
@@ -68,12 +77,20 @@ impl FakeStream {
         .await;
     }
 
-    /// The stream ends (the leader's connection closed).
-    async fn ended(&self) {
+    async fn hint(&self, hint: Hint) {
+        let input = NodeInput::Hint {
+            election: ElectionId(0),
+            hint,
+        };
         self.hints
-            .send(Hint::Ended)
+            .send(input)
             .await
             .expect("the engine takes hints");
+    }
+
+    /// The stream ends (the leader's connection closed).
+    async fn ended(&self) {
+        self.hint(Hint::Ended).await;
     }
 
     async fn released(&self, rvn: &str) {
@@ -88,13 +105,10 @@ impl FakeStream {
 }
 
 /// Start follower `identity` on `store`, fed by a fake stream.
-fn follower(store: &MemoryStore, identity: &str) -> (ElectionHandle, FakeStream) {
+fn follower(store: &MemoryStore, identity: &str) -> (Lone, FakeStream) {
     let (target_tx, target) = watch::channel(None);
     let (hints_tx, hints) = mpsc::channel(64);
-    let feed = HintFeed {
-        target: Target::Channel(target_tx),
-        hints,
-    };
+    let feed = (hints, target_tx);
     let clock = Clock::tokio();
     let h = spawn_gated(
         Arc::new(store.clone()),
@@ -139,7 +153,7 @@ async fn time_to_lead(h: &mut ElectionHandle) -> Duration {
 }
 
 /// "a" leads; "b" follows it, its first read done and its watch aimed.
-async fn b_watching_a() -> (MemoryStore, Lease, ElectionHandle, FakeStream) {
+async fn b_watching_a() -> (MemoryStore, Lease, Lone, FakeStream) {
     let store = MemoryStore::new();
     let lease = held_by_a(&store);
     let (h, stream) = follower(&store, "b");
