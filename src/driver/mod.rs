@@ -80,14 +80,16 @@ enum Answer {
     Written(Result<WriteOutcome, StoreError>),
 }
 
-/// A request answered: what, how long it took, how it is counted, and
-/// for the session's end, its key (logged).
+/// A request answered: what, how long it took, how it is counted, for
+/// the session's end its key (logged), for a read of many elections'
+/// records whose they are.
 struct Done {
     request: RequestId,
     answer: Answer,
     took: Duration,
     metric: Metric,
     ending: Option<String>,
+    batch: Vec<ElectionId>,
 }
 
 /// Where the driver publishes.
@@ -334,6 +336,7 @@ impl NodeDriver {
             took,
             metric,
             ending,
+            batch,
         } = done;
         let outcome = match &answer {
             Answer::Read(Err(e)) | Answer::ReadMany(Err(e)) | Answer::Written(Err(e)) => {
@@ -348,6 +351,12 @@ impl NodeDriver {
         };
         let now = self.context.clock.now();
         self.report.request(metric, cfg, took, outcome, now);
+        if outcome == Outcome::Ok {
+            for id in batch {
+                self.report
+                    .election_answered(id, self.node.config(id), "read", now);
+            }
+        }
         if let (Some(key), Outcome::Ok) = (&ending, outcome) {
             let retired = self.node.session().is_some_and(|s| s.is_retired());
             SessionLog::ended(self.node.identity(), key, retired);
@@ -407,7 +416,13 @@ impl NodeDriver {
 
     /// Read the records under `keys` for `request`, within `budget`.
     fn read_many(&mut self, request: RequestId, keys: Vec<String>, budget: Duration) {
-        let metric = Metric::Check;
+        let (metric, batch) = match &request {
+            RequestId::Reads(_) => {
+                let ids = keys.iter().filter_map(|k| self.node.election(k)).collect();
+                (Metric::Reads, ids)
+            }
+            _ => (Metric::Check, Vec::new()),
+        };
         let store = self.context.store.clone();
         let clock = self.context.clock.clone();
         self.inflight.spawn(async move {
@@ -420,6 +435,7 @@ impl NodeDriver {
                 took,
                 metric,
                 ending: None,
+                batch,
             }
         });
     }
@@ -432,6 +448,7 @@ impl NodeDriver {
             RequestId::Session => Metric::Own("read_session"),
             RequestId::SessionRecord(_) => Metric::Shared,
             RequestId::ReadBack(_) => Metric::Check,
+            RequestId::Reads(_) => Metric::Reads,
         };
         let store = self.context.store.clone();
         let clock = self.context.clock.clone();
@@ -445,6 +462,7 @@ impl NodeDriver {
                 took,
                 metric,
                 ending: None,
+                batch: Vec::new(),
             }
         });
     }
@@ -486,6 +504,7 @@ impl NodeDriver {
                 took: clock.now() - sent,
                 metric,
                 ending,
+                batch: Vec::new(),
             }
         });
     }

@@ -29,12 +29,17 @@ pub(super) enum Metric {
     /// The read-back of the records held through the session, under
     /// `#session`.
     Check,
+    /// The records of elections that asked for them together, read in one
+    /// request, under `#session` (their errors are the elections' to log).
+    Reads,
     /// Not counted (a read that only confirms a write).
     None,
 }
 
 /// The metric `op` of the read-back's reads.
 const CHECK_OP: &str = "read_check";
+/// The metric `op` of the reads of many elections' records.
+const READS_OP: &str = "read_elections";
 
 /// What the driver reports, and what it remembers to log once per change.
 pub(super) struct Report {
@@ -97,6 +102,10 @@ impl Report {
                 self.observer
                     .store_request(SESSION_LABEL, "read_session", took, outcome);
             }
+            Metric::Reads => {
+                self.observer
+                    .store_request(SESSION_LABEL, READS_OP, took, outcome);
+            }
             Metric::Check => {
                 self.observer
                     .store_request(SESSION_LABEL, CHECK_OP, took, outcome);
@@ -107,7 +116,13 @@ impl Report {
     }
 
     /// A store request of an election's `op` kind was answered.
-    fn election_answered(&mut self, id: ElectionId, cfg: &ElectionConfig, op: &str, now: Instant) {
+    pub(super) fn election_answered(
+        &mut self,
+        id: ElectionId,
+        cfg: &ElectionConfig,
+        op: &str,
+        now: Instant,
+    ) {
         let kind = RequestKind::of(op);
         let Some(log) = self.errors.get_mut(&id) else {
             return;

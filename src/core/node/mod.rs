@@ -11,9 +11,8 @@
 //! which inputs reach each election.
 //!
 //! Like the cores it reads no clock, draws no random number and does no
-//! IO: its driver (for now only the model checker, `super::model`: the
-//! daemon still runs a task per election, `crate::election`)
-//! hands it what happened with the [`Moment`] now, carries out the
+//! IO: its driver (the daemon's, `crate::driver`; the model checker's,
+//! `super::model`) hands it what happened with the [`Moment`] now, carries out the
 //! [`NodeAction`]s it asks for (store requests concurrently, each
 //! answered with its [`RequestId`]), and wakes it at
 //! [`Node::next_wake`]. `Node::handle(moment, input)`,
@@ -28,6 +27,11 @@
 //!   anything else it is told (a follower is not woken for each renew);
 //! - hints wait while the election has a request in flight, and reach it
 //!   in the order they came.
+//!
+//! Reads of their own records that elections following another daemon's
+//! session ask for in the same input (they poll together once its count
+//! of ended tenures moved) go out as one request of up to
+//! [`READ_MANY_LIMIT`] records; any other read goes out alone.
 //!
 //! The rooms: this file is the node and its inputs; `protocol` what goes
 //! in and out; `route` what an election's actions come to; `known` what
@@ -118,6 +122,9 @@ struct Slot {
     parked: Option<(Instant, Instant)>,
     /// Whether it has `strict_new_lease` (read back every R).
     strict: bool,
+    /// Whether its record, as last read, is held by another daemon through
+    /// a session (its reads then go out with those of the others).
+    follows: bool,
 }
 
 /// The daemon's decisions; see the module docs.
@@ -158,6 +165,11 @@ pub struct Node {
     queue: VecDeque<(ElectionId, Input)>,
     /// Elections whose state may have changed since the last publish.
     dirty: BTreeSet<ElectionId>,
+    /// Reads of their records the elections asked for in the input being
+    /// handled: the election, the budget, whether it only confirms.
+    reads: Vec<(ElectionId, Duration, bool)>,
+    /// The reads of many records on their way, by number: whose records.
+    batches: BTreeMap<u32, Vec<ElectionId>>,
     out: VecDeque<NodeAction>,
     #[cfg(test)]
     mutations: NodeMutations,
@@ -236,6 +248,8 @@ impl Node {
             stamps: 0,
             queue: VecDeque::new(),
             dirty: BTreeSet::new(),
+            reads: Vec::new(),
+            batches: BTreeMap::new(),
             out: VecDeque::new(),
             #[cfg(test)]
             mutations: NodeMutations::default(),
@@ -296,6 +310,7 @@ impl Node {
             asking: None,
             parked: None,
             strict,
+            follows: false,
         });
         self.rewake(id);
         id
@@ -310,7 +325,12 @@ impl Node {
         &Vec<Slot>,
         (&Option<SessionCore>, &Option<SessionView>, u64, usize, u64),
         &BTreeMap<String, Known>,
-        (&Option<ReadBack>, bool, u64),
+        (
+            &Option<ReadBack>,
+            bool,
+            u64,
+            &BTreeMap<u32, Vec<ElectionId>>,
+        ),
         &VecDeque<NodeAction>,
     ) {
         (
@@ -323,7 +343,12 @@ impl Node {
                 self.ended,
             ),
             &self.known,
-            (&self.readback, self.may_campaign, self.store_gen),
+            (
+                &self.readback,
+                self.may_campaign,
+                self.store_gen,
+                &self.batches,
+            ),
             &self.out,
         )
     }
@@ -429,6 +454,7 @@ impl Node {
             self.catch_up_on_gate(moment.may_campaign);
             self.run_queue();
         }
+        self.send_reads();
         for id in std::mem::take(&mut self.dirty) {
             self.out.push_back(NodeAction::Publish(id));
         }
@@ -539,11 +565,25 @@ impl Node {
         record: Result<Record, crate::core::store_error::StoreError>,
     ) {
         match request {
-            RequestId::Election(id) => self.queue.push_back((id, Input::Read(record))),
+            RequestId::Election(id) => self.election_read(id, record),
             RequestId::Session => self.feed_session(SessionInput::Read(record)),
             RequestId::SessionRecord(key) => self.session_answered(&key, record),
-            RequestId::ReadBack(_) => {}
+            RequestId::ReadBack(_) | RequestId::Reads(_) => {}
         }
+    }
+
+    /// Election `id`'s record, as read, goes to it; noted is whether
+    /// another daemon holds it through a session.
+    pub(super) fn election_read(
+        &mut self,
+        id: ElectionId,
+        record: Result<Record, crate::core::store_error::StoreError>,
+    ) {
+        if let (Ok(record), Some(slot)) = (&record, self.slots.get_mut(id.index())) {
+            slot.follows = matches!(record, Record::Valid(l)
+                if l.session.is_some() && l.holder.as_deref() != Some(self.identity.as_str()));
+        }
+        self.queue.push_back((id, Input::Read(record)));
     }
 
     fn on_read_many(
@@ -551,8 +591,10 @@ impl Node {
         request: RequestId,
         records: Result<Vec<Record>, crate::core::store_error::StoreError>,
     ) {
-        if let RequestId::ReadBack(n) = request {
-            self.read_back_answered(n, records);
+        match request {
+            RequestId::ReadBack(n) => self.read_back_answered(n, records),
+            RequestId::Reads(n) => self.reads_answered(n, records),
+            _ => {}
         }
     }
 

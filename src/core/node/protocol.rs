@@ -36,6 +36,10 @@ pub enum RequestId {
     /// A request of the read-back of the records held through the
     /// session: its number in the period under way.
     ReadBack(u32),
+    /// The records of elections that asked for them in the same input,
+    /// read in one request (see [`super::Node::handle`]): its number among
+    /// those on their way.
+    Reads(u32),
 }
 
 /// What the driver tells the node along with every input: the instant

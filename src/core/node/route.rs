@@ -4,7 +4,7 @@
 //! knows of them first), its tenure's end moves the daemon's count, its
 //! wish for the session keeps the session open.
 
-use super::{ElectionId, Node, NodeAction, RequestId, Slot};
+use super::{ElectionId, Node, NodeAction, READ_MANY_LIMIT, RequestId, Slot};
 use crate::core::election::{Action as CoreAction, Input};
 use crate::core::record::Record;
 use crate::core::session::{SessionAnswer, SessionInput};
@@ -95,6 +95,12 @@ impl Node {
             CoreAction::Read { budget, confirming } => {
                 if !confirming {
                     self.slots[id.index()].count.read_sent();
+                }
+                if self.slots[id.index()].follows {
+                    // Sent once the input is handled, with those of the
+                    // other followers asked for meanwhile.
+                    self.reads.push((id, budget, confirming));
+                    return;
                 }
                 NodeAction::Read {
                     request,
@@ -370,6 +376,62 @@ impl Node {
                     record,
                 },
             ));
+        }
+    }
+
+    /// Send the reads the elections asked for in the input just handled:
+    /// one alone as it is, several in requests of up to
+    /// [`READ_MANY_LIMIT`] records.
+    pub(super) fn send_reads(&mut self) {
+        let reads = std::mem::take(&mut self.reads);
+        if let [(id, budget, confirming)] = reads[..] {
+            self.out.push_back(NodeAction::Read {
+                request: RequestId::Election(id),
+                key: self.slots[id.index()].core.config().name.clone(),
+                budget,
+                confirming,
+            });
+            return;
+        }
+        for chunk in reads.chunks(READ_MANY_LIMIT) {
+            let n = (0..u32::MAX)
+                .find(|n| !self.batches.contains_key(n))
+                .unwrap_or(u32::MAX);
+            let keys = chunk
+                .iter()
+                .map(|(id, _, _)| self.slots[id.index()].core.config().name.clone())
+                .collect();
+            let budget = chunk.iter().map(|(_, b, _)| *b).min().unwrap_or_default();
+            self.batches
+                .insert(n, chunk.iter().map(|(id, _, _)| *id).collect());
+            self.out.push_back(NodeAction::ReadMany {
+                request: RequestId::Reads(n),
+                keys,
+                budget,
+            });
+        }
+    }
+
+    /// A read of many elections' records was answered: each election is
+    /// handed its record (or the error) as the answer to its own read.
+    pub(super) fn reads_answered(&mut self, n: u32, records: Result<Vec<Record>, StoreError>) {
+        let Some(ids) = self.batches.remove(&n) else {
+            return;
+        };
+        let records = match records {
+            Ok(records) if records.len() == ids.len() => records.into_iter().map(Ok).collect(),
+            Ok(records) => {
+                let error = StoreError::Server(format!(
+                    "asked for {} records, the store answered {}",
+                    ids.len(),
+                    records.len()
+                ));
+                vec![Err(error); ids.len()]
+            }
+            Err(error) => vec![Err(error); ids.len()],
+        };
+        for (id, record) in ids.into_iter().zip(records) {
+            self.election_read(id, record);
         }
     }
 

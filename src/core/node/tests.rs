@@ -365,22 +365,39 @@ fn left_to_the_stream(n: u32) -> (Node, Instant) {
             their_session("s1", 0),
         ),
     );
-    // Read again at P: the count is now known.
+    // Read again at P, all in one request (one alone): the count is now
+    // known.
     let out = handle(&mut node, 1_020, NodeInput::Timeout);
-    assert_eq!(requests(&out).len(), n as usize);
-    for i in 0..n {
-        let out = handle(
-            &mut node,
-            1_030,
-            read(
-                RequestId::Election(e(i)),
-                Record::Valid(theirs(&format!("e{i}"), 7)),
-            ),
-        );
-        // A round that read the election reads the session anew, one
-        // read for all.
-        assert_eq!(requests(&out).len(), usize::from(i == 0), "election {i}");
-    }
+    let keys: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
+    let budget = timing().renew_interval;
+    let answer = if n == 1 {
+        let request = RequestId::Election(e(0));
+        let asked = NodeAction::Read {
+            request: request.clone(),
+            key: keys[0].clone(),
+            budget,
+            confirming: false,
+        };
+        assert_eq!(requests(&out), [asked]);
+        read(request, Record::Valid(theirs(&keys[0], 7)))
+    } else {
+        let request = RequestId::Reads(0);
+        let asked = NodeAction::ReadMany {
+            request: request.clone(),
+            keys: keys.clone(),
+            budget,
+        };
+        assert_eq!(requests(&out), [asked]);
+        let records = keys.iter().map(|k| Record::Valid(theirs(k, 7))).collect();
+        NodeInput::ReadMany {
+            request,
+            records: Ok(records),
+        }
+    };
+    let out = handle(&mut node, 1_030, answer);
+    // A round that read the election reads the session anew, one read
+    // for all.
+    assert_eq!(requests(&out).len(), 1);
     handle(
         &mut node,
         1_040,
@@ -600,5 +617,61 @@ fn a_store_error_of_a_shared_session_read_reaches_every_election_asking() {
     );
     for i in 0..2 {
         assert_eq!(node.state(e(i)).last_error.as_deref(), Some("transport"));
+    }
+}
+
+#[test]
+fn followers_polling_together_read_their_records_in_requests_of_a_hundred() {
+    let mut node = following(150);
+    // The first answer of the session after their first reads: each
+    // polls its record again at P, all at once.
+    handle(
+        &mut node,
+        20,
+        read(
+            RequestId::SessionRecord(THEIRS.into()),
+            their_session("s1", 0),
+        ),
+    );
+    let out = handle(&mut node, 1_020, NodeInput::Timeout);
+    let sizes: Vec<(RequestId, usize)> = requests(&out)
+        .into_iter()
+        .map(|a| match a {
+            NodeAction::ReadMany { request, keys, .. } => (request, keys.len()),
+            other => panic!("not one read of many: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        sizes,
+        [(RequestId::Reads(0), 100), (RequestId::Reads(1), 50)]
+    );
+    // An answer that does not match the question is an error for each
+    // election in it; the other request's records reach theirs.
+    handle(
+        &mut node,
+        1_030,
+        NodeInput::ReadMany {
+            request: RequestId::Reads(1),
+            records: Ok(vec![Record::Absent]),
+        },
+    );
+    let records = (0..100)
+        .map(|i| Record::Valid(theirs(&format!("e{i}"), 7)))
+        .collect();
+    let out = handle(
+        &mut node,
+        1_030,
+        NodeInput::ReadMany {
+            request: RequestId::Reads(0),
+            records: Ok(records),
+        },
+    );
+    // Those that read their record read the session, once for all.
+    assert_eq!(requests(&out).len(), 1, "{out:?}");
+    for i in 100..150 {
+        assert!(
+            node.state(e(i)).last_error.is_some(),
+            "election {i} saw the error"
+        );
     }
 }
