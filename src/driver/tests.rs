@@ -284,3 +284,21 @@ async fn closing_releases_what_is_left_ends_the_session_and_the_node() {
         assert_eq!(e.holder, None, "e{i} released");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn closing_after_every_election_was_released_ends_the_node() {
+    let store = Arc::new(MemoryStore::new());
+    let a = start("a", &store);
+    let b = start("b", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for d in [&a, &b] {
+        for h in &d.elections {
+            h.release(AfterRelease::Exit).await;
+        }
+    }
+    for d in [a, b] {
+        tokio::time::timeout(Duration::from_secs(5), d.running.close())
+            .await
+            .expect("the node ends within a few seconds");
+    }
+}
