@@ -93,7 +93,7 @@ impl Running {
     /// written.
     pub async fn close(mut self) {
         for input in [NodeInput::Orphaned, NodeInput::CloseSession] {
-            let _ = self.commands.send(Command::Input(input)).await;
+            let _ = self.commands.send(Command::Input(Box::new(input))).await;
         }
         if let Some(task) = self.task.take() {
             let _ = task.await;
@@ -199,7 +199,7 @@ impl Sessions {
             sent,
             record,
         };
-        let _ = self.commands.send(Command::Input(input)).await;
+        let _ = self.commands.send(Command::Input(Box::new(input))).await;
     }
 
     fn count(&self, op: &'static str, took: Duration, error: Option<&StoreError>) {

@@ -55,7 +55,7 @@ use session::{SessionLog, Sweeper};
 /// What the node is told by the rest of the daemon.
 pub enum Command {
     /// An input as it is.
-    Input(NodeInput),
+    Input(Box<NodeInput>),
     /// Give an election's lease up (the caller stopped the job first),
     /// handing it to `successor` if named, then act as said; `answer`
     /// hears whether a lease was released.
@@ -303,7 +303,7 @@ impl NodeDriver {
     /// A command: the input it makes, if any.
     fn command(&mut self, command: Command) -> Option<NodeInput> {
         match command {
-            Command::Input(input) => Some(input),
+            Command::Input(input) => Some(*input),
             Command::Release {
                 election,
                 then,

@@ -74,7 +74,7 @@ fn node(identity: &str, clock: &Clock, may_campaign: bool, has_feed: bool) -> No
         let cfg = ElectionConfig {
             holder_meta: Some(crate::lease::HolderMeta {
                 address: Some(format!("{identity}:80")),
-                labels: Default::default(),
+                ..Default::default()
             }),
             ..ElectionConfig::with_defaults(format!("e{i}"), identity)
         };
