@@ -36,8 +36,9 @@
 //! The rooms: this file is the node and its inputs; `protocol` what goes
 //! in and out; `route` what an election's actions come to; `known` what
 //! the daemon knows of other sessions; `count` how an election judges a
-//! session's count of ended tenures; `readback` the read-back's schedule;
-//! `tests` the node step by step.
+//! session's count of ended tenures; `session` the daemon's own session
+//! and what its streams tell of others; `readback` the read-back's
+//! schedule; `tests` the node step by step.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -53,6 +54,7 @@ mod known;
 mod protocol;
 mod readback;
 mod route;
+mod session;
 #[cfg(test)]
 mod tests;
 
@@ -61,8 +63,7 @@ pub use known::KnownSession;
 pub use protocol::{ElectionId, Moment, NodeAction, NodeInput, RequestId};
 pub use readback::READ_MANY_LIMIT;
 
-use crate::core::election::Action as CoreAction;
-use known::{FORGET_AFTER, Known};
+use known::Known;
 use readback::ReadBack;
 
 /// Deliberate defects of the multiplexing layer the model checker must
@@ -662,81 +663,6 @@ impl Node {
         }
     }
 
-    /// Hand the daemon's session `input`, carry out what it asks, and
-    /// tell the elections when the session they see changed.
-    fn feed_session(&mut self, input: SessionInput) {
-        let tick = self.tick();
-        let Some(session) = self.session.as_mut() else {
-            return;
-        };
-        session.handle(&tick, input);
-        while let Some(action) = session.poll_action() {
-            let action = match action {
-                CoreAction::Write {
-                    op,
-                    lease,
-                    condition,
-                    budget,
-                    deadline,
-                } => NodeAction::Write {
-                    request: RequestId::Session,
-                    op,
-                    lease,
-                    condition,
-                    budget,
-                    deadline,
-                },
-                CoreAction::Read { budget, .. } => NodeAction::Read {
-                    request: RequestId::Session,
-                    key: session.record_key().unwrap_or_default().to_owned(),
-                    budget,
-                    confirming: true,
-                },
-                CoreAction::Note(note) => NodeAction::Note {
-                    election: None,
-                    note,
-                },
-                _ => continue,
-            };
-            self.out.push_back(action);
-        }
-        let view = session.view();
-        if view != self.view {
-            self.view = view.clone();
-            self.view_seq += 1;
-            self.out.push_back(NodeAction::PublishSession);
-            // At once to what holds a tenure through it or waits for it;
-            // to the others before anything else they are told.
-            for i in 0..self.slots.len() {
-                let core = &self.slots[i].core;
-                if core.holds_tenure() || core.wants_session() {
-                    self.slots[i].view_seq = self.view_seq;
-                    self.queue
-                        .push_back((ElectionId(i as u32), Input::Session(view.clone())));
-                }
-            }
-        }
-    }
-
-    /// Keep the session open while an election wants it.
-    fn set_wanting(&mut self, id: ElectionId, wants: bool) {
-        let slot = &mut self.slots[id.index()];
-        if slot.wanting == wants {
-            return;
-        }
-        slot.wanting = wants;
-        let before = self.wanting > 0;
-        if wants {
-            self.wanting += 1;
-        } else {
-            self.wanting -= 1;
-        }
-        if before != (self.wanting > 0) {
-            let wanted = self.always || self.wanting > 0;
-            self.feed_session(SessionInput::Wanted(wanted));
-        }
-    }
-
     /// Move `id`'s entry in the wake index to its next wake.
     fn rewake(&mut self, id: ElectionId) {
         let slot = &mut self.slots[id.index()];
@@ -754,63 +680,5 @@ impl Node {
             self.wakes.insert((new, id));
         }
         slot.wake = wake;
-    }
-
-    /// The entry of the session `key`, made if need be (forgetting stale
-    /// ones then).
-    fn known_entry(&mut self, key: &str) -> &mut Known {
-        let now = self.now;
-        let key = self.known_key(key);
-        if !self.known.contains_key(&key) {
-            self.known
-                .retain(|_, k| now - k.touched < FORGET_AFTER || !k.idle());
-        }
-        let known = self.known.entry(key).or_insert_with(|| Known::new(now));
-        known.touched = now;
-        known
-    }
-
-    /// Under which key what is known of the session `key` is kept: its
-    /// own (the deliberate defect: its owner's).
-    fn known_key(&self, key: &str) -> String {
-        #[cfg(test)]
-        if self.mutations.sessions_by_owner
-            && let Some(owner) = crate::core::keys::session_owner(key)
-        {
-            return owner.to_owned();
-        }
-        key.to_owned()
-    }
-
-    fn on_told(
-        &mut self,
-        key: &str,
-        rvn: &str,
-        labels: BTreeMap<String, String>,
-        at: Instant,
-        since: Instant,
-    ) {
-        let quiet = self.timing.quiet;
-        let stored = self.known_key(key);
-        let Some(known) = self.known.get_mut(&stored) else {
-            return;
-        };
-        known.told(rvn, labels, at, since, quiet);
-        // Elections parked for a write at or after their due: this one.
-        let parked = std::mem::take(&mut known.parked);
-        let mut still = Vec::new();
-        for id in parked {
-            match self.slots[id.index()].parked {
-                Some((due, _)) if due <= at => {
-                    self.slots[id.index()].parked = None;
-                    self.proceed(id, due);
-                }
-                Some(_) => still.push(id),
-                None => {}
-            }
-        }
-        if let Some(known) = self.known.get_mut(&stored) {
-            known.parked.extend(still);
-        }
     }
 }
