@@ -88,7 +88,7 @@ fn view(key: &str, rvn: &str, clock: &Clock) -> SessionView {
         key: key.into(),
         rvn: rvn.into(),
         last_send: clock.now(),
-        labels: [("led".to_owned(), "3".to_owned())].into(),
+        labels: std::sync::Arc::new([("led".to_owned(), "3".to_owned())].into()),
     }
 }
 

@@ -123,8 +123,9 @@ pub struct SessionView {
     /// When its last successful write was sent: every tenure held through
     /// it is valid until this + L·(1−D) − M.
     pub last_send: Instant,
-    /// The labels that write carried (see [`SessionInput::Labels`]).
-    pub labels: std::collections::BTreeMap<String, String>,
+    /// The labels that write carried (see [`SessionInput::Labels`]);
+    /// shared, as every election held through the session keeps the view.
+    pub labels: std::sync::Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// When the daemon's stream of the session's owner tells of its writes:
@@ -350,11 +351,13 @@ impl SessionCore {
                 key: lease.election.clone(),
                 rvn: lease.rvn.clone(),
                 last_send: *last_send,
-                labels: lease
-                    .holder_meta
-                    .as_ref()
-                    .map(|m| m.labels.clone())
-                    .unwrap_or_default(),
+                labels: std::sync::Arc::new(
+                    lease
+                        .holder_meta
+                        .as_ref()
+                        .map(|m| m.labels.clone())
+                        .unwrap_or_default(),
+                ),
             }),
             _ => None,
         }

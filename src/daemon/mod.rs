@@ -319,6 +319,7 @@ impl Wiring<'_> {
             node = node.with_session(timing.clone(), cfg.balance);
         }
         let n = cfg.elections.len();
+        node.reserve(n);
         for (i, e) in cfg.elections.iter().enumerate() {
             node.add_election(e.clone(), campaign_delay(i, n), true, |core| core);
         }

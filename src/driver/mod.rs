@@ -73,6 +73,17 @@ pub enum Command {
     Known(oneshot::Sender<Vec<KnownSession>>),
 }
 
+/// Campaign requests (a round's read of an election's record, the
+/// followers' reads together, a take) in flight at most; more wait their
+/// turn in order. A daemon of ten thousand elections that finds them all
+/// free (its session just opened, another daemon died) would otherwise
+/// send ten thousand requests at once: a connection and a request's
+/// buffers each, megabytes for the moment, and a store that answers them
+/// no sooner. Renewals, releases, the session's writes and reads that
+/// confirm a write never wait: a tenure's requests are not queued behind
+/// anyone's campaign.
+const CAMPAIGN_REQUESTS: usize = 128;
+
 /// What the store answered to one of the node's requests.
 enum Answer {
     Read(Result<Record, StoreError>),
@@ -90,6 +101,8 @@ struct Done {
     metric: Metric,
     ending: Option<String>,
     batch: Vec<ElectionId>,
+    /// It counted among [`CAMPAIGN_REQUESTS`].
+    campaign: bool,
 }
 
 /// Where the driver publishes.
@@ -125,6 +138,9 @@ pub struct NodeDriver {
     commands: mpsc::Receiver<Command>,
     /// The store requests on their way.
     inflight: JoinSet<Done>,
+    /// Campaign requests among them, and those waiting their turn.
+    campaigns: usize,
+    waiting: VecDeque<NodeAction>,
     /// Release commands waiting for their answer, by election, in order.
     answers: HashMap<ElectionId, VecDeque<oneshot::Sender<bool>>>,
     links: Links,
@@ -183,6 +199,8 @@ impl NodeDriver {
             },
             commands,
             inflight: JoinSet::new(),
+            campaigns: 0,
+            waiting: VecDeque::new(),
             answers: HashMap::new(),
             links,
             report,
@@ -337,7 +355,21 @@ impl NodeDriver {
             metric,
             ending,
             batch,
+            campaign,
         } = done;
+        if campaign {
+            self.campaigns -= 1;
+            while self.campaigns < CAMPAIGN_REQUESTS
+                && let Some(action) = self.waiting.pop_front()
+            {
+                self.carry_out(action);
+            }
+            // The queue of a burst (every election free at once) is not
+            // kept for good.
+            if self.waiting.is_empty() && self.waiting.capacity() > 4 * CAMPAIGN_REQUESTS {
+                self.waiting.shrink_to(CAMPAIGN_REQUESTS);
+            }
+        }
         let outcome = match &answer {
             Answer::Read(Err(e)) | Answer::ReadMany(Err(e)) | Answer::Written(Err(e)) => {
                 Outcome::Failed(e)
@@ -390,6 +422,14 @@ impl NodeDriver {
     }
 
     fn carry_out(&mut self, action: NodeAction) {
+        let campaign = is_campaign(&action);
+        if campaign {
+            if self.campaigns >= CAMPAIGN_REQUESTS {
+                self.waiting.push_back(action);
+                return;
+            }
+            self.campaigns += 1;
+        }
         match action {
             NodeAction::Read {
                 request,
@@ -423,6 +463,7 @@ impl NodeDriver {
             }
             _ => (Metric::Check, Vec::new()),
         };
+        let campaign = is_campaign_read(&request, false);
         let store = self.context.store.clone();
         let clock = self.context.clock.clone();
         self.inflight.spawn(async move {
@@ -436,6 +477,7 @@ impl NodeDriver {
                 metric,
                 ending: None,
                 batch,
+                campaign,
             }
         });
     }
@@ -450,6 +492,7 @@ impl NodeDriver {
             RequestId::ReadBack(_) => Metric::Check,
             RequestId::Reads(_) => Metric::Reads,
         };
+        let campaign = is_campaign_read(&request, confirming);
         let store = self.context.store.clone();
         let clock = self.context.clock.clone();
         self.inflight.spawn(async move {
@@ -463,6 +506,7 @@ impl NodeDriver {
                 metric,
                 ending: None,
                 batch: Vec::new(),
+                campaign,
             }
         });
     }
@@ -486,6 +530,7 @@ impl NodeDriver {
                 (op == WriteOp::EndSession).then(|| lease.election.clone()),
             ),
         };
+        let campaign = is_campaign_write(&request, op);
         let store = self.context.store.clone();
         let clock = self.context.clock.clone();
         self.inflight.spawn(async move {
@@ -505,6 +550,7 @@ impl NodeDriver {
                 metric,
                 ending,
                 batch: Vec::new(),
+                campaign,
             }
         });
     }
@@ -565,6 +611,35 @@ impl NodeDriver {
             NodeAction::Read { .. } | NodeAction::ReadMany { .. } | NodeAction::Write { .. } => {}
         }
     }
+}
+
+/// Whether `action` is a campaign request (see [`CAMPAIGN_REQUESTS`]).
+fn is_campaign(action: &NodeAction) -> bool {
+    match action {
+        NodeAction::Read {
+            request,
+            confirming,
+            ..
+        } => is_campaign_read(request, *confirming),
+        NodeAction::ReadMany { request, .. } => is_campaign_read(request, false),
+        NodeAction::Write { request, op, .. } => is_campaign_write(request, *op),
+        _ => false,
+    }
+}
+
+/// A round's read of an election's record, or the followers' reads
+/// together; not a read that confirms a write.
+fn is_campaign_read(request: &RequestId, confirming: bool) -> bool {
+    match request {
+        RequestId::Election(_) => !confirming,
+        RequestId::Reads(_) => true,
+        _ => false,
+    }
+}
+
+/// An election's take: of a missing record, or of a free one.
+fn is_campaign_write(request: &RequestId, op: WriteOp) -> bool {
+    matches!(request, RequestId::Election(_)) && matches!(op, WriteOp::Create | WriteOp::TakeOver)
 }
 
 /// Resolves when the app check's verdict changes; never without an app

@@ -220,6 +220,46 @@ async fn requests_are_carried_out_concurrently_so_a_slow_store_delays_each_elect
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_daemon_of_many_free_elections_keeps_its_campaign_requests_within_the_bound() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_fault(crate::lease::memory::Fault::Slow(Duration::from_millis(
+        500,
+    )));
+    let clock = Clock::tokio();
+    let n = 3 * CAMPAIGN_REQUESTS;
+    let timing = ElectionConfig::with_defaults("-", "a");
+    let mut node = Node::new("a", &timing, clock.now(), true).with_session(timing, false);
+    node.reserve(n);
+    for i in 0..n {
+        let cfg = ElectionConfig::with_defaults(format!("e{i}"), "a");
+        node.add_election(cfg, Duration::ZERO, false, |c| c);
+    }
+    let context = TaskContext {
+        store: store.clone(),
+        clock,
+        observer: Arc::new(NoObserver),
+    };
+    let (driver, elections, mut running) = NodeDriver::new(node, context);
+    driver.spawn(&mut running);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let led = elections
+        .iter()
+        .filter(|e| e.state.borrow().role == Role::Leader)
+        .count();
+    assert_eq!(led, n, "every election is led in the end");
+    // The bound, and the session's own writes beside it, which never wait.
+    let most = store.most_at_once();
+    assert!(
+        (CAMPAIGN_REQUESTS..=CAMPAIGN_REQUESTS + 2).contains(&most),
+        "{most} requests in the store at once, for {n} elections"
+    );
+    assert!(
+        running.session.borrow().is_some(),
+        "the session stayed open"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_labels_set_ride_on_the_sessions_next_write() {
     let store = Arc::new(MemoryStore::new());
     let a = start("a", &store);

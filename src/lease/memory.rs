@@ -45,6 +45,9 @@ struct Inner {
     fault: Fault,
     writes: u64,
     reads: u64,
+    /// Requests waiting out [`Fault::Slow`] now, and at most so far.
+    slowed: usize,
+    most_slowed: usize,
 }
 
 impl MemoryStore {
@@ -98,6 +101,12 @@ impl MemoryStore {
         record
     }
 
+    /// The most requests that were in the store at once, as far as
+    /// [`Fault::Slow`] shows (it holds each for its delay).
+    pub fn most_at_once(&self) -> usize {
+        self.lock().most_slowed
+    }
+
     /// Number of (reads, writes) answered so far.
     pub fn counts(&self) -> (u64, u64) {
         let inner = self.lock();
@@ -121,7 +130,13 @@ impl MemoryStore {
                 Err(StoreError::Timeout(budget))
             }
             Fault::Slow(d) => {
+                {
+                    let mut inner = self.lock();
+                    inner.slowed += 1;
+                    inner.most_slowed = inner.most_slowed.max(inner.slowed);
+                }
                 tokio::time::sleep(d).await;
+                self.lock().slowed -= 1;
                 Ok(fault)
             }
             f => Ok(f),

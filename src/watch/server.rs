@@ -125,7 +125,7 @@ fn session_event(view: &SessionView) -> LeaseEvent {
     LeaseEvent::Session {
         session: view.key.clone(),
         rvn: view.rvn.clone(),
-        labels: view.labels.clone(),
+        labels: (*view.labels).clone(),
     }
 }
 

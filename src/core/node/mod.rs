@@ -279,6 +279,13 @@ impl Node {
         self
     }
 
+    /// Make room for `additional` more elections at once (a daemon of
+    /// thousands would otherwise hold the old and the doubled table at the
+    /// same instant as it grows).
+    pub fn reserve(&mut self, additional: usize) {
+        self.slots.reserve_exact(additional);
+    }
+
     /// Add the election `cfg`, campaigning from `delay` after the node's
     /// start; `has_feed`: a watch client brings it its leader's hints.
     /// Returns its id. `core` may change the core first (tests: its
@@ -424,7 +431,11 @@ impl Node {
 
     /// The next action to carry out, if any.
     pub fn poll_action(&mut self) -> Option<NodeAction> {
-        self.out.pop_front()
+        let action = self.out.pop_front();
+        if action.is_none() {
+            shrink(&mut self.out);
+        }
+        action
     }
 
     /// When the node wants a [`NodeInput::Timeout`], if ever.
@@ -456,6 +467,7 @@ impl Node {
             self.run_queue();
         }
         self.send_reads();
+        shrink(&mut self.queue);
         for id in std::mem::take(&mut self.dirty) {
             self.out.push_back(NodeAction::Publish(id));
         }
@@ -680,5 +692,15 @@ impl Node {
             self.wakes.insert((new, id));
         }
         slot.wake = wake;
+    }
+}
+
+/// Give back the room of an empty queue grown far beyond its usual size
+/// (one input for every election, as a session opens): a daemon of ten
+/// thousand elections would keep megabytes of it for good.
+fn shrink<T>(queue: &mut VecDeque<T>) {
+    const KEPT: usize = 256;
+    if queue.is_empty() && queue.capacity() > 4 * KEPT {
+        queue.shrink_to(KEPT);
     }
 }
