@@ -78,11 +78,12 @@ pub enum Command {
 /// turn in order. A daemon of ten thousand elections that finds them all
 /// free (its session just opened, another daemon died) would otherwise
 /// send ten thousand requests at once: a connection and a request's
-/// buffers each, megabytes for the moment, and a store that answers them
-/// no sooner. Renewals, releases, the session's writes and reads that
-/// confirm a write never wait: a tenure's requests are not queued behind
-/// anyone's campaign.
-const CAMPAIGN_REQUESTS: usize = 128;
+/// buffers each. Measured on DynamoDB Local, 10,000 elections: one daemon
+/// led them all 5.5 s after its start with 400 in flight as with no bound,
+/// and 19.7 s with 128. Renewals, releases, the session's writes and
+/// reads that confirm a write never wait: a tenure's requests are not
+/// queued behind anyone's campaign.
+const CAMPAIGN_REQUESTS: usize = 512;
 
 /// What the store answered to one of the node's requests.
 enum Answer {
