@@ -220,6 +220,28 @@ async fn requests_are_carried_out_concurrently_so_a_slow_store_delays_each_elect
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_dead_daemons_session_is_ended_once_for_all_the_elections_held_through_it() {
+    let store = Arc::new(MemoryStore::new());
+    let a = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let b = start("b", &store);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let led = leaders(&[Some(&a), Some(&b)]);
+    assert!(led.iter().all(|l| l == &[0]), "a leads all: {led:?}");
+    let before = store.writes_to("#session/a/");
+    a.running.abort();
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let led = leaders(&[None, Some(&b)]);
+    assert!(led.iter().all(|l| l == &[1]), "b leads all: {led:?}");
+    // Every election of b found a's session over at the same instant.
+    assert_eq!(
+        store.writes_to("#session/a/") - before,
+        1,
+        "ends of a's session written for {ELECTIONS} elections"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_daemon_of_many_free_elections_keeps_its_campaign_requests_within_the_bound() {
     let store = Arc::new(MemoryStore::new());
     store.set_fault(crate::lease::memory::Fault::Slow(Duration::from_millis(

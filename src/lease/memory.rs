@@ -45,6 +45,8 @@ struct Inner {
     fault: Fault,
     writes: u64,
     reads: u64,
+    /// Writes asked for, by key.
+    written: BTreeMap<String, u64>,
     /// Requests waiting out [`Fault::Slow`] now, and at most so far.
     slowed: usize,
     most_slowed: usize,
@@ -107,6 +109,18 @@ impl MemoryStore {
         self.lock().most_slowed
     }
 
+    /// Writes asked for so far of the records whose keys start with
+    /// `prefix`, applied or not.
+    pub fn writes_to(&self, prefix: &str) -> u64 {
+        let inner = self.lock();
+        inner
+            .written
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Number of (reads, writes) answered so far.
     pub fn counts(&self) -> (u64, u64) {
         let inner = self.lock();
@@ -166,6 +180,7 @@ impl LeaseStore for MemoryStore {
         let fault = self.fault(budget).await?;
         let mut inner = self.lock();
         inner.writes += 1;
+        *inner.written.entry(lease.election.clone()).or_default() += 1;
         if fault == Fault::RefuseWrites {
             return Err(StoreError::Credentials(
                 "not authorized to write (injected)".into(),

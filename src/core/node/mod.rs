@@ -126,6 +126,9 @@ struct Slot {
     /// Whether its record, as last read, is held by another daemon through
     /// a session (its reads then go out with those of the others).
     follows: bool,
+    /// Elections that asked for the same end of a session as the one this
+    /// election's write on its way makes: they take its answer.
+    riders: Vec<ElectionId>,
 }
 
 /// The daemon's decisions; see the module docs.
@@ -171,6 +174,9 @@ pub struct Node {
     reads: Vec<(ElectionId, Duration, bool)>,
     /// The reads of many records on their way, by number: whose records.
     batches: BTreeMap<u32, Vec<ElectionId>>,
+    /// The ends of other daemons' sessions on their way: the session's key
+    /// and the `rvn` the end is conditional on, and whose write it is.
+    ending: BTreeMap<(String, String), ElectionId>,
     out: VecDeque<NodeAction>,
     #[cfg(test)]
     mutations: NodeMutations,
@@ -251,6 +257,7 @@ impl Node {
             dirty: BTreeSet::new(),
             reads: Vec::new(),
             batches: BTreeMap::new(),
+            ending: BTreeMap::new(),
             out: VecDeque::new(),
             #[cfg(test)]
             mutations: NodeMutations::default(),
@@ -319,6 +326,7 @@ impl Node {
             parked: None,
             strict,
             follows: false,
+            riders: Vec::new(),
         });
         self.rewake(id);
         id
@@ -337,7 +345,10 @@ impl Node {
             &Option<ReadBack>,
             bool,
             u64,
-            &BTreeMap<u32, Vec<ElectionId>>,
+            (
+                &BTreeMap<u32, Vec<ElectionId>>,
+                &BTreeMap<(String, String), ElectionId>,
+            ),
         ),
         &VecDeque<NodeAction>,
     ) {
@@ -355,7 +366,7 @@ impl Node {
                 &self.readback,
                 self.may_campaign,
                 self.store_gen,
-                &self.batches,
+                (&self.batches, &self.ending),
             ),
             &self.out,
         )
@@ -500,7 +511,7 @@ impl Node {
             NodeInput::Read { request, record } => self.on_read(request, record),
             NodeInput::ReadMany { request, records } => self.on_read_many(request, records),
             NodeInput::Written { request, outcome } => match request {
-                RequestId::Election(id) => self.queue.push_back((id, Input::Written(outcome))),
+                RequestId::Election(id) => self.election_written(id, outcome),
                 RequestId::Session => self.feed_session(SessionInput::Written(outcome)),
                 _ => {}
             },

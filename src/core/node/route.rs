@@ -1,12 +1,13 @@
 //! What an election's input and its actions come to in the node: the
 //! input reaches it after what must come first, its store requests go to
 //! the driver (its reads of other daemons' sessions to what the node
-//! knows of them first), its tenure's end moves the daemon's count, its
-//! wish for the session keeps the session open.
+//! knows of them first; its end of another daemon's session rides on
+//! one on its way), its tenure's end moves the daemon's count, its wish
+//! for the session keeps the session open.
 
 use super::{ElectionId, Node, NodeAction, READ_MANY_LIMIT, RequestId, Slot};
-use crate::core::election::{Action as CoreAction, Input};
-use crate::core::record::Record;
+use crate::core::election::{Action as CoreAction, Input, WriteOp};
+use crate::core::record::{Condition, Lease, Record, WriteOutcome};
 use crate::core::session::{SessionAnswer, SessionInput};
 use crate::core::store_error::StoreError;
 use crate::core::time::Instant;
@@ -123,14 +124,19 @@ impl Node {
                 condition,
                 budget,
                 deadline,
-            } => NodeAction::Write {
-                request,
-                op,
-                lease,
-                condition,
-                budget,
-                deadline,
-            },
+            } => {
+                if op == WriteOp::EndSession && self.rides_on_an_end(id, &lease, &condition) {
+                    return;
+                }
+                NodeAction::Write {
+                    request,
+                    op,
+                    lease,
+                    condition,
+                    budget,
+                    deadline,
+                }
+            }
             CoreAction::Tell(event) => NodeAction::Tell {
                 election: id,
                 event,
@@ -157,6 +163,48 @@ impl Node {
             },
         };
         self.out.push_back(action);
+    }
+
+    /// Election `id` asks to end another daemon's session (`lease`, on
+    /// `condition`): when an election's end of the same session on the
+    /// same `rvn` is on its way, `id` takes that write's answer (it would
+    /// have written the same, on the same condition) and nothing is sent.
+    /// A dead daemon's thousand elections cost one end of its session, not
+    /// one each. Returns whether it rides so.
+    fn rides_on_an_end(&mut self, id: ElectionId, lease: &Lease, condition: &Condition) -> bool {
+        let Condition::RvnIs(rvn) = condition else {
+            return false;
+        };
+        let end = (lease.election.clone(), rvn.clone());
+        match self.ending.get(&end) {
+            Some(by) if *by != id => {
+                self.slots[by.index()].riders.push(id);
+                true
+            }
+            _ => {
+                self.ending.insert(end, id);
+                false
+            }
+        }
+    }
+
+    /// Election `id`'s write was answered: it takes the answer, and so do
+    /// the elections that rode on it (an end of a session).
+    pub(super) fn election_written(
+        &mut self,
+        id: ElectionId,
+        outcome: Result<WriteOutcome, StoreError>,
+    ) {
+        let Some(slot) = self.slots.get_mut(id.index()) else {
+            return;
+        };
+        let riders = std::mem::take(&mut slot.riders);
+        self.ending.retain(|_, by| *by != id);
+        self.queue.push_back((id, Input::Written(outcome.clone())));
+        for rider in riders {
+            self.queue
+                .push_back((rider, Input::Written(outcome.clone())));
+        }
     }
 
     /// A tenure of one of the elections is over: the count the session's
