@@ -202,9 +202,28 @@ pub enum SessionInput {
     /// through it or is about to take one (or balance counts on it).
     Wanted(bool),
     /// How many tenures of the daemon's elections ended so far (a count
-    /// that only rises): its next write carries it.
-    TenuresEnded(u64),
+    /// that only rises), and the election whose tenure's end made it so:
+    /// its next write carries the count, and the latest ends by number
+    /// (see [`ENDED_LABEL`]).
+    TenuresEnded(u64, String),
 }
+
+/// The label of a session record that names the latest tenures that ended
+/// through its daemon's sessions, with their numbers in the count the
+/// record carries (`fencing_token`): `"41:shard-7 42:shard-3"`, the
+/// numbers consecutive and the last one the count. A follower whose
+/// session read shows the count moved reads again only the elections
+/// named past the count it knew, when the list reaches back that far
+/// (else every election it follows through the session, as an older
+/// daemon's record without the label has it do). Written by the daemon
+/// into the store, so nothing a stream says can forge it.
+pub const ENDED_LABEL: &str = "ended";
+
+/// The ends [`ENDED_LABEL`] names at most, and the most bytes it takes:
+/// the record is written every R, and a DynamoDB write costs a unit per
+/// KB.
+const ENDS_LISTED: usize = 16;
+const ENDS_LABEL_BYTES: usize = 512;
 
 /// What the session core is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -264,8 +283,9 @@ pub struct SessionCore {
     /// The last session was ended for nothing wanting it (no other since).
     retired: bool,
     /// The count of ended tenures its writes carry (see
-    /// [`SessionInput::TenuresEnded`]).
+    /// [`SessionInput::TenuresEnded`]), and the latest ends by number.
     tenures_ended: u64,
+    ends: std::collections::VecDeque<(u64, String)>,
     now: Instant,
     out: std::collections::VecDeque<Action>,
 }
@@ -298,6 +318,7 @@ impl SessionCore {
             bool,
             &std::collections::BTreeMap<String, String>,
             (bool, Option<Instant>, u64),
+            &std::collections::VecDeque<(u64, String)>,
         ),
         Instant,
         &std::collections::VecDeque<Action>,
@@ -311,6 +332,7 @@ impl SessionCore {
                 self.closing,
                 &self.labels,
                 (self.wanted, self.unwanted_since, self.tenures_ended),
+                &self.ends,
             ),
             self.now,
             &self.out,
@@ -332,6 +354,7 @@ impl SessionCore {
             unwanted_since: (!wanted).then_some(start),
             retired: false,
             tenures_ended: 0,
+            ends: Default::default(),
             now: start,
             out: Default::default(),
         }
@@ -450,7 +473,7 @@ impl SessionCore {
             SessionInput::Close => self.closing = true,
             SessionInput::Labels(labels) => self.labels = labels,
             SessionInput::Wanted(wanted) => self.on_wanted(tick, wanted),
-            SessionInput::TenuresEnded(n) => self.tenures_ended = self.tenures_ended.max(n),
+            SessionInput::TenuresEnded(n, election) => self.tenure_ended(n, election),
             SessionInput::StoreReplaced => {
                 if let Phase::Open { next_renew, .. } = &mut self.phase {
                     *next_renew = self.now;
@@ -560,12 +583,39 @@ impl SessionCore {
         });
     }
 
-    /// What the record advertises: the address, and the labels.
+    /// The count moved to `n` as `election`'s tenure ended. A count told
+    /// late never lowers it; a number that skips some starts the list
+    /// over (it names consecutive numbers only).
+    fn tenure_ended(&mut self, n: u64, election: String) {
+        if n <= self.tenures_ended {
+            return;
+        }
+        if n != self.tenures_ended + 1 {
+            self.ends.clear();
+        }
+        self.tenures_ended = n;
+        self.ends.push_back((n, election));
+        while self.ends.len() > ENDS_LISTED || self.ends_label().len() > ENDS_LABEL_BYTES {
+            self.ends.pop_front();
+        }
+    }
+
+    fn ends_label(&self) -> String {
+        let ends: Vec<String> = self.ends.iter().map(|(n, e)| format!("{n}:{e}")).collect();
+        ends.join(" ")
+    }
+
+    /// What the record advertises: the address, the labels, the latest
+    /// ends.
     fn meta(&self) -> Option<HolderMeta> {
         let mut meta = self.cfg.holder_meta.clone();
         if !self.labels.is_empty() {
             let labels = &mut meta.get_or_insert_with(HolderMeta::default).labels;
             labels.extend(self.labels.clone());
+        }
+        if !self.ends.is_empty() {
+            let labels = &mut meta.get_or_insert_with(HolderMeta::default).labels;
+            labels.insert(ENDED_LABEL.to_owned(), self.ends_label());
         }
         meta
     }

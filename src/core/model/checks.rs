@@ -615,6 +615,19 @@ fn a_count_not_moved_when_a_tenure_ends_is_caught() {
 }
 
 #[test]
+fn an_end_named_for_the_wrong_election_is_caught() {
+    caught_in(
+        silent_release_bounds(),
+        Mutations::default(),
+        NodeMutations {
+            ends_misnamed: true,
+            ..NodeMutations::default()
+        },
+        RELEASED,
+    );
+}
+
+#[test]
 fn a_read_back_that_takes_a_rewritten_record_as_still_held_is_caught() {
     caught_in(
         deletion_bounds(),

@@ -3,8 +3,15 @@
 //! of the session's owner may have ended since the election was last
 //! read (its release left out of the owner's stream), so that it must be
 //! read again.
+//!
+//! The record also names its latest ends by number ([`ENDED_LABEL`]):
+//! when they reach back to the count the election's last read was judged
+//! against, only an election named there is read again; a list that does
+//! not reach back that far (or none: an older daemon) has every election
+//! read again.
 
-use crate::core::record::Record;
+use crate::core::record::{Lease, Record};
+use crate::core::session::ENDED_LABEL;
 
 /// One election's view of the count: the session key and count the last
 /// session answer showed, and those answered before the election's last
@@ -22,18 +29,55 @@ impl CountBasis {
         self.basis.clone_from(&self.seen);
     }
 
-    /// A read of the session `key` answered `record`: whether the count
-    /// moved since before the election's last read (or is not known to
-    /// have stayed), so that the election is to be read again.
-    pub fn answered(&mut self, key: &str, record: &Record) -> bool {
-        let seen = match record {
-            Record::Valid(s) => Some((key.to_owned(), s.fencing_token)),
+    /// A read of the session `key` answered `record`: whether a tenure of
+    /// `election` (the election judging) may have ended since before its
+    /// last read (the count moved and the record does not name every end
+    /// since, or names one of `election`), so that it is to be read again.
+    pub fn answered(&mut self, key: &str, record: &Record, election: &str) -> bool {
+        let session = match record {
+            Record::Valid(s) => Some(s),
             _ => None,
         };
-        let moved = seen.is_none() || seen != self.basis;
+        let seen = session.map(|s| (key.to_owned(), s.fencing_token));
+        let moved = match (&self.basis, session) {
+            (Some((k, basis)), Some(s)) if k == key && *basis == s.fencing_token => false,
+            (Some((k, basis)), Some(s)) if k == key && *basis < s.fencing_token => {
+                ends_since(s, *basis).is_none_or(|ends| ends.contains(&election))
+            }
+            _ => true,
+        };
+        if !moved {
+            // Nothing of this election ended up to this count: its last
+            // read stands for a read made now, and later ends are judged
+            // from here (the list names only the latest).
+            self.basis.clone_from(&seen);
+        }
         self.seen = seen;
         moved
     }
+}
+
+/// The elections whose tenures ended after number `basis` (below the
+/// count), as the session record `s` names them; `None` when it does not
+/// name every one.
+fn ends_since(s: &Lease, basis: u64) -> Option<Vec<&str>> {
+    let label = s.holder_meta.as_ref()?.labels.get(ENDED_LABEL)?;
+    let mut ends = Vec::new();
+    let (mut first, mut last) = (None, None::<u64>);
+    for end in label.split(' ') {
+        let (n, election) = end.split_once(':')?;
+        let n: u64 = n.parse().ok()?;
+        if last.is_some_and(|l| l.checked_add(1) != Some(n)) {
+            return None;
+        }
+        first.get_or_insert(n);
+        last = Some(n);
+        if n > basis {
+            ends.push(election);
+        }
+    }
+    // Every number from basis + 1 to the count is named.
+    (first? <= basis + 1 && last? == s.fencing_token).then_some(ends)
 }
 
 #[cfg(test)]
@@ -41,14 +85,18 @@ mod tests {
     use super::*;
     use crate::core::record::Lease;
 
-    fn session(count: u64) -> Record {
+    fn session(count: u64, ends: Option<&str>) -> Record {
+        let meta = ends.map(|e| crate::core::record::HolderMeta {
+            labels: [(ENDED_LABEL.to_owned(), e.to_owned())].into(),
+            ..Default::default()
+        });
         Record::Valid(Lease::stamped_with(
             "#session/b/n",
             "b",
             count,
             10_000,
             1,
-            None,
+            meta,
             &crate::core::record::Stamp {
                 rvn: "s".into(),
                 unix_ms: 1,
@@ -61,14 +109,46 @@ mod tests {
         let mut basis = CountBasis::default();
         // Nothing seen before the first read: moved.
         basis.read_sent();
-        assert!(basis.answered("#session/b/n", &session(3)));
+        assert!(basis.answered("#session/b/n", &session(3, None), "e1"));
         // Read once 3 was seen; 3 still: not moved.
         basis.read_sent();
-        assert!(!basis.answered("#session/b/n", &session(3)));
-        assert!(basis.answered("#session/b/n", &session(4)));
+        assert!(!basis.answered("#session/b/n", &session(3, None), "e1"));
+        assert!(basis.answered("#session/b/n", &session(4, None), "e1"));
         // Another session, or none: moved.
         basis.read_sent();
-        assert!(basis.answered("#session/b/m", &session(4)));
-        assert!(basis.answered("#session/b/n", &Record::Absent));
+        assert!(basis.answered("#session/b/m", &session(4, None), "e1"));
+        assert!(basis.answered("#session/b/n", &Record::Absent, "e1"));
+    }
+
+    #[test]
+    fn only_an_election_named_among_the_ends_since_its_read_is_read_again() {
+        let judged = |ends: &str, election: &str| {
+            let mut basis = CountBasis::default();
+            basis.answered("#session/b/n", &session(3, None), election);
+            basis.read_sent();
+            basis.answered("#session/b/n", &session(5, Some(ends)), election)
+        };
+        // 4 and 5 named, neither e1: e1 stands.
+        assert!(!judged("2:e9 3:e8 4:e2 5:e3", "e1"));
+        assert!(!judged("4:e2 5:e3", "e1"));
+        assert!(judged("4:e2 5:e1", "e1"));
+        // Not reaching back to 4, a gap, not ending at the count, garbage:
+        // every election is read again.
+        assert!(judged("5:e3", "e1"));
+        assert!(judged("3:e8 5:e3", "e1"));
+        assert!(judged("3:e2 4:e3", "e1"));
+        assert!(judged("4:e2 five:e3", "e1"));
+        assert!(judged("", "e1"));
+    }
+
+    #[test]
+    fn an_election_judged_unmoved_is_judged_from_that_count_on() {
+        let mut basis = CountBasis::default();
+        basis.answered("#session/b/n", &session(3, None), "e1");
+        basis.read_sent();
+        assert!(!basis.answered("#session/b/n", &session(4, Some("4:e2")), "e1"));
+        // The list moved on past 4: judged from 4, not from 3.
+        assert!(!basis.answered("#session/b/n", &session(5, Some("5:e3")), "e1"));
+        assert!(basis.answered("#session/b/n", &session(6, Some("6:e1")), "e1"));
     }
 }

@@ -84,6 +84,9 @@ pub struct NodeMutations {
     /// Share session answers among the sessions of one owner, not of one
     /// key (a restarted daemon's old and new sessions mixed up).
     pub sessions_by_owner: bool,
+    /// Name another election than the one whose tenure ended among the
+    /// session's latest ends.
+    pub ends_misnamed: bool,
 }
 
 /// Hints queued for an election before it can take them; beyond this

@@ -142,7 +142,7 @@ impl Node {
                 event,
             },
             CoreAction::TenureOver => {
-                self.tenure_over();
+                self.tenure_over(id);
                 return;
             }
             CoreAction::Watch(address) => NodeAction::Watch {
@@ -209,14 +209,21 @@ impl Node {
 
     /// A tenure of one of the elections is over: the count the session's
     /// next write carries moves.
-    fn tenure_over(&mut self) {
+    fn tenure_over(&mut self, id: ElectionId) {
         #[cfg(test)]
         if self.mutations.count_not_moved {
             return;
         }
         self.ended += 1;
         let ended = self.ended;
-        self.feed_session(SessionInput::TenuresEnded(ended));
+        #[allow(unused_mut)]
+        let mut named = id;
+        #[cfg(test)]
+        if self.mutations.ends_misnamed {
+            named = ElectionId((id.0 + 1) % self.slots.len() as u32);
+        }
+        let election = self.slots[named.index()].core.config().name.clone();
+        self.feed_session(SessionInput::TenuresEnded(ended, election));
     }
 
     /// Election `id` asks for the session `key`: an answer that will do
@@ -344,7 +351,7 @@ impl Node {
             return;
         };
         if let Ok(record) = &answer.record {
-            answer.moved = slot.count.answered(&key, record);
+            answer.moved = slot.count.answered(&key, record, &slot.core.config().name);
         }
         self.queue.push_back((id, Input::SessionRecord(answer)));
     }

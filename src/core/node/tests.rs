@@ -502,6 +502,36 @@ fn a_count_the_node_cannot_account_for_has_the_election_read_again() {
 }
 
 #[test]
+fn a_count_whose_ends_are_named_has_only_the_elections_named_read_again() {
+    let mut node = parked(3);
+    handle(&mut node, 22_115, NodeInput::Timeout);
+    // b released e1 (told or not); its session names that end.
+    let mut session = their_session("s6", 1);
+    if let Record::Valid(s) = &mut session {
+        s.holder_meta = Some(HolderMeta {
+            labels: [(
+                crate::core::session::ENDED_LABEL.to_owned(),
+                "1:e1".to_owned(),
+            )]
+            .into(),
+            ..Default::default()
+        });
+    }
+    handle(
+        &mut node,
+        22_120,
+        read(RequestId::SessionRecord(THEIRS.into()), session),
+    );
+    assert_eq!(node.core(e(1)).next_wake(), Some(t(23_120)), "e1 read at P");
+    // e0 and e2 wait for the session, as before the count moved.
+    let later = t(22_120) + Duration::from_millis(5_000);
+    for i in [0, 2] {
+        let wake = node.core(e(i)).next_wake().expect("a wake");
+        assert!(wake > later, "election {i} wakes at {wake:?}");
+    }
+}
+
+#[test]
 fn the_read_back_tells_an_election_whose_record_was_rewritten_under_it() {
     let (mut node, key) = leading_through_the_session();
     // Renewed every R; the first period (at R) reads nothing of the

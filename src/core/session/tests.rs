@@ -68,15 +68,51 @@ fn the_next_write_after_a_tenure_ended_carries_the_count_of_ended_tenures() {
     assert_eq!(opened.fencing_token, 0);
     applied(&mut s, 10);
     // Two tenures ended; a count told late never lowers it.
-    s.handle(&at(1_000), SessionInput::TenuresEnded(2));
-    s.handle(&at(1_001), SessionInput::TenuresEnded(1));
+    s.handle(&at(1_000), SessionInput::TenuresEnded(1, "e3".into()));
+    s.handle(&at(1_000), SessionInput::TenuresEnded(2, "e7".into()));
+    s.handle(&at(1_001), SessionInput::TenuresEnded(1, "e9".into()));
     assert_eq!(poll(&mut s), None, "no write of its own");
     s.handle(&at(5_000), SessionInput::Timeout);
     let (renewed, _) = write(&mut s);
     assert_eq!(renewed.fencing_token, 2);
+    let ended = |l: &Lease| {
+        l.holder_meta
+            .as_ref()
+            .and_then(|m| m.labels.get(ENDED_LABEL).cloned())
+    };
+    assert_eq!(
+        ended(&renewed).as_deref(),
+        Some("1:e3 2:e7"),
+        "and names them"
+    );
     applied(&mut s, 5_010);
     s.handle(&at(10_000), SessionInput::Timeout);
     assert_eq!(write(&mut s).0.fencing_token, 2, "every write carries it");
+}
+
+#[test]
+fn the_latest_ends_named_are_consecutive_and_bounded() {
+    let mut s = session();
+    s.handle(&at(0), SessionInput::Timeout);
+    write(&mut s);
+    applied(&mut s, 10);
+    for n in 1..=40 {
+        s.handle(&at(100), SessionInput::TenuresEnded(n, format!("e{n}")));
+    }
+    s.handle(&at(5_000), SessionInput::Timeout);
+    let (renewed, _) = write(&mut s);
+    applied(&mut s, 5_010);
+    let label = renewed.holder_meta.unwrap().labels[ENDED_LABEL].clone();
+    let numbers: Vec<u64> = label
+        .split(' ')
+        .map(|e| e.split_once(':').unwrap().0.parse().unwrap())
+        .collect();
+    assert_eq!(numbers, (25..=40).collect::<Vec<_>>(), "{label}");
+    // A number that skips some starts the list over.
+    s.handle(&at(5_100), SessionInput::TenuresEnded(45, "e45".into()));
+    s.handle(&at(10_000), SessionInput::Timeout);
+    let (renewed, _) = write(&mut s);
+    assert_eq!(renewed.holder_meta.unwrap().labels[ENDED_LABEL], "45:e45");
 }
 
 #[test]
