@@ -33,10 +33,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
-use crate::driver::Steering;
+use crate::config::PriorityConfig;
+use crate::driver::{SitOuts, Steering};
 use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role};
 use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
+use crate::resign::ResignRequest;
 
+mod priority;
 mod sessions;
 pub use sessions::SessionMembers;
 
@@ -74,6 +77,17 @@ pub struct BalanceConfig {
     pub max_clock_drift: f64,
     /// Our advertised HTTP address, for humans reading the record.
     pub address: Option<String>,
+    /// Whether to hand surplus elections over (`balance`); without it the
+    /// member layer serves preferred leaders only.
+    pub share: bool,
+    /// Preferred leaders: our priorities, and whether and when to preempt.
+    pub priority: PriorityConfig,
+    /// The sit-outs asked of our elections (no priority is published
+    /// while one lasts).
+    pub sit_outs: Option<watch::Receiver<SitOuts>>,
+    /// How to hand over an election whose job the daemon must stop first
+    /// (one without steering): as a resign naming the successor.
+    pub resign: Option<tokio::sync::mpsc::Sender<ResignRequest>>,
 }
 
 /// One election as the balancer sees it.
@@ -164,6 +178,8 @@ pub fn spawn(
     observer: Arc<dyn Observer>,
 ) -> Balancer {
     let set = set_digest(elections.iter().map(|e| e.name.as_str()));
+    let mut sorted: Vec<String> = elections.iter().map(|e| e.name.clone()).collect();
+    sorted.sort_unstable();
     let (share_tx, share) = watch::channel(Share {
         elections: elections.len(),
         members: 1,
@@ -176,6 +192,7 @@ pub fn spawn(
         key: member_key(&config.identity),
         config,
         set,
+        sorted,
         elections,
         clock,
         gate,
@@ -188,6 +205,7 @@ pub fn spawn(
         membership: Arc::new(membership),
         watched: sessions::Watched::default(),
         observer,
+        preferred: priority::Preferred::default(),
     };
     let task = tokio::spawn(worker.run(stop.clone()));
     Balancer { share, stop, task }
@@ -208,6 +226,8 @@ struct Seen {
 struct Peer {
     identity: String,
     led: usize,
+    /// Its priorities, while it publishes them (it is eligible).
+    priorities: Option<crate::core::priority::Priorities>,
 }
 
 struct Worker {
@@ -215,6 +235,9 @@ struct Worker {
     config: BalanceConfig,
     key: String,
     set: String,
+    /// The names of our elections, sorted: a priority label names an
+    /// election by its place here.
+    sorted: Vec<String>,
     elections: Vec<Elected>,
     clock: Clock,
     gate: Option<watch::Receiver<Verdict>>,
@@ -232,17 +255,25 @@ struct Worker {
     watched: sessions::Watched,
     /// Counts the store requests of the member records.
     observer: Arc<dyn Observer>,
+    /// Preferred leaders: the members' eligibility, the last preemptions.
+    preferred: priority::Preferred,
 }
 
 impl Worker {
     async fn run(mut self, stop: CancellationToken) {
-        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), "balancing the elections with the other members of this set");
+        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), share = self.config.share, priority = self.config.priority.default, "balancing the elections with the other members of this set");
+        let mut sit_outs = self.config.sit_outs.clone();
         loop {
             self.round().await;
-            let next = self.clock.now() + self.config.renew_interval;
+            let mut next = self.clock.now() + self.config.renew_interval;
+            if let Some(due) = self.preferred.due {
+                next = next.min(due);
+            }
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = self.clock.sleep_until(next) => {}
+                // A sit-out takes our priority label away at once.
+                Some(()) = sit_out_asked(&mut sit_outs) => {}
             }
         }
         self.leave().await;
@@ -308,7 +339,8 @@ impl Worker {
             tracing::info!(identity = %self.config.identity, members = share.members, fair_share = share.fair_share, led, "balance: members of this set changed");
         }
         self.share.send_replace(share.clone());
-        if member && led > share.fair_share {
+        self.prefer(&peers).await;
+        if self.config.share && member && led > share.fair_share {
             self.hand_surplus(&share, &peers).await;
         }
     }
@@ -329,10 +361,7 @@ impl Worker {
     /// Write our member record: renew it, or take it over from an earlier
     /// run of ours (same identity), or create it.
     async fn heartbeat(&mut self, led: usize) {
-        let labels = BTreeMap::from([
-            (LED_LABEL.to_owned(), led.to_string()),
-            (SET_LABEL.to_owned(), self.set.clone()),
-        ]);
+        let labels = self.member_labels(led);
         let record = Lease::stamped(
             &self.key,
             &self.config.identity,
@@ -471,10 +500,13 @@ impl Worker {
             let led = labels
                 .and_then(|l| l.get(LED_LABEL))
                 .and_then(|v| v.parse().ok());
+            let priorities =
+                Self::parse_priorities(labels.and_then(|l| l.get(priority::PRIORITY_LABEL)));
             if let (true, true, Some(led)) = (live, same_set, led) {
                 peers.push(Peer {
                     identity: holder,
                     led,
+                    priorities,
                 });
             }
         }
@@ -525,10 +557,15 @@ impl Worker {
             if moved.values().sum::<usize>() >= limit {
                 break;
             }
-            // The receiver that lacks the most.
+            // The receiver that lacks the most, among those of the
+            // highest priority for this election.
             wants.sort_by_key(|(_, left)| std::cmp::Reverse(*left));
-            let Some((to, left)) = wants.first_mut().filter(|(_, left)| *left > 0) else {
-                break;
+            let index = self.index_of(&election.name);
+            let Some((to, left)) = wants
+                .iter_mut()
+                .find(|(to, left)| *left > 0 && self.may_receive(to, index, peers))
+            else {
+                continue;
             };
             let steering = election.steering.as_ref().expect("filtered on steering");
             if steering
@@ -544,6 +581,18 @@ impl Worker {
             tracing::info!(identity = %self.config.identity, led = share.led, fair_share = share.fair_share, moved = ?moved, "balance: handed elections over to members below their share");
         }
     }
+}
+
+/// Resolves when a sit-out is asked; never without a receiver, or once
+/// its sender is gone.
+async fn sit_out_asked(rx: &mut Option<watch::Receiver<SitOuts>>) -> Option<()> {
+    if let Some(r) = rx.as_mut()
+        && r.changed().await.is_ok()
+    {
+        return Some(());
+    }
+    *rx = None;
+    std::future::pending().await
 }
 
 /// The condition to write our member record over what the store holds.
@@ -599,6 +648,10 @@ mod tests {
                 retry_interval: timing.retry_interval,
                 max_clock_drift: timing.max_clock_drift,
                 address: None,
+                share: true,
+                priority: PriorityConfig::default(),
+                sit_outs: None,
+                resign: None,
             };
             let elections = names
                 .iter()

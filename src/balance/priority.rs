@@ -1,0 +1,198 @@
+//! Preferred leaders on the member layer: each member publishes its
+//! priorities in a label while it is eligible (its app check passes, it
+//! sits out no election after a resign, it is not leaving), and a leader
+//! that knows of a live member of a higher priority for an election it
+//! leads, eligible for `preempt_after` without a break on the leader's own
+//! clock, hands the election to it with the planned handover (the rule:
+//! [`crate::core::priority`]).
+//!
+//! A member's label is advice, like the rest of membership: a forged one
+//! can cost one planned handover per election per `preempt_after`, which
+//! the store decides as any handover; never two leaders or none.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::sync::oneshot;
+
+use super::{LED_LABEL, Peer, SET_LABEL, Worker};
+use crate::clock::Instant;
+use crate::core::priority::{Contender, Priorities, next_due, successor};
+use crate::election::{AfterRelease, Role};
+use crate::resign::ResignRequest;
+
+/// Label of a member: its priorities (see [`Priorities::encode`]), present
+/// only while it is eligible.
+pub(super) const PRIORITY_LABEL: &str = "priority";
+
+/// What the balancer keeps of preferred leaders.
+#[derive(Debug, Default)]
+pub(super) struct Preferred {
+    /// Each member publishing priorities: its label as first seen, and
+    /// since when (our clock) it has been seen with it without a break.
+    since: HashMap<String, (String, Instant)>,
+    /// When each election was last handed over by preemption.
+    last: HashMap<String, Instant>,
+    /// Sit-outs seen so far, and until when the last one lasts.
+    sit_outs_seen: u64,
+    sitting_out_until: Option<Instant>,
+    /// The next instant a preemption may fall due without news.
+    pub(super) due: Option<Instant>,
+}
+
+impl Worker {
+    /// The priority label's text while we are eligible, `None` otherwise
+    /// or when priorities are not in use.
+    pub(super) fn priority_label(&mut self) -> Option<String> {
+        if !self.config.priority.in_use || !self.app_passes() {
+            return None;
+        }
+        let now = self.clock.now();
+        if let Some(rx) = &self.config.sit_outs {
+            let told = *rx.borrow();
+            if told.count != self.preferred.sit_outs_seen {
+                self.preferred.sit_outs_seen = told.count;
+                self.preferred.sitting_out_until = Some(now + told.last);
+            }
+        }
+        if self.preferred.sitting_out_until.is_some_and(|t| now < t) {
+            return None;
+        }
+        Some(self.config.priority.published(&self.sorted).encode())
+    }
+
+    /// Our member labels: what we lead, our set, and our priorities while
+    /// we are eligible.
+    pub(super) fn member_labels(&mut self, led: usize) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            (LED_LABEL.to_owned(), led.to_string()),
+            (SET_LABEL.to_owned(), self.set.clone()),
+        ]);
+        if let Some(p) = self.priority_label() {
+            labels.insert(PRIORITY_LABEL.to_owned(), p);
+        }
+        labels
+    }
+
+    /// A peer's priorities, from its labels.
+    pub(super) fn parse_priorities(label: Option<&String>) -> Option<Priorities> {
+        label.and_then(|l| Priorities::decode(l))
+    }
+
+    /// The index of `name` among the sorted names of our set.
+    pub(super) fn index_of(&self, name: &str) -> Option<u32> {
+        let i = self
+            .sorted
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .ok()?;
+        u32::try_from(i).ok()
+    }
+
+    /// Whether balance may hand the election at `index` to `to`: never to
+    /// a member of a lower priority for it than another live member (or
+    /// us). A member without a known priority counts as the default, 0.
+    pub(super) fn may_receive(&self, to: &str, index: Option<u32>, peers: &[Peer]) -> bool {
+        let Some(index) = index else { return true };
+        let of = |p: &Peer| p.priorities.as_ref().map_or(0, |pr| pr.of(index));
+        let name = &self.sorted[index as usize];
+        let best = peers
+            .iter()
+            .map(of)
+            .chain([self.config.priority.of(name)])
+            .max()
+            .unwrap_or(0);
+        peers.iter().any(|p| p.identity == to && of(p) >= best)
+    }
+
+    /// Time the members' eligibility, and hand over the elections a
+    /// member of a higher priority should lead.
+    pub(super) async fn prefer(&mut self, peers: &[Peer]) {
+        let now = self.clock.now();
+        let labels: HashMap<&str, String> = peers
+            .iter()
+            .filter_map(|p| Some((p.identity.as_str(), p.priorities.as_ref()?.encode())))
+            .collect();
+        // A break (not live, label gone or changed) starts the clock anew.
+        self.preferred
+            .since
+            .retain(|id, (label, _)| labels.get(id.as_str()) == Some(label));
+        for (id, label) in &labels {
+            self.preferred
+                .since
+                .entry((*id).to_owned())
+                .or_insert_with(|| (label.clone(), now));
+        }
+        self.preferred.due = None;
+        if !self.config.priority.preempt || self.priority_label().is_none() {
+            return;
+        }
+        let mut due: Option<Instant> = None;
+        let mut moves = super::moves_per_round(self.elections.len());
+        for i in 0..self.elections.len() {
+            let name = self.elections[i].name.clone();
+            if self.elections[i].state.borrow().role != Role::Leader {
+                continue;
+            }
+            let Some(index) = self.index_of(&name) else {
+                continue;
+            };
+            let contenders: Vec<Contender<'_>> = peers
+                .iter()
+                .filter_map(|p| {
+                    let (_, since) = self.preferred.since.get(&p.identity)?;
+                    Some(Contender {
+                        identity: &p.identity,
+                        priority: p.priorities.as_ref()?.of(index),
+                        eligible_since: *since,
+                    })
+                })
+                .collect();
+            let mine = self.config.priority.of(&name);
+            let after = self.config.priority.preempt_after;
+            let last = self.preferred.last.get(&name).copied();
+            let Some(to) = successor(mine, &contenders, now, after, last).map(str::to_owned) else {
+                if let Some(at) = next_due(mine, &contenders, now, after, last) {
+                    due = Some(due.map_or(at, |d| d.min(at)));
+                }
+                continue;
+            };
+            if moves == 0 {
+                due = Some(now);
+                break;
+            }
+            moves -= 1;
+            let theirs = contenders
+                .iter()
+                .find(|c| c.identity == to)
+                .map(|c| c.priority);
+            tracing::info!(election = %name, identity = %self.config.identity, priority = mine, to = %to, their_priority = ?theirs, "preempting: handing the election to a member of a higher priority");
+            self.preferred.last.insert(name.clone(), now);
+            self.hand_preferred(i, to).await;
+            self.observer.preempted(&name);
+        }
+        self.preferred
+            .last
+            .retain(|_, at| now.saturating_since(*at) < self.config.priority.preempt_after);
+        self.preferred.due = due;
+    }
+
+    /// The planned handover of election `i` to `to`: the election that
+    /// runs the job goes as a resign does (its job stopped first).
+    async fn hand_preferred(&self, i: usize, to: String) {
+        let election = &self.elections[i];
+        if let Some(steering) = &election.steering {
+            steering.hand_over(AfterRelease::Follow, Some(to)).await;
+            return;
+        }
+        let Some(resign) = &self.config.resign else {
+            return;
+        };
+        // The answer is not awaited: the job may take its shutdown grace.
+        let (done, _) = oneshot::channel();
+        let request = ResignRequest {
+            election: election.name.clone(),
+            to: Some(to),
+            done,
+        };
+        let _ = resign.send(request).await;
+    }
+}
