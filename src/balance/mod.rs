@@ -41,6 +41,7 @@ use crate::resign::ResignRequest;
 
 mod priority;
 mod sessions;
+pub use priority::holding_gate;
 pub use sessions::SessionMembers;
 
 /// Label of a member record: how many elections the member leads.
@@ -88,6 +89,10 @@ pub struct BalanceConfig {
     /// How to hand over an election whose job the daemon must stop first
     /// (one without steering): as a resign naming the successor.
     pub resign: Option<tokio::sync::mpsc::Sender<ResignRequest>>,
+    /// Holds the daemon's elections back from taking anything (see
+    /// [`holding_gate`]) while a member of a higher priority that went
+    /// quiet may be about to be taken over from.
+    pub hold: Option<Arc<watch::Sender<bool>>>,
 }
 
 /// One election as the balancer sees it.
@@ -228,6 +233,8 @@ struct Peer {
     led: usize,
     /// Its priorities, while it publishes them (it is eligible).
     priorities: Option<crate::core::priority::Priorities>,
+    /// When it stops counting as live unless we hear of it again.
+    gone_at: Instant,
 }
 
 struct Worker {
@@ -507,6 +514,7 @@ impl Worker {
                     identity: holder,
                     led,
                     priorities,
+                    gone_at,
                 });
             }
         }
@@ -652,6 +660,7 @@ mod tests {
                 priority: PriorityConfig::default(),
                 sit_outs: None,
                 resign: None,
+                hold: None,
             };
             let elections = names
                 .iter()

@@ -12,11 +12,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::{LED_LABEL, Peer, SET_LABEL, Worker};
+use crate::app_check::Verdict;
 use crate::clock::Instant;
-use crate::core::priority::{Contender, Priorities, next_due, successor};
+use crate::core::priority::{Above, Contender, Priorities, holding, next_due, successor};
 use crate::election::{AfterRelease, Role};
 use crate::resign::ResignRequest;
 
@@ -35,8 +36,53 @@ pub(super) struct Preferred {
     /// Sit-outs seen so far, and until when the last one lasts.
     sit_outs_seen: u64,
     sitting_out_until: Option<Instant>,
-    /// The next instant a preemption may fall due without news.
+    /// The next instant a preemption or the hold may fall due without
+    /// news.
     pub(super) due: Option<Instant>,
+    /// The members of a higher priority than ours, as last heard of.
+    above: HashMap<String, Above>,
+    /// Whether we hold back (see [`holding_gate`]).
+    holding: bool,
+}
+
+/// The gate the daemon's elections campaign by: the app check's verdict
+/// (passing without one), closed while the balancer holds back after a
+/// member of a higher priority went quiet; and the handle the balancer
+/// holds back with.
+pub fn holding_gate(
+    app: Option<watch::Receiver<Verdict>>,
+) -> (
+    watch::Receiver<Verdict>,
+    std::sync::Arc<watch::Sender<bool>>,
+) {
+    let (hold, mut held) = watch::channel(false);
+    let verdict = |app: &Option<watch::Receiver<Verdict>>, held: bool| match app {
+        _ if held => Verdict::Unknown,
+        Some(a) => *a.borrow(),
+        None => Verdict::Pass,
+    };
+    let (gate, rx) = watch::channel(verdict(&app, false));
+    tokio::spawn(async move {
+        let mut app = app;
+        loop {
+            tokio::select! {
+                changed = async { app.as_mut()?.changed().await.ok() }, if app.is_some() => {
+                    if changed.is_none() {
+                        app = None;
+                    }
+                }
+                changed = held.changed() => {
+                    if changed.is_err() {
+                        return; // the balancer is gone: nothing holds
+                    }
+                }
+                () = gate.closed() => return,
+            }
+            let now = verdict(&app, *held.borrow());
+            gate.send_if_modified(|v| std::mem::replace(v, now) != now);
+        }
+    });
+    (rx, std::sync::Arc::new(hold))
 }
 
 impl Worker {
@@ -103,9 +149,74 @@ impl Worker {
         peers.iter().any(|p| p.identity == to && of(p) >= best)
     }
 
+    /// Steps of priority `peer` stands above us, at most over our
+    /// elections (zero or less: not above).
+    fn steps_above(&self, theirs: &Priorities) -> i64 {
+        let ours = &self.config.priority;
+        (0..self.sorted.len())
+            .filter_map(|i| {
+                let index = u32::try_from(i).ok()?;
+                Some(theirs.of(index) - ours.of(&self.sorted[i]))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Hold the elections back from taking anything while a member of a
+    /// higher priority went quiet (see `core::priority::holding`): after
+    /// a crash, the next priority down takes over first.
+    fn hold_back(&mut self, peers: &[Peer]) -> Option<Instant> {
+        let hold = self.config.hold.clone()?;
+        let now = self.clock.now();
+        for p in peers {
+            match &p.priorities {
+                Some(theirs) => {
+                    let diff = self.steps_above(theirs);
+                    let above = Above {
+                        gone_at: p.gone_at,
+                        diff,
+                    };
+                    self.preferred.above.insert(p.identity.clone(), above);
+                }
+                // Live and not eligible: nothing to wait for.
+                None => {
+                    self.preferred.above.remove(&p.identity);
+                }
+            }
+        }
+        let wait = crate::election::takeover_wait(
+            u64::try_from(self.config.lease_duration.as_millis()).unwrap_or(u64::MAX),
+            self.config.max_clock_drift,
+        );
+        let retry = self.config.retry_interval;
+        self.preferred.above.retain(|_, a| {
+            a.diff > 0 && now < a.gone_at + crate::core::priority::hold_back(a.diff, retry)
+        });
+        let above: Vec<Above> = self.preferred.above.values().copied().collect();
+        let (holding, next) = holding(now, &above, wait, retry);
+        if holding != self.preferred.holding {
+            self.preferred.holding = holding;
+            if holding {
+                tracing::info!(identity = %self.config.identity, "a member of a higher priority went quiet: taking nothing until it may have been taken over from");
+            } else {
+                tracing::info!(identity = %self.config.identity, "no member of a higher priority to wait for: campaigning again");
+            }
+            hold.send_replace(holding);
+        }
+        next
+    }
+
     /// Time the members' eligibility, and hand over the elections a
     /// member of a higher priority should lead.
     pub(super) async fn prefer(&mut self, peers: &[Peer]) {
+        let hold_due = self.hold_back(peers);
+        self.prefer_leaders(peers).await;
+        if let Some(at) = hold_due {
+            self.preferred.due = Some(self.preferred.due.map_or(at, |d| d.min(at)));
+        }
+    }
+
+    async fn prefer_leaders(&mut self, peers: &[Peer]) {
         let now = self.clock.now();
         let labels: HashMap<&str, String> = peers
             .iter()

@@ -100,6 +100,7 @@ impl Worker {
                     identity: owner,
                     led,
                     priorities: member.priorities,
+                    gone_at: member.gone_at,
                 });
             }
         }
@@ -189,7 +190,8 @@ impl Worker {
             _ => None,
         };
         let (_, at) = known.latest.as_ref()?;
-        if self.clock.now() >= *at + self.member_wait() {
+        let gone_at = *at + self.member_wait();
+        if self.clock.now() >= gone_at {
             return None;
         }
         let meta = record.and_then(|l| l.holder_meta.as_ref());
@@ -202,6 +204,7 @@ impl Worker {
             same_set: labels.get(SET_LABEL) == Some(&self.set),
             led: labels.get(LED_LABEL).and_then(|v| v.parse().ok()),
             priorities: Self::parse_priorities(labels.get(PRIORITY_LABEL)),
+            gone_at,
         })
     }
 }
@@ -212,4 +215,5 @@ struct Member {
     same_set: bool,
     led: Option<usize>,
     priorities: Option<crate::core::priority::Priorities>,
+    gone_at: crate::clock::Instant,
 }

@@ -137,6 +137,54 @@ pub fn next_due(
     Some(earliest.max(pause_end.unwrap_or(earliest)).max(now))
 }
 
+/// How long a daemon waits, beyond the takeover rule's wait, before it
+/// takes anything held by a member `diff` steps of priority above it that
+/// went quiet: half a retry interval per step, at most four steps. So
+/// after a crash the next priority down tries first. A delay only: what
+/// may be taken is still decided by the takeover rule and the store.
+pub fn hold_back(diff: i64, retry_interval: Duration) -> Duration {
+    let steps = u32::try_from(diff.clamp(0, 4)).unwrap_or(0);
+    (retry_interval / 2) * steps
+}
+
+/// A member of a higher priority, as last heard of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Above {
+    /// When it stops counting as live unless heard of again (its last
+    /// news plus the takeover rule's wait).
+    pub gone_at: Instant,
+    /// How many steps of priority above us it is (at most, over the
+    /// elections).
+    pub diff: i64,
+}
+
+/// Whether to hold back from taking anything now, and when that may next
+/// change without news. A member above us that has been quiet for three
+/// quarters of the takeover wait `wait` (a live one tells of itself every
+/// renew interval) is about to be taken over from: from then until its
+/// `gone_at` plus [`hold_back`], we take nothing.
+pub fn holding(
+    now: Instant,
+    above: &[Above],
+    wait: Duration,
+    retry_interval: Duration,
+) -> (bool, Option<Instant>) {
+    let mut hold = false;
+    let mut next: Option<Instant> = None;
+    let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+    for a in above.iter().filter(|a| a.diff > 0) {
+        let from = a.gone_at.saturating_sub(wait / 4);
+        let until = a.gone_at + hold_back(a.diff, retry_interval);
+        if now < from {
+            at(from);
+        } else if now < until {
+            hold = true;
+            at(until);
+        }
+    }
+    (hold, next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +236,40 @@ mod tests {
         assert_eq!(successor(1, &cs, at(20), AFTER, Some(at(11))), None);
         assert_eq!(successor(1, &cs, at(21), AFTER, Some(at(11))), Some("b"));
         assert_eq!(next_due(1, &cs, at(20), AFTER, Some(at(11))), Some(at(21)));
+    }
+
+    #[test]
+    fn a_lower_priority_holds_back_longer_after_a_member_above_went_quiet() {
+        let retry = S;
+        assert_eq!(hold_back(0, retry), Duration::ZERO);
+        assert_eq!(hold_back(-3, retry), Duration::ZERO);
+        assert_eq!(hold_back(1, retry), S / 2);
+        assert_eq!(hold_back(2, retry), S);
+        assert_eq!(hold_back(1_000_000, retry), S * 2, "bounded");
+        // Last heard of at 0, gone at 8 (wait 8): quiet from 6 on.
+        let above = [Above {
+            gone_at: at(8),
+            diff: 2,
+        }];
+        let wait = S * 8;
+        assert_eq!(holding(at(5), &above, wait, retry), (false, Some(at(6))));
+        assert_eq!(holding(at(6), &above, wait, retry), (true, Some(at(9))));
+        assert_eq!(holding(at(9), &above, wait, retry), (false, None));
+        // One step above: half as long.
+        let one = [Above {
+            gone_at: at(8),
+            diff: 1,
+        }];
+        assert_eq!(
+            holding(at(8), &one, wait, retry),
+            (true, Some(at(8) + S / 2))
+        );
+        // Equal priorities never hold anyone back.
+        let equal = [Above {
+            gone_at: at(8),
+            diff: 0,
+        }];
+        assert_eq!(holding(at(7), &equal, wait, retry), (false, None));
     }
 
     #[test]

@@ -267,7 +267,16 @@ impl Wiring<'_> {
             Some(mux) => Box::new(mux.clone()),
             None => Box::new(self.clients(&sink)),
         };
-        let mut driver = driver.gated(self.app_check.cloned()).with_hints(hints, aim);
+        // With priorities, the balancer may hold the elections back from
+        // taking anything for a moment (a lower priority tries later).
+        let (gate, hold) = match cfg.priority.in_use {
+            true => {
+                let (gate, hold) = balance::holding_gate(self.app_check.cloned());
+                (Some(gate), Some(hold))
+            }
+            false => (self.app_check.cloned(), None),
+        };
+        let mut driver = driver.gated(gate).with_hints(hints, aim);
         if let Some(told) = &told {
             driver = driver.telling(told.clone());
         }
@@ -290,9 +299,8 @@ impl Wiring<'_> {
                 }),
                 _ => Membership::Records,
             };
-            let sit_outs = running.sit_outs.clone();
-            let resign = resign.clone();
-            self.start_balancer(&handles, advertised, membership, (sit_outs, resign))
+            let steer = (running.sit_outs.clone(), resign.clone(), hold);
+            self.start_balancer(&handles, advertised, membership, steer)
         });
         Started {
             handles,
@@ -351,7 +359,7 @@ impl Wiring<'_> {
         handles: &BTreeMap<String, ElectionHandle>,
         address: Option<String>,
         membership: Membership,
-        (sit_outs, resign): (watch::Receiver<SitOuts>, mpsc::Sender<ResignRequest>),
+        (sit_outs, resign, hold): Steer,
     ) -> Balancer {
         let cfg = self.cfg;
         let timing = primary_timing(cfg);
@@ -366,6 +374,7 @@ impl Wiring<'_> {
             priority: cfg.priority.clone(),
             sit_outs: Some(sit_outs),
             resign: Some(resign),
+            hold,
         };
         let pinned = (!cfg.child.command.is_empty()).then_some(cfg.primary.as_str());
         let elections = handles
@@ -430,6 +439,15 @@ impl Wiring<'_> {
         app
     }
 }
+
+/// What the balancer steers the daemon's elections with beside their
+/// handles: the sit-outs asked of them, the resign queue (for the job's
+/// election) and, with priorities, the hold on taking anything.
+type Steer = (
+    watch::Receiver<SitOuts>,
+    mpsc::Sender<ResignRequest>,
+    Option<Arc<watch::Sender<bool>>>,
+);
 
 /// Whether the daemon runs the member layer: for balance, or for
 /// preferred leaders (priorities configured), which then only publishes
