@@ -258,7 +258,9 @@ fn priorities_come_from_every_layer_and_bad_ones_are_one_line_each() {
     let c = load_ok(None, &[], &[]);
     assert!(!c.priority.in_use, "no priority configured");
     let c = load_ok(
-        Some("priority = 3\n[[elections]]\nname = \"a\"\npriority = -1\n[[elections]]\nname = \"b\"\n"),
+        Some(
+            "priority = 3\n[[elections]]\nname = \"a\"\npriority = -1\n[[elections]]\nname = \"b\"\n",
+        ),
         &[("LEADERD_PREEMPT_AFTER", "4s")],
         &["--no-preempt"],
     );
@@ -269,8 +271,16 @@ fn priorities_come_from_every_layer_and_bad_ones_are_one_line_each() {
     assert_eq!(c.priority.default, -7, "a flag over the environment");
 
     let e = load_err(None, &[], &["--priority", "2000000"], "priority");
-    assert!(e.contains("from --priority") && e.contains("out of range"), "{e}");
-    let e = load_err(None, &[("LEADERD_PREEMPT_AFTER", "0s")], &[], "preempt_after");
+    assert!(
+        e.contains("from --priority") && e.contains("out of range"),
+        "{e}"
+    );
+    let e = load_err(
+        None,
+        &[("LEADERD_PREEMPT_AFTER", "0s")],
+        &[],
+        "preempt_after",
+    );
     assert!(e.contains("must be above zero"), "{e}");
     let e = load_err(None, &[], &["--preempt-after", "2h"], "preempt_after");
     assert!(e.contains("longer than the limit of 1h"), "{e}");

@@ -194,6 +194,21 @@ fn the_highest_priority_leads_and_takes_it_back_after_a_crash(store: Store) {
         "alpha led {took:?} after it was up"
     );
     assert_eq!(c.preemptions("bravo"), 1.0);
+    // The leader's /status shows each candidate's priority it knows.
+    let members = || -> Vec<(String, i64)> {
+        let (_, body) = c.node("alpha").get("/status").unwrap_or_default();
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        status["priority"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| Some((m["identity"].as_str()?.to_owned(), m["priority"].as_i64()?)))
+            .collect()
+    };
+    wait_until(L * 3, || {
+        members() == [("bravo".to_owned(), 1), ("charlie".to_owned(), 0)]
+    })
+    .unwrap_or_else(|| panic!("alpha's /status shows {:?}", members()));
 
     // kill -9: its session expires; bravo, one step below it, holds back
     // half a poll after the takeover rule's wait, charlie (two steps) a

@@ -41,7 +41,7 @@ use crate::resign::ResignRequest;
 
 mod priority;
 mod sessions;
-pub use priority::holding_gate;
+pub use priority::{MemberPriority, PriorityView, holding_gate};
 pub use sessions::SessionMembers;
 
 /// Label of a member record: how many elections the member leads.
@@ -125,6 +125,8 @@ pub struct Share {
 pub struct Balancer {
     /// Its latest view.
     pub share: watch::Receiver<Share>,
+    /// What it knows of priorities (preferred leaders).
+    pub priorities: watch::Receiver<PriorityView>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -191,6 +193,7 @@ pub fn spawn(
         fair_share: elections.len(),
         led: 0,
     });
+    let (priorities_tx, priorities) = watch::channel(PriorityView::default());
     let stop = CancellationToken::new();
     let worker = Worker {
         store,
@@ -211,9 +214,15 @@ pub fn spawn(
         watched: sessions::Watched::default(),
         observer,
         preferred: priority::Preferred::default(),
+        priorities: priorities_tx,
     };
     let task = tokio::spawn(worker.run(stop.clone()));
-    Balancer { share, stop, task }
+    Balancer {
+        share,
+        priorities,
+        stop,
+        task,
+    }
 }
 
 /// A member record as last read, and what we make of it.
@@ -264,6 +273,8 @@ struct Worker {
     observer: Arc<dyn Observer>,
     /// Preferred leaders: the members' eligibility, the last preemptions.
     preferred: priority::Preferred,
+    /// What `/status` shows of them.
+    priorities: watch::Sender<PriorityView>,
 }
 
 impl Worker {

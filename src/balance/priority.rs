@@ -11,7 +11,9 @@
 //! the store decides as any handover; never two leaders or none.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
+use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use super::{LED_LABEL, Peer, SET_LABEL, Worker};
@@ -24,6 +26,43 @@ use crate::resign::ResignRequest;
 /// Label of a member: its priorities (see [`Priorities::encode`]), present
 /// only while it is eligible.
 pub(super) const PRIORITY_LABEL: &str = "priority";
+
+/// What `/status` shows of preferred leaders (`priority`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PriorityView {
+    /// This instance's priority (`priority`).
+    pub priority: i64,
+    /// Its elections whose priority differs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub elections: BTreeMap<String, i64>,
+    /// Whether it hands elections to a higher priority (`preempt`).
+    pub preempt: bool,
+    /// `preempt_after`, ms.
+    pub preempt_after_ms: u64,
+    /// Whether it publishes its priorities now (it is eligible).
+    pub eligible: bool,
+    /// Whether it holds back from taking anything now (a member of a
+    /// higher priority went quiet).
+    pub holding_back: bool,
+    /// Elections it handed over for priority since it started.
+    pub preemptions: u64,
+    /// The live members publishing priorities that it knows, by identity.
+    pub members: Vec<MemberPriority>,
+}
+
+/// A live member's priorities as this instance knows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberPriority {
+    /// Its identity.
+    pub identity: String,
+    /// Its priority.
+    pub priority: i64,
+    /// Its elections whose priority differs from `priority`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub elections: BTreeMap<String, i64>,
+    /// How long it has been seen eligible without a break, ms.
+    pub eligible_for_ms: u64,
+}
 
 /// What the balancer keeps of preferred leaders.
 #[derive(Debug, Default)]
@@ -43,6 +82,8 @@ pub(super) struct Preferred {
     above: HashMap<String, Above>,
     /// Whether we hold back (see [`holding_gate`]).
     holding: bool,
+    /// Elections handed over for priority so far.
+    preemptions: u64,
 }
 
 /// The gate the daemon's elections campaign by: the app check's verdict
@@ -214,6 +255,48 @@ impl Worker {
         if let Some(at) = hold_due {
             self.preferred.due = Some(self.preferred.due.map_or(at, |d| d.min(at)));
         }
+        if self.config.priority.in_use {
+            let view = self.priority_view(peers);
+            self.priorities
+                .send_if_modified(|v| std::mem::replace(v, view.clone()) != view);
+        }
+    }
+
+    /// What `/status` shows: our priorities, and each live member's.
+    fn priority_view(&mut self, peers: &[Peer]) -> PriorityView {
+        let now = self.clock.now();
+        let named = |p: &Priorities| -> BTreeMap<String, i64> {
+            p.overrides
+                .iter()
+                .filter_map(|(i, v)| Some((self.sorted.get(*i as usize)?.clone(), *v)))
+                .collect()
+        };
+        let mut members: Vec<MemberPriority> = peers
+            .iter()
+            .filter_map(|p| {
+                let theirs = p.priorities.as_ref()?;
+                let since = self.preferred.since.get(&p.identity).map(|(_, at)| *at);
+                let eligible_for = since.map_or(Duration::ZERO, |at| now.saturating_since(at));
+                Some(MemberPriority {
+                    identity: p.identity.clone(),
+                    priority: theirs.default,
+                    elections: named(theirs),
+                    eligible_for_ms: u64::try_from(eligible_for.as_millis()).unwrap_or(u64::MAX),
+                })
+            })
+            .collect();
+        members.sort_by(|a, b| a.identity.cmp(&b.identity));
+        let c = &self.config.priority;
+        PriorityView {
+            priority: c.default,
+            elections: c.overrides.clone(),
+            preempt: c.preempt,
+            preempt_after_ms: u64::try_from(c.preempt_after.as_millis()).unwrap_or(u64::MAX),
+            eligible: self.priority_label().is_some(),
+            holding_back: self.preferred.holding,
+            preemptions: self.preferred.preemptions,
+            members,
+        }
     }
 
     async fn prefer_leaders(&mut self, peers: &[Peer]) {
@@ -279,6 +362,7 @@ impl Worker {
             self.preferred.last.insert(name.clone(), now);
             self.hand_preferred(i, to).await;
             self.observer.preempted(&name);
+            self.preferred.preemptions += 1;
         }
         self.preferred
             .last

@@ -429,6 +429,9 @@ impl Wiring<'_> {
         if let Some(b) = started.balancer.as_ref().filter(|_| cfg.balance) {
             app = app.with_balance(b.share.clone());
         }
+        if let Some(b) = started.balancer.as_ref().filter(|_| cfg.priority.in_use) {
+            app = app.with_priority(b.priorities.clone());
+        }
         if self.cfg.sessions {
             let validity = primary_timing(cfg).validity();
             app = app.with_session(started.running.session.clone(), validity);
