@@ -33,15 +33,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
-use crate::config::PriorityConfig;
-use crate::driver::{SitOuts, Steering};
+use crate::driver::Steering;
 use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role};
 use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
-use crate::resign::ResignRequest;
 
 mod priority;
 mod sessions;
-pub use priority::{MemberPriority, PriorityView, holding_gate};
+pub use priority::{MemberPriority, Preferences, PriorityView, holding_gate};
 pub use sessions::SessionMembers;
 
 /// Label of a member record: how many elections the member leads.
@@ -81,18 +79,8 @@ pub struct BalanceConfig {
     /// Whether to hand surplus elections over (`balance`); without it the
     /// member layer serves preferred leaders only.
     pub share: bool,
-    /// Preferred leaders: our priorities, and whether and when to preempt.
-    pub priority: PriorityConfig,
-    /// The sit-outs asked of our elections (no priority is published
-    /// while one lasts).
-    pub sit_outs: Option<watch::Receiver<SitOuts>>,
-    /// How to hand over an election whose job the daemon must stop first
-    /// (one without steering): as a resign naming the successor.
-    pub resign: Option<tokio::sync::mpsc::Sender<ResignRequest>>,
-    /// Holds the daemon's elections back from taking anything (see
-    /// [`holding_gate`]) while a member of a higher priority that went
-    /// quiet may be about to be taken over from.
-    pub hold: Option<Arc<watch::Sender<bool>>>,
+    /// Preferred leaders: our priorities and how to act on them.
+    pub preferences: Preferences,
 }
 
 /// One election as the balancer sees it.
@@ -279,8 +267,8 @@ struct Worker {
 
 impl Worker {
     async fn run(mut self, stop: CancellationToken) {
-        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), share = self.config.share, priority = self.config.priority.default, "balancing the elections with the other members of this set");
-        let mut sit_outs = self.config.sit_outs.clone();
+        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), share = self.config.share, priority = self.config.preferences.priority.default, "balancing the elections with the other members of this set");
+        let mut sit_outs = self.config.preferences.sit_outs.clone();
         loop {
             self.round().await;
             let mut next = self.clock.now() + self.config.renew_interval;
@@ -291,7 +279,7 @@ impl Worker {
                 () = stop.cancelled() => break,
                 () = self.clock.sleep_until(next) => {}
                 // A sit-out takes our priority label away at once.
-                Some(()) = sit_out_asked(&mut sit_outs) => {}
+                Some(()) = priority::sit_out_asked(&mut sit_outs) => {}
             }
         }
         self.leave().await;
@@ -602,18 +590,6 @@ impl Worker {
     }
 }
 
-/// Resolves when a sit-out is asked; never without a receiver, or once
-/// its sender is gone.
-async fn sit_out_asked(rx: &mut Option<watch::Receiver<SitOuts>>) -> Option<()> {
-    if let Some(r) = rx.as_mut()
-        && r.changed().await.is_ok()
-    {
-        return Some(());
-    }
-    *rx = None;
-    std::future::pending().await
-}
-
 /// The condition to write our member record over what the store holds.
 /// Nothing holds on a record of an unknown format (`Condition::holds`);
 /// callers do not try.
@@ -668,10 +644,7 @@ mod tests {
                 max_clock_drift: timing.max_clock_drift,
                 address: None,
                 share: true,
-                priority: PriorityConfig::default(),
-                sit_outs: None,
-                resign: None,
-                hold: None,
+                preferences: Preferences::default(),
             };
             let elections = names
                 .iter()

@@ -14,18 +14,49 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{LED_LABEL, Peer, SET_LABEL, Worker};
 use crate::app_check::Verdict;
 use crate::clock::Instant;
+use crate::config::PriorityConfig;
 use crate::core::priority::{Above, Contender, Priorities, holding, next_due, successor};
+use crate::driver::SitOuts;
 use crate::election::{AfterRelease, Role};
 use crate::resign::ResignRequest;
 
 /// Label of a member: its priorities (see [`Priorities::encode`]), present
 /// only while it is eligible.
 pub(super) const PRIORITY_LABEL: &str = "priority";
+
+/// What the balancer needs for preferred leaders.
+#[derive(Debug, Clone, Default)]
+pub struct Preferences {
+    /// Our priorities, and whether and when to preempt.
+    pub priority: PriorityConfig,
+    /// The sit-outs asked of our elections (no priority is published
+    /// while one lasts).
+    pub sit_outs: Option<watch::Receiver<SitOuts>>,
+    /// How to hand over an election whose job the daemon must stop first
+    /// (one without steering): as a resign naming the successor.
+    pub resign: Option<mpsc::Sender<ResignRequest>>,
+    /// Holds the daemon's elections back from taking anything (see
+    /// [`holding_gate`]) while a member of a higher priority that went
+    /// quiet may be about to be taken over from.
+    pub hold: Option<std::sync::Arc<watch::Sender<bool>>>,
+}
+
+/// Resolves when a sit-out is asked; never without a receiver, or once
+/// its sender is gone.
+pub(super) async fn sit_out_asked(rx: &mut Option<watch::Receiver<SitOuts>>) -> Option<()> {
+    if let Some(r) = rx.as_mut()
+        && r.changed().await.is_ok()
+    {
+        return Some(());
+    }
+    *rx = None;
+    std::future::pending().await
+}
 
 /// What `/status` shows of preferred leaders (`priority`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -130,11 +161,11 @@ impl Worker {
     /// The priority label's text while we are eligible, `None` otherwise
     /// or when priorities are not in use.
     pub(super) fn priority_label(&mut self) -> Option<String> {
-        if !self.config.priority.in_use || !self.app_passes() {
+        if !self.config.preferences.priority.in_use || !self.app_passes() {
             return None;
         }
         let now = self.clock.now();
-        if let Some(rx) = &self.config.sit_outs {
+        if let Some(rx) = &self.config.preferences.sit_outs {
             let told = *rx.borrow();
             if told.count != self.preferred.sit_outs_seen {
                 self.preferred.sit_outs_seen = told.count;
@@ -144,7 +175,13 @@ impl Worker {
         if self.preferred.sitting_out_until.is_some_and(|t| now < t) {
             return None;
         }
-        Some(self.config.priority.published(&self.sorted).encode())
+        Some(
+            self.config
+                .preferences
+                .priority
+                .published(&self.sorted)
+                .encode(),
+        )
     }
 
     /// Our member labels: what we lead, our set, and our priorities while
@@ -184,7 +221,7 @@ impl Worker {
         let best = peers
             .iter()
             .map(of)
-            .chain([self.config.priority.of(name)])
+            .chain([self.config.preferences.priority.of(name)])
             .max()
             .unwrap_or(0);
         peers.iter().any(|p| p.identity == to && of(p) >= best)
@@ -193,7 +230,7 @@ impl Worker {
     /// Steps of priority `peer` stands above us, at most over our
     /// elections (zero or less: not above).
     fn steps_above(&self, theirs: &Priorities) -> i64 {
-        let ours = &self.config.priority;
+        let ours = &self.config.preferences.priority;
         (0..self.sorted.len())
             .filter_map(|i| {
                 let index = u32::try_from(i).ok()?;
@@ -207,7 +244,7 @@ impl Worker {
     /// higher priority went quiet (see `core::priority::holding`): after
     /// a crash, the next priority down takes over first.
     fn hold_back(&mut self, peers: &[Peer]) -> Option<Instant> {
-        let hold = self.config.hold.clone()?;
+        let hold = self.config.preferences.hold.clone()?;
         let now = self.clock.now();
         for p in peers {
             match &p.priorities {
@@ -255,7 +292,7 @@ impl Worker {
         if let Some(at) = hold_due {
             self.preferred.due = Some(self.preferred.due.map_or(at, |d| d.min(at)));
         }
-        if self.config.priority.in_use {
+        if self.config.preferences.priority.in_use {
             let view = self.priority_view(peers);
             self.priorities
                 .send_if_modified(|v| std::mem::replace(v, view.clone()) != view);
@@ -286,7 +323,7 @@ impl Worker {
             })
             .collect();
         members.sort_by(|a, b| a.identity.cmp(&b.identity));
-        let c = &self.config.priority;
+        let c = &self.config.preferences.priority;
         PriorityView {
             priority: c.default,
             elections: c.overrides.clone(),
@@ -316,7 +353,7 @@ impl Worker {
                 .or_insert_with(|| (label.clone(), now));
         }
         self.preferred.due = None;
-        if !self.config.priority.preempt || self.priority_label().is_none() {
+        if !self.config.preferences.priority.preempt || self.priority_label().is_none() {
             return;
         }
         let mut due: Option<Instant> = None;
@@ -340,8 +377,8 @@ impl Worker {
                     })
                 })
                 .collect();
-            let mine = self.config.priority.of(&name);
-            let after = self.config.priority.preempt_after;
+            let mine = self.config.preferences.priority.of(&name);
+            let after = self.config.preferences.priority.preempt_after;
             let last = self.preferred.last.get(&name).copied();
             let Some(to) = successor(mine, &contenders, now, after, last).map(str::to_owned) else {
                 if let Some(at) = next_due(mine, &contenders, now, after, last) {
@@ -364,9 +401,9 @@ impl Worker {
             self.observer.preempted(&name);
             self.preferred.preemptions += 1;
         }
-        self.preferred
-            .last
-            .retain(|_, at| now.saturating_since(*at) < self.config.priority.preempt_after);
+        self.preferred.last.retain(|_, at| {
+            now.saturating_since(*at) < self.config.preferences.priority.preempt_after
+        });
         self.preferred.due = due;
     }
 
@@ -378,7 +415,7 @@ impl Worker {
             steering.hand_over(AfterRelease::Follow, Some(to)).await;
             return;
         }
-        let Some(resign) = &self.config.resign else {
+        let Some(resign) = &self.config.preferences.resign else {
             return;
         };
         // The answer is not awaited: the job may take its shutdown grace.

@@ -29,7 +29,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::app_check::{self, Verdict};
-use crate::balance::{self, BalanceConfig, Balancer, Elected, Membership, SessionMembers};
+use crate::balance::{
+    self, BalanceConfig, Balancer, Elected, Membership, Preferences, SessionMembers,
+};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::node::{ElectionId, Node};
@@ -371,10 +373,12 @@ impl Wiring<'_> {
             max_clock_drift: timing.max_clock_drift,
             address,
             share: cfg.balance,
-            priority: cfg.priority.clone(),
-            sit_outs: Some(sit_outs),
-            resign: Some(resign),
-            hold,
+            preferences: Preferences {
+                priority: cfg.priority.clone(),
+                sit_outs: Some(sit_outs),
+                resign: Some(resign),
+                hold,
+            },
         };
         let pinned = (!cfg.child.command.is_empty()).then_some(cfg.primary.as_str());
         let elections = handles
