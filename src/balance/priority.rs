@@ -387,7 +387,7 @@ impl Worker {
                 continue;
             };
             if moves == 0 {
-                due = Some(now);
+                // The rest next round: a few per R, as balance moves them.
                 break;
             }
             moves -= 1;
