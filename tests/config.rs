@@ -171,6 +171,10 @@ fn shipped_config_file_documents_every_key() {
         "identity",
         "balance",
         "sessions",
+        "priority",
+        "preempt",
+        "preempt_after",
+        "elections.priority",
         "store.kind",
         "store.path",
         "store.table",
@@ -227,6 +231,9 @@ fn shipped_file_commented_examples_are_valid_values() {
                 "# name = ",
                 "# duration = ",
                 "# store_timeout = ",
+                "# priority = ",
+                "# preempt = ",
+                "# preempt_after = ",
             ] {
                 if l.starts_with(example) {
                     return l[2..].to_string() + "\n";
@@ -241,6 +248,45 @@ fn shipped_file_commented_examples_are_valid_values() {
     assert_eq!(c.elections[0].lease_duration, Duration::from_secs(30));
     assert_eq!(c.elections[0].renew_interval, Duration::from_secs(5));
     assert_eq!(c.health.store_timeout, Some(Duration::from_secs(30)));
+    assert!(c.priority.in_use && c.priority.preempt);
+    assert_eq!((c.priority.default, c.priority.of("report")), (0, 5));
+    assert_eq!(c.priority.preempt_after, Duration::from_secs(10));
+}
+
+#[test]
+fn priorities_come_from_every_layer_and_bad_ones_are_one_line_each() {
+    let c = load_ok(None, &[], &[]);
+    assert!(!c.priority.in_use, "no priority configured");
+    let c = load_ok(
+        Some(
+            "priority = 3\n[[elections]]\nname = \"a\"\npriority = -1\n[[elections]]\nname = \"b\"\n",
+        ),
+        &[("LEADERD_PREEMPT_AFTER", "4s")],
+        &["--no-preempt"],
+    );
+    assert!(c.priority.in_use && !c.priority.preempt);
+    assert_eq!((c.priority.of("a"), c.priority.of("b")), (-1, 3));
+    assert_eq!(c.priority.preempt_after, Duration::from_secs(4));
+    let c = load_ok(None, &[("LEADERD_PRIORITY", "1")], &["--priority", "-7"]);
+    assert_eq!(c.priority.default, -7, "a flag over the environment");
+
+    let e = load_err(None, &[], &["--priority", "2000000"], "priority");
+    assert!(
+        e.contains("from --priority") && e.contains("out of range"),
+        "{e}"
+    );
+    let e = load_err(
+        None,
+        &[("LEADERD_PREEMPT_AFTER", "0s")],
+        &[],
+        "preempt_after",
+    );
+    assert!(e.contains("must be above zero"), "{e}");
+    let e = load_err(None, &[], &["--preempt-after", "2h"], "preempt_after");
+    assert!(e.contains("longer than the limit of 1h"), "{e}");
+    // A priority that is not an integer never loads.
+    assert!(load(Some("priority = \"high\"\n"), &[], &[]).is_err());
+    assert!(load(Some("priority = 99999999999999999999\n"), &[], &[]).is_err());
 }
 
 // ---------------------------------------------------------------------------

@@ -40,6 +40,7 @@ mod lock_slots;
 mod monitoring;
 mod pid1;
 mod postgres_store;
+mod priority;
 mod reaper;
 mod record_format;
 mod safety;

@@ -37,7 +37,9 @@ use crate::driver::Steering;
 use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role};
 use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
 
+mod priority;
 mod sessions;
+pub use priority::{MemberPriority, Preferences, PriorityView, holding_gate};
 pub use sessions::SessionMembers;
 
 /// Label of a member record: how many elections the member leads.
@@ -74,6 +76,11 @@ pub struct BalanceConfig {
     pub max_clock_drift: f64,
     /// Our advertised HTTP address, for humans reading the record.
     pub address: Option<String>,
+    /// Whether to hand surplus elections over (`balance`); without it the
+    /// member layer serves preferred leaders only.
+    pub share: bool,
+    /// Preferred leaders: our priorities and how to act on them.
+    pub preferences: Preferences,
 }
 
 /// One election as the balancer sees it.
@@ -106,6 +113,8 @@ pub struct Share {
 pub struct Balancer {
     /// Its latest view.
     pub share: watch::Receiver<Share>,
+    /// What it knows of priorities (preferred leaders).
+    pub priorities: watch::Receiver<PriorityView>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -164,18 +173,22 @@ pub fn spawn(
     observer: Arc<dyn Observer>,
 ) -> Balancer {
     let set = set_digest(elections.iter().map(|e| e.name.as_str()));
+    let mut sorted: Vec<String> = elections.iter().map(|e| e.name.clone()).collect();
+    sorted.sort_unstable();
     let (share_tx, share) = watch::channel(Share {
         elections: elections.len(),
         members: 1,
         fair_share: elections.len(),
         led: 0,
     });
+    let (priorities_tx, priorities) = watch::channel(PriorityView::default());
     let stop = CancellationToken::new();
     let worker = Worker {
         store,
         key: member_key(&config.identity),
         config,
         set,
+        sorted,
         elections,
         clock,
         gate,
@@ -188,9 +201,16 @@ pub fn spawn(
         membership: Arc::new(membership),
         watched: sessions::Watched::default(),
         observer,
+        preferred: priority::Preferred::default(),
+        priorities: priorities_tx,
     };
     let task = tokio::spawn(worker.run(stop.clone()));
-    Balancer { share, stop, task }
+    Balancer {
+        share,
+        priorities,
+        stop,
+        task,
+    }
 }
 
 /// A member record as last read, and what we make of it.
@@ -208,6 +228,10 @@ struct Seen {
 struct Peer {
     identity: String,
     led: usize,
+    /// Its priorities, while it publishes them (it is eligible).
+    priorities: Option<crate::core::priority::Priorities>,
+    /// When it stops counting as live unless we hear of it again.
+    gone_at: Instant,
 }
 
 struct Worker {
@@ -215,6 +239,9 @@ struct Worker {
     config: BalanceConfig,
     key: String,
     set: String,
+    /// The names of our elections, sorted: a priority label names an
+    /// election by its place here.
+    sorted: Vec<String>,
     elections: Vec<Elected>,
     clock: Clock,
     gate: Option<watch::Receiver<Verdict>>,
@@ -232,17 +259,27 @@ struct Worker {
     watched: sessions::Watched,
     /// Counts the store requests of the member records.
     observer: Arc<dyn Observer>,
+    /// Preferred leaders: the members' eligibility, the last preemptions.
+    preferred: priority::Preferred,
+    /// What `/status` shows of them.
+    priorities: watch::Sender<PriorityView>,
 }
 
 impl Worker {
     async fn run(mut self, stop: CancellationToken) {
-        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), "balancing the elections with the other members of this set");
+        tracing::info!(identity = %self.config.identity, elections = self.elections.len(), share = self.config.share, priority = self.config.preferences.priority.default, "balancing the elections with the other members of this set");
+        let mut sit_outs = self.config.preferences.sit_outs.clone();
         loop {
             self.round().await;
-            let next = self.clock.now() + self.config.renew_interval;
+            let mut next = self.clock.now() + self.config.renew_interval;
+            if let Some(due) = self.preferred.due {
+                next = next.min(due);
+            }
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = self.clock.sleep_until(next) => {}
+                // A sit-out takes our priority label away at once.
+                Some(()) = priority::sit_out_asked(&mut sit_outs) => {}
             }
         }
         self.leave().await;
@@ -308,7 +345,8 @@ impl Worker {
             tracing::info!(identity = %self.config.identity, members = share.members, fair_share = share.fair_share, led, "balance: members of this set changed");
         }
         self.share.send_replace(share.clone());
-        if member && led > share.fair_share {
+        self.prefer(&peers).await;
+        if self.config.share && member && led > share.fair_share {
             self.hand_surplus(&share, &peers).await;
         }
     }
@@ -329,10 +367,7 @@ impl Worker {
     /// Write our member record: renew it, or take it over from an earlier
     /// run of ours (same identity), or create it.
     async fn heartbeat(&mut self, led: usize) {
-        let labels = BTreeMap::from([
-            (LED_LABEL.to_owned(), led.to_string()),
-            (SET_LABEL.to_owned(), self.set.clone()),
-        ]);
+        let labels = self.member_labels(led);
         let record = Lease::stamped(
             &self.key,
             &self.config.identity,
@@ -471,10 +506,14 @@ impl Worker {
             let led = labels
                 .and_then(|l| l.get(LED_LABEL))
                 .and_then(|v| v.parse().ok());
+            let priorities =
+                Self::parse_priorities(labels.and_then(|l| l.get(priority::PRIORITY_LABEL)));
             if let (true, true, Some(led)) = (live, same_set, led) {
                 peers.push(Peer {
                     identity: holder,
                     led,
+                    priorities,
+                    gone_at,
                 });
             }
         }
@@ -525,10 +564,15 @@ impl Worker {
             if moved.values().sum::<usize>() >= limit {
                 break;
             }
-            // The receiver that lacks the most.
+            // The receiver that lacks the most, among those of the
+            // highest priority for this election.
             wants.sort_by_key(|(_, left)| std::cmp::Reverse(*left));
-            let Some((to, left)) = wants.first_mut().filter(|(_, left)| *left > 0) else {
-                break;
+            let index = self.index_of(&election.name);
+            let Some((to, left)) = wants
+                .iter_mut()
+                .find(|(to, left)| *left > 0 && self.may_receive(to, index, peers))
+            else {
+                continue;
             };
             let steering = election.steering.as_ref().expect("filtered on steering");
             if steering
@@ -599,6 +643,8 @@ mod tests {
                 retry_interval: timing.retry_interval,
                 max_clock_drift: timing.max_clock_drift,
                 address: None,
+                share: true,
+                preferences: Preferences::default(),
             };
             let elections = names
                 .iter()

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use tokio::sync::watch;
 
+use super::priority::PRIORITY_LABEL;
 use super::{LED_LABEL, Peer, SET_LABEL, Worker};
 use crate::driver::Sessions;
 use crate::election::{KnownSession, takeover_wait};
@@ -52,12 +53,9 @@ pub(super) struct Watched(HashMap<String, String>);
 impl Worker {
     /// Our session's labels: what we lead and which set, or nothing while
     /// we are no member (the app check fails).
-    pub(super) fn label_session(&self, members: &SessionMembers, led: Option<usize>) {
+    pub(super) fn label_session(&mut self, members: &SessionMembers, led: Option<usize>) {
         let labels = match led {
-            Some(led) => BTreeMap::from([
-                (LED_LABEL.to_owned(), led.to_string()),
-                (SET_LABEL.to_owned(), self.set.clone()),
-            ]),
+            Some(led) => self.member_labels(led),
             None => BTreeMap::new(),
         };
         members.labels.send_if_modified(|l| {
@@ -101,6 +99,8 @@ impl Worker {
                 peers.push(Peer {
                     identity: owner,
                     led,
+                    priorities: member.priorities,
+                    gone_at: member.gone_at,
                 });
             }
         }
@@ -190,7 +190,8 @@ impl Worker {
             _ => None,
         };
         let (_, at) = known.latest.as_ref()?;
-        if self.clock.now() >= *at + self.member_wait() {
+        let gone_at = *at + self.member_wait();
+        if self.clock.now() >= gone_at {
             return None;
         }
         let meta = record.and_then(|l| l.holder_meta.as_ref());
@@ -202,6 +203,8 @@ impl Worker {
             address: meta.and_then(|m| m.address.clone()),
             same_set: labels.get(SET_LABEL) == Some(&self.set),
             led: labels.get(LED_LABEL).and_then(|v| v.parse().ok()),
+            priorities: Self::parse_priorities(labels.get(PRIORITY_LABEL)),
+            gone_at,
         })
     }
 }
@@ -211,4 +214,6 @@ struct Member {
     address: Option<String>,
     same_set: bool,
     led: Option<usize>,
+    priorities: Option<crate::core::priority::Priorities>,
+    gone_at: crate::clock::Instant,
 }

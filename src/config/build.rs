@@ -660,7 +660,6 @@ pub(super) fn build(
             limits::MAX_WAIT,
         )?;
     }
-
     let listen = build_listen(&raw)?;
     let advertise = match non_empty(raw.http.advertise.clone()) {
         Some(a) => Some(check_advertise(&a, &raw.origin("http.advertise"))?),
@@ -703,6 +702,7 @@ pub(super) fn build(
         metrics,
         acquire_timeout,
         balance: raw.balance.unwrap_or(false),
+        priority: super::priority::build_priority(&raw)?,
         sessions,
         warnings,
     })

@@ -117,6 +117,18 @@ pub struct RunArgs {
     /// before sessions did) [config: sessions = false].
     #[arg(long)]
     pub no_sessions: bool,
+    /// This instance's priority in every election (higher leads; default 0)
+    /// [config: priority].
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub priority: Option<i64>,
+    /// How long a live member of a higher priority must have been eligible
+    /// before the leader hands it the election (default 10s) [config: preempt_after].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub preempt_after: Option<Duration>,
+    /// Never hand an election over for priority alone; priority then only
+    /// orders who tries first [config: preempt = false].
+    #[arg(long)]
+    pub no_preempt: bool,
     /// With more elections than this, only those named in metrics.elections
     /// and the primary have series of their own in /metrics; the others
     /// are counted together [config: metrics.election_series_limit].
@@ -194,6 +206,15 @@ pub(super) fn apply_run_flags(raw: &mut RawConfig, args: &RunArgs) {
     if args.no_sessions {
         raw.sessions = Some(false);
     }
+    if let Some(p) = args.priority {
+        raw.priority = Some(p);
+    }
+    if let Some(d) = args.preempt_after {
+        raw.preempt_after = Some(DurationValue(d));
+    }
+    if args.no_preempt {
+        raw.preempt = Some(false);
+    }
     if !args.elections.is_empty() {
         raw.elections = named_elections(raw, &args.elections);
     }
@@ -250,6 +271,13 @@ fn note_flags(raw: &mut RawConfig, args: &RunArgs) {
         (args.balance, "balance", "--balance"),
         (args.sessions, "sessions", "--sessions"),
         (args.no_sessions, "sessions", "--no-sessions"),
+        (args.priority.is_some(), "priority", "--priority"),
+        (
+            args.preempt_after.is_some(),
+            "preempt_after",
+            "--preempt-after",
+        ),
+        (args.no_preempt, "preempt", "--no-preempt"),
         (
             args.lease_duration.is_some(),
             "lease.duration",

@@ -42,7 +42,8 @@
 //! environment and words their errors; `build` applies the defaults and
 //! validates; `duration` reads every duration (file, environment, flags);
 //! `app_check` checks the app check's settings, `metrics` the `[metrics]`
-//! ones, `postgres` the PostgreSQL store's.
+//! ones, `postgres` the PostgreSQL store's, `priority` the preferred
+//! leaders'.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -68,6 +69,7 @@ mod file;
 pub(crate) mod flags;
 mod metrics;
 mod postgres;
+mod priority;
 mod raw;
 
 use build::{
@@ -78,6 +80,7 @@ use env::process_env;
 use extract::extract;
 pub use flags::{RunArgs, StoreArgs};
 use flags::{apply_run_flags, apply_store_flags};
+pub use priority::{DEFAULT_PREEMPT_AFTER, PriorityConfig};
 use raw::RawConfig;
 
 /// Prefix of every configuration environment variable.
@@ -89,10 +92,13 @@ pub const TEST_ENV_PREFIX: &str = "LEADERD_TEST_";
 /// The top-level configuration keys. An environment variable is read as
 /// configuration when its first segment names one of them, or when it has
 /// the `SECTION__KEY` shape (so a misspelt section is still an error).
-const TOP_LEVEL_KEYS: [&str; 12] = [
+const TOP_LEVEL_KEYS: [&str; 15] = [
     "identity",
     "balance",
     "sessions",
+    "priority",
+    "preempt",
+    "preempt_after",
     "store",
     "lease",
     "elections",
@@ -324,6 +330,9 @@ pub struct Config {
     /// `balance`: share the elections with the other live daemons that
     /// campaign for the same set (docs/balance.md).
     pub balance: bool,
+    /// `priority`, `preempt`, `preempt_after`: preferred leaders
+    /// (docs/leadership.md).
+    pub priority: PriorityConfig,
     /// `sessions`: hold every election through one session record per
     /// process, renewed for all of them (docs/leadership.md).
     pub sessions: bool,

@@ -28,6 +28,9 @@ pub(super) struct RawConfig {
     pub(super) identity: Option<String>,
     pub(super) balance: Option<bool>,
     pub(super) sessions: Option<bool>,
+    pub(super) priority: Option<i64>,
+    pub(super) preempt: Option<bool>,
+    pub(super) preempt_after: Option<DurationValue>,
     pub(super) store: RawStore,
     pub(super) lease: RawLease,
     pub(super) elections: Vec<RawElection>,
@@ -124,6 +127,8 @@ pub(super) struct RawElection {
     pub(super) safety_margin: Option<DurationValue>,
     #[serde(default)]
     pub(super) strict_new_lease: Option<bool>,
+    #[serde(default)]
+    pub(super) priority: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,8 @@
 //!   bookkeeping of that stream;
 //! - `session`: a daemon's session, one record whose renewals keep every
 //!   election held through it (its tests in `session/tests.rs`);
+//! - `priority`: preferred leaders: whom a leader hands an election to
+//!   because it prefers it (the preemption rule), and the priority label;
 //! - `slots`: counting locks (`leaderd lock acquire --slots N`): the
 //!   holder table in one record, and which slot may be taken, renewed,
 //!   released or evicted (its tests in `slots/tests.rs`);
@@ -40,6 +42,7 @@ pub mod keys;
 #[cfg(test)]
 mod model;
 pub mod node;
+pub mod priority;
 pub mod record;
 pub mod session;
 pub mod slots;

@@ -29,11 +29,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::app_check::{self, Verdict};
-use crate::balance::{self, BalanceConfig, Balancer, Elected, Membership, SessionMembers};
+use crate::balance::{
+    self, BalanceConfig, Balancer, Elected, Membership, Preferences, SessionMembers,
+};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::node::{ElectionId, Node};
-use crate::driver::{ElectionHandle, NodeDriver, Running};
+use crate::driver::{ElectionHandle, NodeDriver, Running, SitOuts};
 use crate::election::{self, Aim, Clients, ElectionConfig, ElectionState, HintSink, LeaseEvent};
 use crate::exit;
 use crate::http::{self, AppState};
@@ -120,9 +122,9 @@ pub async fn run(
         metrics: &metrics,
         app_check: app_check.as_ref(),
     };
-    let mut started = wiring.start(advertised);
-
     let (resign_tx, resign_rx) = mpsc::channel(8);
+    let mut started = wiring.start(advertised, &resign_tx);
+
     let (job_health, job_health_rx) = watch::channel(None);
     let app = wiring.http_state(&mut started, resign_tx, job_health_rx);
     let Ok(http) = http::Server::start(listener, http::router(app))
@@ -244,7 +246,7 @@ impl Wiring<'_> {
     /// The node (its session with `sessions`, its elections), its
     /// driver, and the balancer (with balance); `advertised`: the address
     /// written into the records.
-    fn start(&self, advertised: Option<String>) -> Started {
+    fn start(&self, advertised: Option<String>, resign: &mpsc::Sender<ResignRequest>) -> Started {
         let cfg = self.cfg;
         let (driver, handles, mut running) = NodeDriver::new(self.node(), self.tasks());
         let (sink, hints) = HintSink::channel();
@@ -259,7 +261,7 @@ impl Wiring<'_> {
             // leader learns its members so); without it the session opens
             // and ends with what this daemon leads, which need not reopen
             // every stream.
-            let own = cfg.balance.then(|| running.session.clone());
+            let own = members(cfg).then(|| running.session.clone());
             let pacing = Pacing::of(primary_timing(cfg));
             Mux::new(self.clock.clone(), pacing, sink.clone(), own)
         });
@@ -267,7 +269,16 @@ impl Wiring<'_> {
             Some(mux) => Box::new(mux.clone()),
             None => Box::new(self.clients(&sink)),
         };
-        let mut driver = driver.gated(self.app_check.cloned()).with_hints(hints, aim);
+        // With priorities, the balancer may hold the elections back from
+        // taking anything for a moment (a lower priority tries later).
+        let (gate, hold) = match cfg.priority.in_use {
+            true => {
+                let (gate, hold) = balance::holding_gate(self.app_check.cloned());
+                (Some(gate), Some(hold))
+            }
+            false => (self.app_check.cloned(), None),
+        };
+        let mut driver = driver.gated(gate).with_hints(hints, aim);
         if let Some(told) = &told {
             driver = driver.telling(told.clone());
         }
@@ -279,8 +290,8 @@ impl Wiring<'_> {
             .zip(handles)
             .collect();
         // Balance looks up the sessions its watchers name.
-        let watchers = (cfg.balance && cfg.sessions).then(Watchers::default);
-        let balancer = cfg.balance.then(|| {
+        let watchers = (members(cfg) && cfg.sessions).then(Watchers::default);
+        let balancer = members(cfg).then(|| {
             let membership = match (&mux, &watchers) {
                 (Some(mux), Some(watchers)) => Membership::Sessions(SessionMembers {
                     sessions: running.sessions(self.tasks()),
@@ -290,7 +301,8 @@ impl Wiring<'_> {
                 }),
                 _ => Membership::Records,
             };
-            self.start_balancer(&handles, advertised, membership)
+            let steer = (running.sit_outs.clone(), resign.clone(), hold);
+            self.start_balancer(&handles, advertised, membership, steer)
         });
         Started {
             handles,
@@ -316,7 +328,7 @@ impl Wiring<'_> {
         let may_campaign = self.app_check.is_none_or(|g| *g.borrow() == Verdict::Pass);
         let mut node = Node::new(&cfg.identity, timing, self.clock.now(), may_campaign);
         if cfg.sessions {
-            node = node.with_session(timing.clone(), cfg.balance);
+            node = node.with_session(timing.clone(), members(cfg));
         }
         let n = cfg.elections.len();
         node.reserve(n);
@@ -350,6 +362,7 @@ impl Wiring<'_> {
         handles: &BTreeMap<String, ElectionHandle>,
         address: Option<String>,
         membership: Membership,
+        (sit_outs, resign, hold): Steer,
     ) -> Balancer {
         let cfg = self.cfg;
         let timing = primary_timing(cfg);
@@ -360,6 +373,13 @@ impl Wiring<'_> {
             retry_interval: timing.retry_interval,
             max_clock_drift: timing.max_clock_drift,
             address,
+            share: cfg.balance,
+            preferences: Preferences {
+                priority: cfg.priority.clone(),
+                sit_outs: Some(sit_outs),
+                resign: Some(resign),
+                hold,
+            },
         };
         let pinned = (!cfg.child.command.is_empty()).then_some(cfg.primary.as_str());
         let elections = handles
@@ -411,8 +431,11 @@ impl Wiring<'_> {
         if let Some(rx) = self.app_check {
             app = app.with_app_check(rx.clone());
         }
-        if let Some(b) = &started.balancer {
+        if let Some(b) = started.balancer.as_ref().filter(|_| cfg.balance) {
             app = app.with_balance(b.share.clone());
+        }
+        if let Some(b) = started.balancer.as_ref().filter(|_| cfg.priority.in_use) {
+            app = app.with_priority(b.priorities.clone());
         }
         if self.cfg.sessions {
             let validity = primary_timing(cfg).validity();
@@ -423,6 +446,22 @@ impl Wiring<'_> {
         }
         app
     }
+}
+
+/// What the balancer steers the daemon's elections with beside their
+/// handles: the sit-outs asked of them, the resign queue (for the job's
+/// election) and, with priorities, the hold on taking anything.
+type Steer = (
+    watch::Receiver<SitOuts>,
+    mpsc::Sender<ResignRequest>,
+    Option<Arc<watch::Sender<bool>>>,
+);
+
+/// Whether the daemon runs the member layer: for balance, or for
+/// preferred leaders (priorities configured), which then only publishes
+/// and learns priorities and preempts.
+fn members(cfg: &Config) -> bool {
+    cfg.balance || cfg.priority.in_use
 }
 
 /// The timing of the primary election: with sessions, every election's

@@ -4,6 +4,7 @@
 //! close), and [`Sessions`], what balance learns of other daemons'
 //! sessions through the node.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -55,6 +56,19 @@ impl ElectionHandle {
 pub struct Steering {
     pub(super) commands: mpsc::Sender<Command>,
     pub(super) election: ElectionId,
+    /// Told of every sit-out asked of the node's elections.
+    pub(super) sit_outs: Arc<watch::Sender<SitOuts>>,
+}
+
+/// The sit-outs asked of a node's elections (a resign, a job released on
+/// its exit): how many so far and how long the last one lasts. Preferred
+/// leaders publish no priority while any election sits out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SitOuts {
+    /// Sit-outs asked so far.
+    pub count: u64,
+    /// The length of the last one.
+    pub last: Duration,
 }
 
 impl Steering {
@@ -68,6 +82,15 @@ impl Steering {
             successor,
             answer,
         };
+        if let AfterRelease::SitOut(d) = then
+            && !d.is_zero()
+        {
+            // Told before the release: the priority label goes at once.
+            self.sit_outs.send_modify(|s| {
+                s.count += 1;
+                s.last = d;
+            });
+        }
         if self.commands.send(command).await.is_err() {
             return false;
         }
@@ -82,6 +105,8 @@ pub struct Running {
     pub session: watch::Receiver<Option<SessionView>>,
     /// The labels the session's record carries from its next write on.
     pub labels: watch::Sender<std::collections::BTreeMap<String, String>>,
+    /// The sit-outs asked of its elections.
+    pub sit_outs: watch::Receiver<SitOuts>,
     pub(super) commands: mpsc::Sender<Command>,
     pub(super) task: Option<JoinHandle<()>>,
 }

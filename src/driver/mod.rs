@@ -46,7 +46,7 @@ mod lone;
 #[cfg(test)]
 mod tests;
 
-pub use handle::{ElectionHandle, Running, Sessions, Steering};
+pub use handle::{ElectionHandle, Running, Sessions, SitOuts, Steering};
 pub use session::SWEEP_EVERY;
 
 use report::{Metric, Report};
@@ -160,6 +160,8 @@ impl NodeDriver {
         let mut states = Vec::with_capacity(node.len());
         let mut events = Vec::with_capacity(node.len());
         let mut handles = Vec::with_capacity(node.len());
+        let (sit_outs, sit_outs_rx) = watch::channel(SitOuts::default());
+        let sit_outs = std::sync::Arc::new(sit_outs);
         for i in 0..node.len() {
             let id = ElectionId(i as u32);
             let (state_tx, state) = watch::channel(node.state(id).clone());
@@ -173,6 +175,7 @@ impl NodeDriver {
                 steering: Steering {
                     commands: commands_tx.clone(),
                     election: id,
+                    sit_outs: sit_outs.clone(),
                 },
             });
         }
@@ -211,6 +214,7 @@ impl NodeDriver {
         let running = Running {
             session: session_rx,
             labels,
+            sit_outs: sit_outs_rx,
             commands: commands_tx,
             task: None,
         };

@@ -80,6 +80,8 @@ pub trait Observer: Send + Sync + 'static {
     fn malformed_record(&self, _election: &str) {}
     /// A record of a format this build does not know was seen.
     fn unknown_format_record(&self, _election: &str) {}
+    /// This daemon handed `election` to a member of a higher priority.
+    fn preempted(&self, _election: &str) {}
 }
 
 /// An observer that ignores everything.

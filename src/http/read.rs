@@ -32,7 +32,7 @@ use serde::Serialize;
 use super::error::{ApiError, bad_path};
 use super::render::{Rendered, SharedRender};
 use super::router::{AppState, Shared};
-use crate::balance::Share;
+use crate::balance::{PriorityView, Share};
 use crate::clock::Instant;
 use crate::election::{ElectionState, Role, SessionView};
 use crate::metrics::{self, Metrics};
@@ -219,6 +219,10 @@ struct StatusHead<'a> {
     /// This daemon's share; absent when balance is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     balance: Option<Share>,
+    /// Preferred leaders: this daemon's priorities and the members'; absent
+    /// when no priority is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<PriorityView>,
     /// This daemon's own session; absent when sessions are off.
     #[serde(skip_serializing_if = "Option::is_none")]
     session: Option<SessionBody>,
@@ -298,6 +302,7 @@ fn render_status(app: &AppState) -> Rendered {
         health: Health::of(health_problems(app, now)),
         app_check: app.app_check.as_ref().map(|rx| rx.borrow().as_str()),
         balance: app.balance.as_ref().map(|rx| rx.borrow().clone()),
+        priority: app.priority.as_ref().map(|rx| rx.borrow().clone()),
         session: app
             .session
             .as_ref()

@@ -25,7 +25,7 @@ use super::read::{
 use super::resign::{RESIGN_READERS, resign};
 use super::{connection_limit, guard};
 use crate::app_check::Verdict;
-use crate::balance::Share;
+use crate::balance::{PriorityView, Share};
 use crate::clock::{Clock, Instant};
 use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionView};
 use crate::metrics::Metrics;
@@ -93,6 +93,9 @@ pub struct AppState {
     /// This daemon's share when `balance` is on, shown by `/status` and the
     /// metrics. `None`: balance is off.
     pub balance: Option<watch::Receiver<Share>>,
+    /// What this daemon knows of priorities, shown by `/status`. `None`:
+    /// no priority is configured.
+    pub priority: Option<watch::Receiver<PriorityView>>,
     /// The daemon's session and L·(1−D) − M, shown by `/status`. `None`:
     /// sessions are off.
     pub session: Option<(watch::Receiver<Option<SessionView>>, Duration)>,
@@ -129,6 +132,7 @@ impl AppState {
             watch_slots: Arc::new(Semaphore::new((connection_limit() / 2).max(1))),
             resign_readers: Arc::new(Semaphore::new(RESIGN_READERS)),
             balance: None,
+            priority: None,
             session: None,
             told: None,
             watchers: None,
@@ -163,6 +167,12 @@ impl AppState {
     /// metrics.
     pub fn with_balance(mut self, share: watch::Receiver<Share>) -> Self {
         self.balance = Some(share);
+        self
+    }
+
+    /// Show what this daemon knows of priorities in `/status`.
+    pub fn with_priority(mut self, view: watch::Receiver<PriorityView>) -> Self {
+        self.priority = Some(view);
         self
     }
 

@@ -104,6 +104,13 @@ const TABLE: &[(Head, Family)] = &[
     ),
     (
         counter(
+            "leaderd_preemptions_total",
+            "Elections this instance handed to a live member of a higher priority for them (preferred leaders).",
+        ),
+        Family::Preemptions,
+    ),
+    (
+        counter(
             "leaderd_malformed_records_total",
             "Times a malformed lease record (missing or mistyped attributes) was first seen.",
         ),

@@ -54,6 +54,10 @@ impl Observer for Metrics {
         self.renew_lag.observe(late.as_secs_f64());
     }
 
+    fn preempted(&self, election: &str) {
+        self.table.with(self.own.label(election), |s| s.preempted());
+    }
+
     fn malformed_record(&self, election: &str) {
         self.table.with(self.own.label(election), |s| s.malformed());
     }

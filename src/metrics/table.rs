@@ -36,6 +36,8 @@ pub(super) enum Family {
     LeasesLost,
     /// `leaderd_malformed_records_total`.
     Malformed,
+    /// `leaderd_preemptions_total`.
+    Preemptions,
     /// `leaderd_renew_total`.
     Renew,
     /// `leaderd_store_errors_total`.
@@ -65,6 +67,7 @@ pub(super) struct Series {
     acquire: [u64; RESULTS.len()],
     renew: [u64; RESULTS.len()],
     leases_lost: u64,
+    preemptions: u64,
     malformed: u64,
     unknown_format: u64,
     watch_streams: i64,
@@ -134,6 +137,10 @@ impl Series {
         self.leases_lost += 1;
     }
 
+    pub(super) fn preempted(&mut self) {
+        self.preemptions += 1;
+    }
+
     pub(super) fn malformed(&mut self) {
         self.malformed += 1;
     }
@@ -193,6 +200,7 @@ impl Series {
             Family::Renew => counts(out, "result", &RESULTS, &self.renew, self.renewed),
             Family::LeasesLost => one(out, self.leases_lost, self.election),
             Family::Malformed => one(out, self.malformed, self.election),
+            Family::Preemptions => one(out, self.preemptions, self.election),
             Family::UnknownFormat => one(out, self.unknown_format, self.election),
             Family::WatchStreams => {
                 if self.election || self.streamed {

@@ -137,7 +137,7 @@ async fn render_orders_families_by_name_and_series_by_labels() {
     assert_eq!(families, sorted, "families out of order");
     assert!(families.contains(&"leaderd_build_info"), "{families:?}");
     // Without balance: no fair share, no member count.
-    assert_eq!(families.len(), 17, "families with a series: {families:?}");
+    assert_eq!(families.len(), 18, "families with a series: {families:?}");
     // Every election has series of its own: nothing is counted together.
     assert!(!families.contains(&"leaderd_elections"), "{families:?}");
     assert!(!text.contains("#others"), "{text}");
@@ -186,6 +186,7 @@ fn feed_every_kind_of_event(m: &Metrics) {
     m.transition("report", Transition::Gained);
     m.transition("report", Transition::Lost);
     m.lease_lost("report");
+    m.preempted("report");
     m.renew_sent("report", Duration::from_millis(3));
     m.renew_sent("report", Duration::from_millis(700));
     m.store_request("report", "renew", Duration::from_millis(3), Outcome::Ok);
@@ -260,6 +261,7 @@ const EVENT_COUNTS: &[(&str, Option<f64>)] = &[
     ),
     ("leaderd_child_kills_total{election=\"report\"}", Some(1.0)),
     ("leaderd_leases_lost_total{election=\"report\"}", Some(1.0)),
+    ("leaderd_preemptions_total{election=\"report\"}", Some(1.0)),
     ("leaderd_renew_lag_seconds_bucket{le=\"0.005\"}", Some(1.0)),
     ("leaderd_renew_lag_seconds_bucket{le=\"0.5\"}", Some(1.0)),
     ("leaderd_renew_lag_seconds_bucket{le=\"1\"}", Some(2.0)),
@@ -300,6 +302,7 @@ async fn observer_events_count_and_render_passes_promtool() {
         "leaderd_child_exits_total",
         "leaderd_child_kills_total",
         "leaderd_leases_lost_total",
+        "leaderd_preemptions_total",
         "leaderd_renew_lag_seconds",
         "leaderd_build_info",
     ] {
