@@ -20,6 +20,7 @@
 //! Membership is advice: a wrong count costs balance, never safety.
 //!
 //! With sessions there is no member record: the session is ([`sessions`]).
+//! Preferred leaders ride on the same membership ([`priority`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
