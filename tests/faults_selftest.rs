@@ -1471,3 +1471,18 @@ fn proxy_passes_chunk_extensions_and_trailers_byte_for_byte() {
     server.join().expect("upstream thread");
     assert_eq!(proxy.counts().get("Scan"), Some(&2));
 }
+
+#[test]
+fn a_history_read_while_its_jobs_run_is_checked_up_to_its_last_whole_line() {
+    let log = "10 start a 5 1\n20 beat a 5 1\n30 beat a";
+    assert_eq!(
+        history::complete_lines(log),
+        "10 start a 5 1\n20 beat a 5 1\n"
+    );
+    assert!(
+        history::check(log).is_err(),
+        "read whole, the torn line counts"
+    );
+    assert!(history::check(history::complete_lines(log)).is_ok());
+    assert_eq!(history::complete_lines("10 beat"), "");
+}

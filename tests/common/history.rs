@@ -280,6 +280,14 @@ pub fn check(log: &str) -> Result<Summary, Violation> {
     evaluate(log, false, 1)
 }
 
+/// The whole lines of a history read while its jobs still run: a job may
+/// be writing its last line (a buffered writer flushes in pieces), which
+/// is not a torn write yet. A history read once the jobs are gone is
+/// checked whole, a partial last line included.
+pub fn complete_lines(log: &str) -> &str {
+    log.rfind('\n').map_or("", |end| &log[..=end])
+}
+
 /// Like [`check`] for a counting lock of `limit` slots: every line well
 /// formed, never more than `limit` tenures active at once, and the token
 /// of every tenure above that of every tenure that had started before it
