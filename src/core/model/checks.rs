@@ -19,7 +19,10 @@ use std::time::Duration;
 use stateright::report::{ReportData, ReportDiscovery, Reporter};
 use stateright::{Checker, Chooser, HasDiscoveries, Model};
 
-use super::{Bounds, LED_AFTER_CRASH, LED_AFTER_RELEASE, NodeModel, Step, World};
+use super::{
+    Bounds, LED_AFTER_CRASH, LED_AFTER_RELEASE, LED_AFTER_REOPEN, LED_BY_PREFERRED, NodeModel,
+    Step, World,
+};
 use crate::core::election::Mutations;
 use crate::core::node::NodeMutations;
 
@@ -43,6 +46,8 @@ fn bounds(identities: [&'static str; 3]) -> Bounds {
         pauses: 1,
         delays: 2,
         gate_closes: 0,
+        gate_opens: 0,
+        preempts: 0,
         deletes: 0,
         timely: false,
         mutations: Mutations::default(),
@@ -75,6 +80,27 @@ fn steady_session_bounds(identities: [&'static str; 3]) -> Bounds {
         ..session_bounds(identities)
     }
 }
+
+/// [`session_bounds`] with preferred leaders: a leader may preempt an
+/// election to whichever daemon it believes above it (true, stale or
+/// forged), and a gate may close for a hold-back (any daemon, holding or
+/// not) and open again. No resign: a preemption is one.
+fn priority_bounds(identities: [&'static str; 3]) -> Bounds {
+    Bounds {
+        resigns: 0,
+        gate_opens: 1,
+        preempts: 1,
+        ..session_bounds(identities)
+    }
+}
+
+/// The examples of the `sometimes` properties: not defects.
+const EXAMPLES: [&str; 4] = [
+    LED_AFTER_CRASH,
+    LED_AFTER_RELEASE,
+    LED_AFTER_REOPEN,
+    LED_BY_PREFERRED,
+];
 
 /// The default budget of generated states of a breadth-first search.
 const BUDGET: usize = 900_000;
@@ -248,7 +274,7 @@ where
         examples: Vec::new(),
     };
     for (name, path) in checker.discoveries() {
-        if name == LED_AFTER_CRASH || name == LED_AFTER_RELEASE {
+        if EXAMPLES.contains(&name) {
             found.examples.push(name.to_owned());
             continue;
         }
@@ -329,6 +355,35 @@ fn the_nodes_keep_every_property_over_a_million_states() {
         breadth >= 1_000_000 || budget() < BUDGET,
         "explored only {breadth} distinct states"
     );
+}
+
+#[test]
+fn preemptions_to_any_believed_priority_and_gates_that_reopen_keep_every_property() {
+    let mut examples = Vec::new();
+    for identities in [THREE, RESTARTED] {
+        for search in [Search::BreadthFirst, Search::RandomWalks] {
+            let found = explore(
+                &format!("{search:?}, preferred leaders, identities {identities:?}"),
+                NodeModel::new(priority_bounds(identities)),
+                // The walks reach the preemptions (after `preempt_after`);
+                // breadth first covers gates closing and opening early.
+                match search {
+                    Search::BreadthFirst => budget() / 4,
+                    Search::RandomWalks => budget() / 8,
+                },
+                search,
+            );
+            assert!(found.broken.is_empty(), "broke {:?}", found.broken);
+            examples.extend(found.examples);
+        }
+    }
+    // Not vacuous: some run reached each.
+    for example in [LED_AFTER_REOPEN, LED_BY_PREFERRED] {
+        assert!(
+            examples.iter().any(|e| e == example),
+            "no explored run had: {example}"
+        );
+    }
 }
 
 /// The bounded-delay check over `base`: a follower leads in time after a
@@ -683,7 +738,9 @@ fn the_model_states_its_properties() {
             IN_TIME,
             RELEASED,
             LED_AFTER_CRASH,
-            LED_AFTER_RELEASE
+            LED_AFTER_RELEASE,
+            LED_AFTER_REOPEN,
+            LED_BY_PREFERRED
         ]
     );
 }

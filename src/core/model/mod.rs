@@ -31,6 +31,9 @@
 //!   failing it; its node is told with its next input, and the daemon
 //!   then releases what it leads (its jobs stopped first), as the daemon
 //!   does, and takes nothing.
+//! - Preferred leaders ([`Bounds::preempts`], [`Bounds::gate_opens`]): a
+//!   leader may preempt an election to any daemon it believes above it,
+//!   and a gate may close for a hold-back and open again (`priority`).
 //! - Hints: any follower may at any time receive a replay of the last
 //!   event any daemon told for an election, or a forgery: `renewed` naming
 //!   the store's live `rvn` or a made-up one with a 1 ms lease, `released`
@@ -48,7 +51,8 @@
 //!
 //! The rooms: this file is the world and its steps; `store` the store and
 //! the requests; `checks` runs the searches and holds the deliberate
-//! defects; `network` is the hostile network; `trace` writes
+//! defects; `network` is the hostile network; `priority` the
+//! preemptions, the hold-backs and the hand-overs; `trace` writes
 //! counterexamples; `slots` is a world of its own, counting locks'
 //! clients racing for the slots of one record.
 
@@ -58,7 +62,7 @@ use std::time::Duration;
 
 use stateright::{Model, Property};
 
-use super::election::{AfterRelease, ElectionConfig, Mutations, Role, Tick, WriteOp};
+use super::election::{ElectionConfig, Mutations, Role, Tick, WriteOp};
 use super::hints::LeaseEvent;
 use super::node::{ElectionId, Moment, Node, NodeAction, NodeInput, NodeMutations, RequestId};
 use crate::core::record::{HolderMeta, Lease, Stamp};
@@ -66,10 +70,12 @@ use crate::core::time::Instant;
 
 mod checks;
 mod network;
+mod priority;
 mod slots;
 mod store;
 mod trace;
 
+use network::Forged;
 use store::Request;
 
 /// Real time, ms.
@@ -81,6 +87,10 @@ const ELECTIONS: [&str; 2] = ["e0", "e1"];
 pub(crate) const LED_AFTER_CRASH: &str = "a follower leads after a crash";
 /// The name of the example of a released election led again.
 pub(crate) const LED_AFTER_RELEASE: &str = "a released election is led again";
+/// The name of the example of a daemon whose gate opened again leading.
+pub(crate) const LED_AFTER_REOPEN: &str = "a daemon leads again after its gate reopened";
+/// The name of the example of a preemption that reached its successor.
+pub(crate) const LED_BY_PREFERRED: &str = "a preempted election is led by the daemon preferred";
 /// Unix ms of real time 0 (record stamps only).
 const EPOCH_MS: u64 = 1_700_000_000_000;
 
@@ -108,8 +118,15 @@ pub(crate) struct Bounds {
     /// Times time moves on while a request is in flight (a slow store, a
     /// late answer).
     pub delays: u8,
-    /// Times a daemon's app check starts failing (for good).
+    /// Times a daemon's gate closes: its app check starts failing (once
+    /// it holds a tenure), or, when gates may open again, a hold-back.
     pub gate_closes: u8,
+    /// Times a closed gate opens again (a hold-back ends, an app check
+    /// passes again).
+    pub gate_opens: u8,
+    /// Preemptions, each to whichever daemon the leader believes above it
+    /// (see `priority`).
+    pub preempts: u8,
     /// Times an election's record is deleted by hand (only with
     /// `strict`: otherwise deleting a live record voids the guarantee, as
     /// documented).
@@ -154,6 +171,10 @@ pub(crate) struct Daemon {
     requests: BTreeMap<RequestId, Request>,
     /// The last event it told of each election (replayed by the network).
     told: Vec<Option<LeaseEvent>>,
+    /// When it last preempted each election, on its own clock.
+    preempted_at: Vec<Option<Instant>>,
+    /// Its gate has opened again since it closed.
+    reopened: bool,
 }
 
 /// What the properties follow of one election.
@@ -169,6 +190,8 @@ struct Watch {
     orphaned: bool,
     /// When it was last released to anyone, if nobody led it since.
     released_at: Option<Ms>,
+    /// The successor it was last preempted to, if nobody led it since.
+    preferred: Option<&'static str>,
 }
 
 /// The whole system at one real instant.
@@ -190,6 +213,8 @@ pub(crate) struct World {
     pauses_left: u8,
     delays_left: u8,
     gate_closes_left: u8,
+    gate_opens_left: u8,
+    preempts_left: u8,
     deletes_left: u8,
     elections: Vec<Watch>,
     token_fell: bool,
@@ -201,25 +226,8 @@ pub(crate) struct World {
     /// since.
     led_since_crash: bool,
     led_since_release: bool,
-}
-
-/// A hint the network delivers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Forged {
-    /// `renewed` naming the store's live rvn, promising a 1 ms lease.
-    RenewedLive,
-    /// `renewed` naming an rvn nobody wrote.
-    RenewedMadeUp,
-    /// `released` naming the live rvn, handed to nobody.
-    ReleasedLive,
-    /// `released` naming the live rvn, handed to the receiver.
-    ReleasedToReceiver,
-    /// `not_leader`.
-    NotLeader,
-    /// The stream ends.
-    Ended,
-    /// The last event daemon `n` told of the election, again.
-    Replay(usize),
+    led_after_reopen: bool,
+    led_by_preferred: bool,
 }
 
 /// One step of the system.
@@ -239,9 +247,13 @@ pub(crate) enum Step {
     /// Daemon `n` resigns election `e`, handing it to daemon `m`'s
     /// identity or anyone.
     Resign(usize, usize, Option<usize>),
-    /// Daemon `n`'s app check starts failing (its node is told with its
-    /// next input).
+    /// Daemon `n`'s gate closes: its app check starts failing, or it holds
+    /// back (its node is told with its next input).
     GateCloses(usize),
+    /// Daemon `n`'s closed gate opens again.
+    GateOpens(usize),
+    /// Daemon `n` preempts election `e`, handing it to daemon `m`.
+    Preempt(usize, usize, usize),
     /// Daemon `n`, whose app check fails, releases election `e` it leads.
     ReleaseFailing(usize, usize),
     /// Election `e`'s record is deleted by hand.
@@ -422,6 +434,7 @@ impl NodeModel {
                 if watch.released_at.take().is_some() {
                     w.led_since_release = true;
                 }
+                self.led(w, n, e);
             }
         }
     }
@@ -454,9 +467,11 @@ impl NodeModel {
                 s.tenure.is_some()
             }
         });
-        let settled = w.t >= b.settle;
-        if w.gate_closes_left > 0 && daemon.gate && holds && settled {
+        if self.may_close_gate(w, n, holds) {
             steps.push(Step::GateCloses(n));
+        }
+        if w.gate_opens_left > 0 && !daemon.gate {
+            steps.push(Step::GateOpens(n));
         }
         // Only a daemon with a tenure is worth killing: a follower that
         // dies only stops asking.
@@ -472,6 +487,9 @@ impl NodeModel {
         let id = ElectionId(e as u32);
         if Self::leads(w, n, e) && !w.daemons[n].gate {
             steps.push(Step::ReleaseFailing(n, e));
+        }
+        if Self::leads(w, n, e) {
+            self.preempt_steps(w, n, e, steps);
         }
         if Self::leads(w, n, e) && w.resigns_left > 0 && w.t >= self.bounds.settle {
             steps.push(Step::Resign(n, e, None));
@@ -538,39 +556,6 @@ impl NodeModel {
         (next <= self.bounds.horizon).then_some((next, delays))
     }
 
-    fn resign(&self, w: &mut World, n: usize, e: usize, to: Option<usize>) {
-        w.resigns_left -= 1;
-        let (then, successor) = match to {
-            Some(m) => (
-                AfterRelease::Follow,
-                Some(self.bounds.identities[m].to_owned()),
-            ),
-            None => (AfterRelease::SitOut(self.cfg.lease_duration), None),
-        };
-        let election = ElectionId(e as u32);
-        self.feed(
-            w,
-            n,
-            NodeInput::Release {
-                election,
-                then,
-                successor,
-            },
-        );
-    }
-
-    /// Daemon `n`, whose app check fails, releases election `e` (its job
-    /// stopped first), as the daemon does, and takes nothing while the
-    /// check fails.
-    fn release_failing(&self, w: &mut World, n: usize, e: usize) {
-        let release = NodeInput::Release {
-            election: ElectionId(e as u32),
-            then: AfterRelease::SitOut(Duration::ZERO),
-            successor: None,
-        };
-        self.feed(w, n, release);
-    }
-
     fn crash(&self, w: &mut World, n: usize) {
         w.crashes_left -= 1;
         for e in 0..self.bounds.elections {
@@ -623,6 +608,8 @@ impl Model for NodeModel {
                     gate: true,
                     requests: BTreeMap::new(),
                     told: vec![None; b.elections],
+                    preempted_at: vec![None; b.elections],
+                    reopened: false,
                 }
             })
             .collect();
@@ -639,6 +626,8 @@ impl Model for NodeModel {
             pauses_left: b.pauses,
             delays_left: b.delays,
             gate_closes_left: b.gate_closes,
+            gate_opens_left: b.gate_opens,
+            preempts_left: b.preempts,
             deletes_left: b.deletes,
             elections: vec![Watch::default(); b.elections],
             token_fell: false,
@@ -647,6 +636,8 @@ impl Model for NodeModel {
             crashed_at: None,
             led_since_crash: false,
             led_since_release: false,
+            led_after_reopen: false,
+            led_by_preferred: false,
         }]
     }
 
@@ -695,6 +686,8 @@ impl Model for NodeModel {
                 w.gate_closes_left -= 1;
                 w.daemons[n].gate = false;
             }
+            Step::GateOpens(n) => Self::open_gate(&mut w, n),
+            Step::Preempt(n, e, m) => self.preempt(&mut w, n, e, m)?,
             Step::ReleaseFailing(n, e) => self.release_failing(&mut w, n, e),
             Step::Delete(e) => {
                 w.deletes_left -= 1;
@@ -761,6 +754,8 @@ impl Model for NodeModel {
             // Examples, so that the bounds above are seen to be reached.
             Property::sometimes(LED_AFTER_CRASH, |_, w: &World| w.led_since_crash),
             Property::sometimes(LED_AFTER_RELEASE, |_, w: &World| w.led_since_release),
+            Property::sometimes(LED_AFTER_REOPEN, |_, w: &World| w.led_after_reopen),
+            Property::sometimes(LED_BY_PREFERRED, |_, w: &World| w.led_by_preferred),
         ]
     }
 

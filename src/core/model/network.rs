@@ -1,6 +1,6 @@
 //! The hostile network: what a follower may be told at any time.
 
-use super::{ELECTIONS, Forged, NodeModel, World};
+use super::{ELECTIONS, NodeModel, World};
 use crate::core::hints::{Hint, LeaseEvent};
 
 impl NodeModel {
@@ -46,4 +46,23 @@ impl NodeModel {
             event: Box::new(event),
         })
     }
+}
+
+/// A hint the network delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Forged {
+    /// `renewed` naming the store's live rvn, promising a 1 ms lease.
+    RenewedLive,
+    /// `renewed` naming an rvn nobody wrote.
+    RenewedMadeUp,
+    /// `released` naming the live rvn, handed to nobody.
+    ReleasedLive,
+    /// `released` naming the live rvn, handed to the receiver.
+    ReleasedToReceiver,
+    /// `not_leader`.
+    NotLeader,
+    /// The stream ends.
+    Ended,
+    /// The last event daemon `n` told of the election, again.
+    Replay(usize),
 }
