@@ -246,7 +246,8 @@ pub struct LockStatusArgs {
     pub slots: Option<u32>,
 }
 
-/// `leaderd status [ELECTION…] [--json]`.
+/// `leaderd status [ELECTION…] [--json]`, `leaderd status --members
+/// [--json]`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct StatusArgs {
     /// Config file and store.
@@ -255,6 +256,10 @@ pub struct StatusArgs {
     /// Elections to show; default every election found in the store.
     #[arg(value_name = "ELECTION")]
     pub elections: Vec<String>,
+    /// Show the daemons instead (their session and member records): each
+    /// one's set of elections, priorities and whether it is eligible.
+    #[arg(long, conflicts_with = "elections")]
+    pub members: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
