@@ -11,8 +11,8 @@
 //! arguments, so it is deliberately not defined here.
 //!
 //! The rooms: this file defines the command line; each one-shot subcommand
-//! has a file, `status`, `table`, `lock` and `resign`, or a folder,
-//! `check/`; `tool` is what they share (their error and exit code, loading
+//! has a file, `table`, `lock` and `resign`, or a folder, `check/` and
+//! `status/`; `tool` is what they share (their error and exit code, loading
 //! the configuration, printing).
 
 pub mod check;
