@@ -167,6 +167,11 @@ impl Cluster {
             .arg("status")
             .args(&self.store_args)
             .args(args)
+            // What the daemons are given (the emulator takes any).
+            .env("AWS_ACCESS_KEY_ID", "leaderdtest")
+            .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
             .envs(self.store_env.iter().cloned())
             .output()
             .expect("run leaderd status");
