@@ -208,8 +208,9 @@ mod tests {
     use crate::lease::memory::MemoryStore;
     use crate::lease::{Lease, Malformed, RvnGuard};
 
-    #[tokio::test]
-    async fn members_show_their_set_priorities_and_eligibility() {
+    /// A store of members, as `collect` reads them given the config of
+    /// the set {a, b, c}; and that set's digest.
+    async fn members() -> (Vec<MemberStatus>, String) {
         let store = MemoryStore::new();
         let ours = crate::balance::set_digest(["a", "b", "c"]);
         let put = |lease: Lease| store.set(&lease.election.clone(), Record::Valid(lease));
@@ -257,6 +258,12 @@ mod tests {
         let members = collect(&store, &config, Duration::from_secs(1))
             .await
             .unwrap();
+        (members, ours)
+    }
+
+    #[tokio::test]
+    async fn members_show_their_set_priorities_and_eligibility() {
+        let (members, _) = members().await;
         let who: Vec<_> = members
             .iter()
             .map(|m| (m.identity.as_str(), m.kind, m.eligible, m.priority))
@@ -279,7 +286,11 @@ mod tests {
         assert_eq!(members[2].priority_indexes, BTreeMap::from([(0, 3)]));
         assert_eq!(members[1].lease_ms, Some(10_000));
         assert!(members[1].age_ms.is_some_and(|a| a < 10_000));
+    }
 
+    #[tokio::test]
+    async fn members_as_text_and_json() {
+        let (members, ours) = members().await;
         let text = render_text(&members);
         let row = |identity: &str| {
             text.lines()

@@ -565,8 +565,9 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn the_holders_priority_is_read_from_its_session_or_member_record() {
+    /// Elections a to f held by daemons that publish their priorities (or
+    /// not) in every way, all of one set.
+    fn store_of_priorities() -> MemoryStore {
         let store = MemoryStore::new();
         let set = crate::balance::set_digest(["a", "b", "c", "d", "e", "f"]);
         // web-1 holds a and b through its session: priority 2, but 7 for
@@ -607,6 +608,12 @@ mod tests {
             ..publishing("#member/web-5", "web-5", &[("priority", "9")])
         };
         store.set("#member/web-5", Record::Valid(left));
+        store
+    }
+
+    #[tokio::test]
+    async fn the_holders_priority_is_read_from_its_session_or_member_record() {
+        let store = store_of_priorities();
         let config = KnownSet::new(&["f", "e", "d", "c", "b", "a"].map(String::from));
         let rows = collect(&store, &[], &config, Duration::from_secs(1))
             .await
@@ -649,7 +656,11 @@ mod tests {
         assert_eq!(json[1]["holder_priority"], 7);
         assert_eq!(json[1]["holder_priority_exact"], true);
         assert_eq!(json[3]["holder_priority"], serde_json::Value::Null);
+    }
 
+    #[tokio::test]
+    async fn without_the_holders_set_its_default_stands_in_marked() {
+        let store = store_of_priorities();
         // Given another set, b's own priority cannot be named: the
         // default stands in for it, marked, and a line says why.
         let other = KnownSet::new(&["b".to_owned()]);
