@@ -1115,7 +1115,10 @@ fn tool_config_reads_store_settings_and_checks_election_names() {
         Some("http://127.0.0.1:8000")
     );
     // The elections are the store's, not the file's: `status` shows every
-    // one it finds. Their names in the file are still checked.
+    // one it finds. The file's name the set whose per-election priorities
+    // `status` names (see `elections` below for a file without any), and
+    // are still checked.
+    assert_eq!(tool.elections, ["a", "b"]);
     let dup = toml_file("[[elections]]\nname = \"a\"\n[[elections]]\nname = \"a\"\n");
     let args = leaderd::cli::StoreArgs {
         config: Some(dup.path().to_path_buf()),
@@ -1126,6 +1129,7 @@ fn tool_config_reads_store_settings_and_checks_election_names() {
 
     let defaults = ToolConfig::load_with_env(&Default::default(), env(&[])).unwrap();
     assert_eq!(defaults.store.kind, StoreKind::Sqlite);
+    assert_eq!(defaults.elections, ["default"], "as `run` without any");
 }
 
 #[test]

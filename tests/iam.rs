@@ -260,6 +260,11 @@ fn every_feature_works_under_the_shipped_policies() {
     let one = setup.ok(runtime, &["status", "held", "--json"]);
     // Its holder, the daemon named "sessions".
     assert!(one.contains("\"sessions\""), "{one}");
+    // The daemons' records: the same Scan.
+    let members = setup.ok(runtime, &["status", "--members", "--json"]);
+    for record in ["#session/sessions/", "#member/scanning"] {
+        assert!(members.contains(record), "{members}");
+    }
 
     wait_read_checks(&sessions);
     wait_read_checks(&balanced);

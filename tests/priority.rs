@@ -161,6 +161,31 @@ impl Cluster {
             .count()
     }
 
+    /// What `leaderd status ARGS` prints for the cluster's store.
+    fn cli_status(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(common::daemon::leaderd_bin())
+            .arg("status")
+            .args(&self.store_args)
+            .args(args)
+            // What the daemons are given (the emulator takes any).
+            .env("AWS_ACCESS_KEY_ID", "leaderdtest")
+            .env("AWS_SECRET_ACCESS_KEY", "leaderdtest")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .envs(self.store_env.iter().cloned())
+            .output()
+            .expect("run leaderd status");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "leaderd status {args:?}: {stderr}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    /// `leaderd status ARGS --json`, parsed.
+    fn cli_status_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.cli_status(&[args, &["--json"]].concat());
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
     /// `leaderd_preemptions_total{election="report"}` of `identity`.
     fn preemptions(&self, identity: &str) -> f64 {
         self.node(identity)
@@ -211,6 +236,43 @@ fn the_highest_priority_leads_and_takes_it_back_after_a_crash(store: Store) {
         members() == [("bravo".to_owned(), 1), ("charlie".to_owned(), 0)]
     })
     .unwrap_or_else(|| panic!("alpha's /status shows {:?}", members()));
+
+    // So does `leaderd status`: the holder's priority per election, and
+    // with --members every daemon's, named by the set of the config given.
+    let rows = c.cli_status_json(&[]);
+    assert_eq!(rows[0]["holder"], "alpha", "{rows}");
+    assert_eq!(rows[0]["holder_priority"], 2, "{rows}");
+    assert_eq!(rows[0]["holder_priority_exact"], true, "{rows}");
+    let text = c.cli_status(&["report"]);
+    let row = text.lines().find(|l| l.starts_with("report")).unwrap_or("");
+    assert!(row.ends_with("  2"), "{text}");
+    let config = c.dir.path().join("status.toml");
+    std::fs::write(&config, "[[elections]]\nname = \"report\"\n").expect("write config");
+    let config = config.display().to_string();
+    let cli_members = || -> Vec<(String, i64, bool)> {
+        let members = c.cli_status_json(&["--members", "--config", &config]);
+        members
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                let eligible = m["eligible"].as_bool()? && m["set_known"].as_bool()?;
+                Some((
+                    m["identity"].as_str()?.to_owned(),
+                    m["priority"].as_i64()?,
+                    eligible,
+                ))
+            })
+            .collect()
+    };
+    let all = [("alpha", 2), ("bravo", 1), ("charlie", 0)].map(|(i, p)| (i.to_owned(), p, true));
+    wait_until(L * 3, || {
+        cli_members() == all || {
+            std::thread::sleep(Duration::from_millis(200));
+            false
+        }
+    })
+    .unwrap_or_else(|| panic!("leaderd status --members shows {:?}", cli_members()));
 
     // kill -9: its session expires; bravo, one step below it, holds back
     // half a poll after the takeover rule's wait, charlie (two steps) a

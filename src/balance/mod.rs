@@ -40,14 +40,14 @@ use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcom
 
 mod priority;
 mod sessions;
-pub use priority::{MemberPriority, Preferences, PriorityView, holding_gate};
+pub use priority::{MemberPriority, PRIORITY_LABEL, Preferences, PriorityView, holding_gate};
 pub use sessions::SessionMembers;
 
 /// Label of a member record: how many elections the member leads.
 const LED_LABEL: &str = "led";
 /// Label of a member record: a digest of the set of elections it campaigns
-/// for; only members of the same set share.
-const SET_LABEL: &str = "elections";
+/// for ([`set_digest`]); only members of the same set share.
+pub const SET_LABEL: &str = "elections";
 
 /// How the members of a set know of each other.
 pub enum Membership {

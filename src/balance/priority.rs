@@ -27,7 +27,7 @@ use crate::resign::ResignRequest;
 
 /// Label of a member: its priorities (see [`Priorities::encode`]), present
 /// only while it is eligible.
-pub(super) const PRIORITY_LABEL: &str = "priority";
+pub const PRIORITY_LABEL: &str = "priority";
 
 /// What the balancer needs for preferred leaders.
 #[derive(Debug, Clone, Default)]

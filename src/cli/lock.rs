@@ -653,6 +653,7 @@ pub async fn status(args: LockStatusArgs) -> Result<(), ToolError> {
     super::status::run(StatusArgs {
         store: args.store,
         elections: vec![args.name],
+        members: false,
         json: args.json,
     })
     .await

@@ -11,8 +11,8 @@
 //! arguments, so it is deliberately not defined here.
 //!
 //! The rooms: this file defines the command line; each one-shot subcommand
-//! has a file, `status`, `table`, `lock` and `resign`, or a folder,
-//! `check/`; `tool` is what they share (their error and exit code, loading
+//! has a file, `table`, `lock` and `resign`, or a folder, `check/` and
+//! `status/`; `tool` is what they share (their error and exit code, loading
 //! the configuration, printing).
 
 pub mod check;
@@ -246,7 +246,8 @@ pub struct LockStatusArgs {
     pub slots: Option<u32>,
 }
 
-/// `leaderd status [ELECTION…] [--json]`.
+/// `leaderd status [ELECTION…] [--json]`, `leaderd status --members
+/// [--json]`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct StatusArgs {
     /// Config file and store.
@@ -255,6 +256,10 @@ pub struct StatusArgs {
     /// Elections to show; default every election found in the store.
     #[arg(value_name = "ELECTION")]
     pub elections: Vec<String>,
+    /// Show the daemons instead (their session and member records): each
+    /// one's set of elections, priorities and whether it is eligible.
+    #[arg(long, conflicts_with = "elections")]
+    pub members: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -345,6 +345,11 @@ pub struct Config {
 pub struct ToolConfig {
     /// The lease store.
     pub store: StoreConfig,
+    /// The elections the file and the environment list, or
+    /// [`DEFAULT_ELECTION`] alone when they list none: the set a daemon of
+    /// this configuration campaigns for (unless its `--election` replaces
+    /// it), by which `status` names a member's per-election priorities.
+    pub elections: Vec<String>,
     /// Valid but questionable input, one line each, for the caller to print.
     pub warnings: Vec<String>,
 }
@@ -553,8 +558,12 @@ impl ToolConfig {
             names.push(e.name.clone());
         }
         check_unique(&names)?;
+        if names.is_empty() {
+            names.push(DEFAULT_ELECTION.to_owned());
+        }
         Ok(ToolConfig {
             store,
+            elections: names,
             warnings: std::mem::take(&mut raw.warnings),
         })
     }
