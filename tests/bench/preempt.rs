@@ -4,7 +4,7 @@
 //! (its job stopped first, then a release naming the newcomer). Measured
 //! per trial: the old job's end → the new job's start (the gap a planned
 //! handover leaves), and the newcomer's spawn → its job's start (its wait:
-//! up to one round of the leader's, R, then `preempt_after`). bench.rs
+//! until the leader counts it eligible, then `preempt_after`). bench.rs
 //! prints the report right after the graceful handover's of the same mode.
 
 use std::fmt::Write as _;
@@ -29,7 +29,7 @@ use crate::{
 pub const PREEMPT_AFTER: Duration = Duration::from_secs(1);
 
 /// What the newcomer's spawn → its job's start may take beyond its waits
-/// (`preempt_after`, the leader's round, without hints a poll): its
+/// (see [`wait_bound`]): its
 /// start-up, its session and stream, and the handover itself, a few store
 /// round trips and a job's exec (the graceful target's order, 1.2 s).
 const WAIT_SLACK: Duration = Duration::from_secs(1);
@@ -55,13 +55,20 @@ pub fn unsupported(mode: Mode) -> Option<&'static str> {
 }
 
 /// The newcomer's spawn → its job's start may take at most this in `mode`.
+/// With sessions its priority label rides on its session's first renewal,
+/// R after its start, which its stream tells the leader; without, its
+/// member record has it from the start. Either way the leader counts it
+/// eligible at its next round (every R), hands over `preempt_after` later,
+/// and without hints the newcomer finds the released record at its next
+/// poll (P).
 pub fn wait_bound(mode: Mode) -> Duration {
+    let label = if mode.sessions { R } else { Duration::ZERO };
     let poll = if mode.hints == Hints::Off {
         P
     } else {
         Duration::ZERO
     };
-    PREEMPT_AFTER + R + poll + WAIT_SLACK
+    label + R + PREEMPT_AFTER + poll + WAIT_SLACK
 }
 
 /// `trials` preemptions in `mode`, each with two fresh leaderd processes
@@ -225,20 +232,31 @@ pub fn report(
         "\nThe old leader counted the handover as a preemption (`leaderd_preemptions_total` 1) in {counted} of {} trials.",
         trials.len()
     );
-    let learned = match (mode.hints, mode.sessions) {
-        (Hints::On, true) => "through the stream the newcomer opens on it",
-        (Hints::On, false) | (Hints::Off, _) => "from the newcomer's member record",
+    let seen = if mode.sessions {
+        format!(
+            "the newcomer's priority label rides on its session's first renewal, R = {} s after its start, which its stream tells the leader; the leader counts it eligible at its next round (every R)",
+            R.as_secs()
+        )
+    } else {
+        format!(
+            "the newcomer's member record carries its priority from its start; the leader reads the member records at its next round (every R = {} s)",
+            R.as_secs()
+        )
+    };
+    let (low, high) = if mode.sessions {
+        ("R + preempt_after", "2R + preempt_after")
+    } else {
+        ("preempt_after", "R + preempt_after")
     };
     let _ = writeln!(
         out,
-        "\nWait: the leader learns of the newcomer {learned} and counts it eligible from its next round (every R = {} s), then hands over preempt_after = {after_s} s later; so priority-2 spawn → new child started lies between preempt_after and preempt_after + R, plus start-up and the handover (bound: {:.1} s{}).",
-        R.as_secs(),
-        wait_bound(mode).as_secs_f64(),
+        "\nWait: {seen} and hands over preempt_after = {after_s} s later; so priority-2 spawn → new child started lies between {low} and {high}, plus start-up and the handover{} (bound: {:.1} s).",
         if mode.hints == Hints::Off {
-            ", with one poll P for the newcomer to find the released record"
+            ", and one poll P for the newcomer to find the released record"
         } else {
             ""
-        }
+        },
+        wait_bound(mode).as_secs_f64()
     );
     let gaps: Vec<f64> = handovers
         .iter()
