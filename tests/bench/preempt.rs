@@ -57,18 +57,18 @@ pub fn unsupported(mode: Mode) -> Option<&'static str> {
 /// The newcomer's spawn → its job's start may take at most this in `mode`.
 /// With sessions its priority label rides on its session's first renewal,
 /// R after its start, which its stream tells the leader; without, its
-/// member record has it from the start. Either way the leader counts it
+/// member record counts once the leader has seen it change, so from its
+/// second write, R after its start. Either way the leader counts it
 /// eligible at its next round (every R), hands over `preempt_after` later,
 /// and without hints the newcomer finds the released record at its next
 /// poll (P).
 pub fn wait_bound(mode: Mode) -> Duration {
-    let label = if mode.sessions { R } else { Duration::ZERO };
     let poll = if mode.hints == Hints::Off {
         P
     } else {
         Duration::ZERO
     };
-    label + R + PREEMPT_AFTER + poll + WAIT_SLACK
+    R * 2 + PREEMPT_AFTER + poll + WAIT_SLACK
 }
 
 /// `trials` preemptions in `mode`, each with two fresh leaderd processes
@@ -239,18 +239,13 @@ pub fn report(
         )
     } else {
         format!(
-            "the newcomer's member record carries its priority from its start; the leader reads the member records at its next round (every R = {} s)",
+            "the newcomer's member record, written at its start and every R = {} s, counts once the leader has seen it change (a record left behind by a dead daemon never changes), so from its second write; the leader reads the member records at each round (every R)",
             R.as_secs()
         )
     };
-    let (low, high) = if mode.sessions {
-        ("R + preempt_after", "2R + preempt_after")
-    } else {
-        ("preempt_after", "R + preempt_after")
-    };
     let _ = writeln!(
         out,
-        "\nWait: {seen} and hands over preempt_after = {after_s} s later; so priority-2 spawn → new child started lies between {low} and {high}, plus start-up and the handover{} (bound: {:.1} s).",
+        "\nWait: {seen} and hands over preempt_after = {after_s} s later; so priority-2 spawn → new child started lies between R + preempt_after and 2R + preempt_after, plus start-up and the handover{} (bound: {:.1} s).",
         if mode.hints == Hints::Off {
             ", and one poll P for the newcomer to find the released record"
         } else {
