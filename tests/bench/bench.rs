@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000 (the footprint's sizes; balance's, default 1000)]
+//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,preempt,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000 (the footprint's sizes; balance's, default 1000)]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
@@ -26,6 +26,7 @@ mod http_load;
 #[allow(dead_code)] // the benchmark starts the server, no fault of it
 #[path = "../common/postgres.rs"]
 mod postgres;
+mod preempt;
 #[path = "../common/procfs.rs"]
 mod procfs;
 #[allow(dead_code)] // the benchmark uses the proxy's request counts only
@@ -109,12 +110,12 @@ struct Args {
     /// for the balance scenario [default: 1000].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     elections: Vec<usize>,
-    /// Run the crash, graceful, resign and cost scenarios with the leader's
-    /// hints on, off (every instance advertising an address nobody listens
+    /// Run the crash, graceful, preempt, resign and cost scenarios with the
+    /// leader's hints on, off (every instance advertising an address nobody listens
     /// on, as before hints existed), or both [default: on,off].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     hints: Vec<Hints>,
-    /// Run the crash, graceful, resign, cost and balance scenarios with
+    /// Run the crash, graceful, preempt, resign, cost and balance scenarios with
     /// each instance's elections held through its session (on), each
     /// election its own lease (off), or both, in the order given
     /// [default: on, the default of leaderd].
@@ -136,6 +137,7 @@ enum Switch {
 enum Scenario {
     Crash,
     Graceful,
+    Preempt,
     Resign,
     Cost,
     Footprint,
@@ -233,6 +235,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let needs_store = [
         Scenario::Crash,
         Scenario::Graceful,
+        Scenario::Preempt,
         Scenario::Resign,
         Scenario::Cost,
         Scenario::Footprint,
@@ -315,29 +318,62 @@ fn run(args: &Args) -> Result<bool, String> {
             (Scenario::Graceful, Departure::Graceful),
             (Scenario::Resign, Departure::ResignTo),
         ] {
-            if !selected(scenario) {
+            // Preemption is a planned handover: its rows follow the
+            // graceful handover's of each mode.
+            let preempt_here = scenario == Scenario::Graceful && selected(Scenario::Preempt);
+            if !selected(scenario) && !preempt_here {
                 continue;
             }
             for &mode in &modes {
-                let title = format!("{} ({})", departure_title(departure), mode_words(mode));
-                eprintln!("bench: {title}, {} trials", plan.trials);
-                let r =
-                    scenarios::failover(&env, store.addr(), departure, mode, plan.trials, CLUSTER)
-                        .map(|trials| {
-                            let _ = writeln!(body, "## {title}\n");
-                            match departure {
-                                Departure::Crash => {
-                                    report_crash(&mut body, &mut verdicts, &trials, mode)
-                                }
-                                Departure::Graceful => {
-                                    report_graceful(&mut body, &mut verdicts, &trials, mode)
-                                }
-                                Departure::ResignTo => {
-                                    report_resign(&mut body, &mut verdicts, &trials, mode)
-                                }
+                let mut graceful = None;
+                if selected(scenario) {
+                    let title = format!("{} ({})", departure_title(departure), mode_words(mode));
+                    eprintln!("bench: {title}, {} trials", plan.trials);
+                    let r = scenarios::failover(
+                        &env,
+                        store.addr(),
+                        departure,
+                        mode,
+                        plan.trials,
+                        CLUSTER,
+                    )
+                    .map(|trials| {
+                        let _ = writeln!(body, "## {title}\n");
+                        match departure {
+                            Departure::Crash => {
+                                report_crash(&mut body, &mut verdicts, &trials, mode)
                             }
-                        });
-                section(&title, r);
+                            Departure::Graceful => {
+                                report_graceful(&mut body, &mut verdicts, &trials, mode);
+                                graceful = Some(trials);
+                            }
+                            Departure::ResignTo => {
+                                report_resign(&mut body, &mut verdicts, &trials, mode)
+                            }
+                        }
+                    });
+                    section(&title, r);
+                }
+                if preempt_here {
+                    let title = format!("Preemption ({})", mode_words(mode));
+                    if let Some(why) = preempt::unsupported(mode) {
+                        eprintln!("bench: {title}: not run");
+                        let _ = writeln!(body, "## {title}\n\nNot run: {why}\n");
+                        continue;
+                    }
+                    eprintln!("bench: {title}, {} trials", plan.trials);
+                    let r = preempt::measure(&env, store.addr(), mode, plan.trials).map(|trials| {
+                        let _ = writeln!(body, "## {title}\n");
+                        preempt::report(
+                            &mut body,
+                            &mut verdicts,
+                            &trials,
+                            mode,
+                            graceful.as_deref(),
+                        )
+                    });
+                    section(&title, r);
+                }
             }
         }
         if selected(Scenario::Cost) {
