@@ -34,6 +34,7 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::hints::Hints;
@@ -185,7 +186,7 @@ pub struct Core {
     /// renewed one by one).
     sessions: bool,
     /// The daemon's own session, when `sessions`.
-    own_session: Option<SessionView>,
+    own_session: Option<Arc<SessionView>>,
     /// A round found the election free for this daemon but no session to
     /// hold it through: it waits for one (see [`Core::wants_session`]).
     session_wanted: bool,
@@ -319,7 +320,7 @@ impl Core {
         (&Hints, bool, &Backoff, Instant, Instant),
         (
             bool,
-            &Option<SessionView>,
+            &Option<Arc<SessionView>>,
             &Option<SessionWatch>,
             (bool, bool, &Option<Box<DeferredTake>>),
         ),

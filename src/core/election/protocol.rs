@@ -2,6 +2,7 @@
 //! [`Input`] it is told, the [`Action`]s it asks for, and the [`Note`]s
 //! for logs and metrics.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::AfterRelease;
@@ -70,7 +71,7 @@ pub enum Input {
     StoreReplaced,
     /// The daemon's own session as it stands now (elections held through
     /// sessions only): `None` while none is open and valid.
-    Session(Option<SessionView>),
+    Session(Option<Arc<SessionView>>),
     /// The answer to the [`Action::ReadSession`] asked for.
     SessionRecord(SessionAnswer),
     /// The daemon's check of the records it holds through its session

@@ -70,13 +70,13 @@ fn sessions_core() -> Core {
 }
 
 /// This daemon's session, last renewed at `ms`.
-fn own_session(ms: u64) -> SessionView {
-    SessionView {
+fn own_session(ms: u64) -> std::sync::Arc<SessionView> {
+    std::sync::Arc::new(SessionView {
         key: "#session/me/n0".into(),
         rvn: format!("m{ms}"),
         last_send: t(ms),
         labels: Default::default(),
-    }
+    })
 }
 
 /// The election, held by `b` through [`KEY`], advertising an address.

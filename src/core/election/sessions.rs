@@ -6,6 +6,8 @@
 //! renew of the owner still on its way fail instead of stretching the
 //! tenures of elections taken from under it.
 
+use std::sync::Arc;
+
 use super::{Action, Core, Note, Pending, Phase, Round, Term, Tick, WriteOp};
 use crate::core::record::{Condition, Lease, Record, WriteOutcome};
 use crate::core::session::{Flow, SessionAnswer, SessionVerdict, SessionView, judge_session};
@@ -351,7 +353,7 @@ impl Core {
     /// The daemon's session as it stands now. A tenure held through it
     /// is valid as long as it is; once it is gone (ended by a follower,
     /// deleted, or replaced by a new one), so is every such tenure.
-    pub(super) fn on_session(&mut self, tick: &Tick, view: Option<SessionView>) {
+    pub(super) fn on_session(&mut self, tick: &Tick, view: Option<Arc<SessionView>>) {
         self.own_session = view.clone();
         // The session a round waited for is open: take the election now
         // rather than at the next poll (a graceful handover waits on it),

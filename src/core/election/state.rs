@@ -40,7 +40,7 @@ pub struct Tenure {
 }
 
 /// The engine's published state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct ElectionState {
     /// Election name.
     pub election: String,
@@ -81,6 +81,93 @@ pub struct ElectionState {
     /// which its watch stream counts as quiet (last event + R + P). `None`
     /// while it polls the store instead.
     pub hints_until: Option<Instant>,
+}
+
+impl Clone for ElectionState {
+    fn clone(&self) -> ElectionState {
+        let source = self;
+        let ElectionState {
+            election,
+            identity,
+            role,
+            tenure,
+            leader,
+            fencing_token,
+            observed_at,
+            observed_at_unix_ms,
+            last_error,
+            malformed,
+            unknown_format,
+            session,
+            heartbeat,
+            first_observation_done,
+            finished,
+            rounds,
+            hints_until,
+        } = source;
+        ElectionState {
+            election: election.clone(),
+            identity: identity.clone(),
+            role: *role,
+            tenure: tenure.clone(),
+            leader: leader.clone(),
+            fencing_token: *fencing_token,
+            observed_at: *observed_at,
+            observed_at_unix_ms: *observed_at_unix_ms,
+            last_error: last_error.clone(),
+            malformed: malformed.clone(),
+            unknown_format: unknown_format.clone(),
+            session: session.clone(),
+            heartbeat: *heartbeat,
+            first_observation_done: *first_observation_done,
+            finished: *finished,
+            rounds: *rounds,
+            hints_until: *hints_until,
+        }
+    }
+
+    /// Field by field, keeping the buffers of the strings: the driver
+    /// publishes a changed state over the last one at every renewal of
+    /// every election, and the names in it rarely change. (Each field is
+    /// named, so a new one cannot be left out.)
+    fn clone_from(&mut self, source: &ElectionState) {
+        let ElectionState {
+            election,
+            identity,
+            role,
+            tenure,
+            leader,
+            fencing_token,
+            observed_at,
+            observed_at_unix_ms,
+            last_error,
+            malformed,
+            unknown_format,
+            session,
+            heartbeat,
+            first_observation_done,
+            finished,
+            rounds,
+            hints_until,
+        } = source;
+        self.election.clone_from(election);
+        self.identity.clone_from(identity);
+        self.role = *role;
+        self.tenure.clone_from(tenure);
+        self.leader.clone_from(leader);
+        self.fencing_token = *fencing_token;
+        self.observed_at = *observed_at;
+        self.observed_at_unix_ms = *observed_at_unix_ms;
+        self.last_error.clone_from(last_error);
+        self.malformed.clone_from(malformed);
+        self.unknown_format.clone_from(unknown_format);
+        self.session.clone_from(session);
+        self.heartbeat = *heartbeat;
+        self.first_observation_done = *first_observation_done;
+        self.finished = *finished;
+        self.rounds = *rounds;
+        self.hints_until = *hints_until;
+    }
 }
 
 impl ElectionState {
@@ -175,4 +262,33 @@ pub enum AfterRelease {
     /// Follow at once: the lease went to a named successor, which others
     /// wait for as if it were held.
     Follow,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_published_over_the_last_one_is_equal_and_keeps_its_strings() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(1));
+        let mut published = ElectionState::example("report", "web-1", t0);
+        published.session = Some("#session/web-1/n1".into());
+        let mut next = ElectionState::example("report", "web-1", t0 + Duration::from_secs(5))
+            .in_tenure(Role::Leader, 7, t0);
+        next.session = Some("#session/web-1/n1".into());
+        next.last_error = Some("throttled".into());
+        let buffers = (published.election.as_ptr(), published.identity.as_ptr());
+        published.clone_from(&next);
+        assert_eq!(published, next);
+        assert_eq!(published, next.clone());
+        assert_eq!(
+            (published.election.as_ptr(), published.identity.as_ptr()),
+            buffers,
+            "the names' buffers are kept"
+        );
+        // And back: fields that went away go away.
+        let follower = ElectionState::example("report", "web-1", t0);
+        published.clone_from(&follower);
+        assert_eq!(published, follower);
+    }
 }

@@ -41,6 +41,7 @@
 //! schedule; `tests` the node step by step.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::election::{Core, ElectionConfig, ElectionState, Input, Tick};
@@ -146,7 +147,9 @@ pub struct Node {
     /// (balance counts on it).
     always: bool,
     /// The session view as last published, and how often it changed.
-    view: Option<SessionView>,
+    /// Shared by every election told of it (one copy per write of the
+    /// session, not one per election).
+    view: Option<Arc<SessionView>>,
     view_seq: u64,
     /// Elections that want the session now.
     wanting: usize,
@@ -342,7 +345,13 @@ impl Node {
         &self,
     ) -> (
         &Vec<Slot>,
-        (&Option<SessionCore>, &Option<SessionView>, u64, usize, u64),
+        (
+            &Option<SessionCore>,
+            &Option<Arc<SessionView>>,
+            u64,
+            usize,
+            u64,
+        ),
         &BTreeMap<String, Known>,
         (
             &Option<ReadBack>,
@@ -413,7 +422,7 @@ impl Node {
     /// The daemon's session as its elections see it: `None` while none
     /// is open and valid, or without sessions.
     pub fn session_view(&self) -> Option<&SessionView> {
-        self.view.as_ref()
+        self.view.as_deref()
     }
 
     /// The daemon's session core, with sessions.

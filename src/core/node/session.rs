@@ -3,6 +3,7 @@
 //! and what it learns of other daemons' sessions from their streams.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::known::FORGET_AFTER;
 use super::{ElectionId, Known, Node, NodeAction, RequestId};
@@ -50,7 +51,8 @@ impl Node {
             self.out.push_back(action);
         }
         let view = session.view();
-        if view != self.view {
+        if view.as_ref() != self.view.as_deref() {
+            let view = view.map(Arc::new);
             self.view = view.clone();
             self.view_seq += 1;
             self.out.push_back(NodeAction::PublishSession);
