@@ -100,7 +100,13 @@ fn sigterm_forwards_waits_releases_and_exits_with_the_childs_code() {
     let mut a = env.start("a", &[], &[], &as_refs(&sh(script, &marker)));
     wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");
     let b = env.start("b", &[], &[], &["sleep", "1000"]);
-    std::thread::sleep(Duration::from_millis(500));
+    // A settled follower: one that watches the leader's stream (a fixed
+    // pause was not always enough on a loaded machine, and a follower not
+    // yet watching learns of the release by polling, later).
+    wait_until(Duration::from_secs(10), || {
+        b.metric("leaderd_watching_leader{election=\"job\"}") == Some(1.0)
+    })
+    .expect("b watches a");
     a.signal(Signal::SIGTERM);
     let status = a.wait_exit(Duration::from_secs(10)).expect("a exits");
     assert_eq!(
