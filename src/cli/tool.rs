@@ -75,3 +75,33 @@ pub(crate) fn print(text: &str) -> std::io::Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()
 }
+
+/// Milliseconds as seconds with one decimal, for humans.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+/// `lines` (the header first) as columns, two spaces apart.
+pub(crate) fn aligned(lines: &[Vec<String>]) -> String {
+    let columns = lines.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for l in lines {
+        let cells: Vec<String> = l
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -514,22 +514,20 @@ fn table_of(
 }
 
 fn render(s: &SlotsStatus) -> String {
-    let secs = |ms: u64| format!("{:.1}s", ms as f64 / 1000.0);
+    let secs = crate::cli::tool::seconds;
     let mut out = format!(
         "lock {}: {} of {} slots held\n",
         text::echo_plain(&s.lock),
         s.holders.len(),
         s.slots
     );
-    let mut lines = vec![[
-        "HOLDER".to_owned(),
-        "FENCING_TOKEN".to_owned(),
-        "AGE".to_owned(),
-        "LEASE".to_owned(),
-        "REMAINING".to_owned(),
-    ]];
+    let mut lines = vec![
+        ["HOLDER", "FENCING_TOKEN", "AGE", "LEASE", "REMAINING"]
+            .map(str::to_owned)
+            .to_vec(),
+    ];
     for h in &s.holders {
-        lines.push([
+        lines.push(vec![
             text::echo_plain(&h.holder),
             h.fencing_token.to_string(),
             secs(h.age_ms),
@@ -537,23 +535,6 @@ fn render(s: &SlotsStatus) -> String {
             secs(h.remaining_ms),
         ]);
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|i| {
-            lines
-                .iter()
-                .map(|l| l[i].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for l in &lines {
-        let cells: Vec<String> = l
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&crate::cli::tool::aligned(&lines));
     out
 }

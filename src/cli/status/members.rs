@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::KnownSet;
 use super::published::{Label, Overrides, Published};
-use super::{KnownSet, aligned, seconds};
+use crate::cli::tool::{aligned, seconds};
 use crate::clock;
 use crate::lease::{
     LeaseStore, MEMBER_PREFIX, Record, StoreError, is_member_key, is_session_key, session_owner,

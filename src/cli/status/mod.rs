@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::StatusArgs;
-use super::tool::{self, ToolError};
+use super::tool::{self, ToolError, aligned, seconds};
 use crate::clock;
 use crate::exit;
 use crate::lease::{LeaseStore, Record, StoreError, member_key};
@@ -302,36 +302,6 @@ pub fn render_text(rows: &[ElectionStatus]) -> String {
         .any(|r| r.holder_priority.is_some() && !r.holder_priority_exact)
     {
         out.push_str(INEXACT_NOTE);
-        out.push('\n');
-    }
-    out
-}
-
-/// Milliseconds as seconds with one decimal, for humans.
-fn seconds(ms: u64) -> String {
-    format!("{:.1}s", ms as f64 / 1000.0)
-}
-
-/// `lines` (the header first) as columns, two spaces apart.
-fn aligned(lines: &[Vec<String>]) -> String {
-    let columns = lines.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            lines
-                .iter()
-                .map(|l| l.get(i).map_or(0, |c| c.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for l in lines {
-        let cells: Vec<String> = l
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
     out

@@ -138,18 +138,9 @@ impl Published {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::HolderMeta;
 
     fn record(labels: &[(&str, &str)]) -> Lease {
-        let mut lease = Lease::stamped("#member/web-1", "web-1", 0, 10_000, 1, None);
-        lease.holder_meta = Some(HolderMeta {
-            labels: labels
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            ..Default::default()
-        });
-        lease
+        crate::cli::status::tests::publishing("#member/web-1", "web-1", labels)
     }
 
     #[test]

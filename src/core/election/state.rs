@@ -85,51 +85,31 @@ pub struct ElectionState {
 
 impl Clone for ElectionState {
     fn clone(&self) -> ElectionState {
-        let source = self;
-        let ElectionState {
-            election,
-            identity,
-            role,
-            tenure,
-            leader,
-            fencing_token,
-            observed_at,
-            observed_at_unix_ms,
-            last_error,
-            malformed,
-            unknown_format,
-            session,
-            heartbeat,
-            first_observation_done,
-            finished,
-            rounds,
-            hints_until,
-        } = source;
         ElectionState {
-            election: election.clone(),
-            identity: identity.clone(),
-            role: *role,
-            tenure: tenure.clone(),
-            leader: leader.clone(),
-            fencing_token: *fencing_token,
-            observed_at: *observed_at,
-            observed_at_unix_ms: *observed_at_unix_ms,
-            last_error: last_error.clone(),
-            malformed: malformed.clone(),
-            unknown_format: unknown_format.clone(),
-            session: session.clone(),
-            heartbeat: *heartbeat,
-            first_observation_done: *first_observation_done,
-            finished: *finished,
-            rounds: *rounds,
-            hints_until: *hints_until,
+            election: self.election.clone(),
+            identity: self.identity.clone(),
+            role: self.role,
+            tenure: self.tenure.clone(),
+            leader: self.leader.clone(),
+            fencing_token: self.fencing_token,
+            observed_at: self.observed_at,
+            observed_at_unix_ms: self.observed_at_unix_ms,
+            last_error: self.last_error.clone(),
+            malformed: self.malformed.clone(),
+            unknown_format: self.unknown_format.clone(),
+            session: self.session.clone(),
+            heartbeat: self.heartbeat,
+            first_observation_done: self.first_observation_done,
+            finished: self.finished,
+            rounds: self.rounds,
+            hints_until: self.hints_until,
         }
     }
 
     /// Field by field, keeping the buffers of the strings: the driver
     /// publishes a changed state over the last one at every renewal of
     /// every election, and the names in it rarely change. (Each field is
-    /// named, so a new one cannot be left out.)
+    /// named, so a new one cannot be left out; as in `clone`'s literal.)
     fn clone_from(&mut self, source: &ElectionState) {
         let ElectionState {
             election,
