@@ -197,6 +197,10 @@ pub enum SessionInput {
     StoreReplaced,
     /// The labels the session's record carries from its next write on
     /// (balance: how many elections this daemon leads, and which set).
+    /// When the set of their names changes (the daemon became a member,
+    /// eligible for priority, or stopped being one), that write comes
+    /// early: at once, and at most once an R, so that the others learn of
+    /// it within moments, not an R later.
     Labels(std::collections::BTreeMap<String, String>),
     /// Whether the session is wanted now: an election holds a tenure
     /// through it or is about to take one (or balance counts on it).
@@ -276,6 +280,10 @@ pub struct SessionCore {
     closing: bool,
     /// What the record's `holder_meta` carries besides the address.
     labels: std::collections::BTreeMap<String, String>,
+    /// Whether the names of `labels` changed since the last write was
+    /// sent, and when a write was last sent early for that.
+    labels_unsent: bool,
+    hastened: Option<Instant>,
     /// Whether the session is wanted ([`SessionInput::Wanted`]), and
     /// since when it is not.
     wanted: bool,
@@ -316,7 +324,11 @@ impl SessionCore {
         (
             &Backoff,
             bool,
-            &std::collections::BTreeMap<String, String>,
+            (
+                &std::collections::BTreeMap<String, String>,
+                bool,
+                Option<Instant>,
+            ),
             (bool, Option<Instant>, u64),
             &std::collections::VecDeque<(u64, String)>,
         ),
@@ -330,7 +342,7 @@ impl SessionCore {
             (
                 &self.backoff,
                 self.closing,
-                &self.labels,
+                (&self.labels, self.labels_unsent, self.hastened),
                 (self.wanted, self.unwanted_since, self.tenures_ended),
                 &self.ends,
             ),
@@ -350,6 +362,8 @@ impl SessionCore {
             backoff: Backoff::default(),
             closing: false,
             labels: Default::default(),
+            labels_unsent: false,
+            hastened: None,
             wanted,
             unwanted_since: (!wanted).then_some(start),
             retired: false,
@@ -471,7 +485,10 @@ impl SessionCore {
             SessionInput::Written(res) => self.on_written(tick, res),
             SessionInput::Read(res) => self.on_read(res),
             SessionInput::Close => self.closing = true,
-            SessionInput::Labels(labels) => self.labels = labels,
+            SessionInput::Labels(labels) => {
+                self.labels_unsent |= !labels.keys().eq(self.labels.keys());
+                self.labels = labels;
+            }
             SessionInput::Wanted(wanted) => self.on_wanted(tick, wanted),
             SessionInput::TenuresEnded(n, election) => self.tenure_ended(n, election),
             SessionInput::StoreReplaced => {
@@ -483,6 +500,25 @@ impl SessionCore {
         }
         if self.closing && self.pending.is_none() && self.phase != Phase::Finished {
             self.finish(tick);
+        }
+        self.hasten_labels();
+    }
+
+    /// Bring the next renewal forward to now, at most once an R, while
+    /// the names of the labels changed since the last write was sent.
+    fn hasten_labels(&mut self) {
+        if !self.labels_unsent || self.closing {
+            return;
+        }
+        let soonest = self
+            .hastened
+            .map_or(self.now, |at| at + self.cfg.renew_interval)
+            .max(self.now);
+        if let Phase::Open { next_renew, .. } = &mut self.phase
+            && soonest < *next_renew
+        {
+            *next_renew = soonest;
+            self.hastened = Some(soonest);
         }
     }
 
@@ -570,6 +606,7 @@ impl SessionCore {
         );
         self.own_rvns.clear();
         self.retired = false;
+        self.labels_unsent = false;
         self.pending = Some(Pending::Create {
             lease: lease.clone(),
             sent: self.now,
@@ -624,6 +661,7 @@ impl SessionCore {
         let mut renewed = lease.renewed_with(&tick.stamp);
         renewed.holder_meta = self.meta();
         renewed.fencing_token = self.tenures_ended;
+        self.labels_unsent = false;
         self.own_rvns.push(renewed.rvn.clone());
         if self.own_rvns.len() > 4 {
             self.own_rvns.remove(0);

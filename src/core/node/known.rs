@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::ElectionId;
 use crate::core::record::Record;
-use crate::core::session::{Flow, SessionAnswer};
+use crate::core::session::{ENDED_LABEL, Flow, SessionAnswer};
 use crate::core::store_error::StoreError;
 use crate::core::takeover::takeover_wait;
 use crate::core::time::Instant;
@@ -62,6 +62,9 @@ pub(super) struct Known {
     pub(super) told: Option<(String, Instant)>,
     /// The labels its owner's stream told last, if it did.
     pub(super) labels: Option<BTreeMap<String, String>>,
+    /// When the labels it shows (see [`KnownSession::labels_at`]) were
+    /// first learned with their present values.
+    labels_at: Option<Instant>,
     /// When anyone last asked about it or told of it.
     pub(super) touched: Instant,
 }
@@ -77,6 +80,11 @@ pub struct KnownSession {
     pub latest: Option<(String, Instant)>,
     /// The labels its owner's stream told last, if it did.
     pub told_labels: Option<BTreeMap<String, String>>,
+    /// When the labels it shows (the stream's, else the last read's; the
+    /// list of ended tenures aside) were first learned with their present
+    /// values: balance dates a member's eligibility from it, on this
+    /// daemon's clock.
+    pub labels_at: Option<Instant>,
 }
 
 impl Known {
@@ -90,6 +98,7 @@ impl Known {
             flow: None,
             told: None,
             labels: None,
+            labels_at: None,
             touched: now,
         }
     }
@@ -117,7 +126,28 @@ impl Known {
             self.learn(&s.rvn, now);
         }
         if self.last.as_ref().is_none_or(|(s, _)| *s <= sent) {
+            let before = self.shown_labels();
             self.last = Some((sent, record.clone()));
+            self.date_labels(before, now);
+        }
+    }
+
+    /// The labels it shows: the stream's, else the last read's, without
+    /// the list of ended tenures (it moves as tenures end).
+    fn shown_labels(&self) -> Option<BTreeMap<String, String>> {
+        let mut labels = match (&self.labels, &self.last) {
+            (Some(told), _) => told.clone(),
+            (None, Some((_, Record::Valid(s)))) => s.holder_meta.as_ref()?.labels.clone(),
+            (None, _) => return None,
+        };
+        labels.remove(ENDED_LABEL);
+        Some(labels)
+    }
+
+    /// The labels shown were `before` until `at`: dated anew if changed.
+    fn date_labels(&mut self, before: Option<BTreeMap<String, String>>, at: Instant) {
+        if self.shown_labels() != before {
+            self.labels_at = Some(at);
         }
     }
 
@@ -134,7 +164,9 @@ impl Known {
     ) {
         self.touched = self.touched.max(at);
         self.learn(rvn, at);
+        let before = self.shown_labels();
         self.labels = Some(labels);
+        self.date_labels(before, at);
         self.flow = Some(Flow {
             since,
             until: at + quiet,
@@ -154,6 +186,7 @@ impl Known {
             record: self.last.as_ref().map(|(_, r)| r.clone()),
             latest: self.learned.back().cloned(),
             told_labels: self.labels.clone(),
+            labels_at: self.labels_at,
         }
     }
 

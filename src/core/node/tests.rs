@@ -7,6 +7,7 @@ use super::*;
 use crate::core::election::{AfterRelease, Role, WriteOp};
 use crate::core::hints::LeaseEvent;
 use crate::core::record::{Condition, HolderMeta, Lease, WriteOutcome};
+use crate::core::session::ENDED_LABEL;
 use crate::core::store_error::StoreError;
 
 const MS: Duration = Duration::from_millis(1);
@@ -704,4 +705,56 @@ fn followers_polling_together_read_their_records_in_requests_of_a_hundred() {
             "election {i} saw the error"
         );
     }
+}
+
+#[test]
+fn a_sessions_labels_are_dated_from_when_they_were_first_learned_as_they_are() {
+    let mut node = following(1);
+    let with = |rvn: &str, labels: &[(&str, &str)]| {
+        let mut record = their_session(rvn, 0);
+        if let Record::Valid(s) = &mut record {
+            s.holder_meta = Some(HolderMeta {
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..HolderMeta::default()
+            });
+        }
+        record
+    };
+    let told = |ms: u64, rvn: &str, labels: &[(&str, &str)]| NodeInput::SessionTold {
+        key: THEIRS.into(),
+        rvn: rvn.into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        at: t(ms),
+        since: t(0),
+    };
+    let labels_at = |node: &Node| node.known_session(THEIRS).expect("known").labels_at;
+    let session = RequestId::SessionRecord(THEIRS.into());
+    handle(
+        &mut node,
+        20,
+        read(session, with("s1", &[("priority", "2")])),
+    );
+    assert_eq!(
+        labels_at(&node),
+        Some(t(20)),
+        "learned by the read's answer"
+    );
+    // The stream tells the same labels: still dated from the read.
+    handle(&mut node, 100, told(100, "s2", &[("priority", "2")]));
+    assert_eq!(labels_at(&node), Some(t(20)));
+    // The list of ended tenures moves without changing the date.
+    let ended = [("priority", "2"), (ENDED_LABEL, "1:e0")];
+    handle(&mut node, 5_100, told(5_100, "s3", &ended));
+    assert_eq!(labels_at(&node), Some(t(20)));
+    // Gone, and back: each change dated when it was told.
+    handle(&mut node, 10_100, told(10_100, "s4", &[]));
+    assert_eq!(labels_at(&node), Some(t(10_100)));
+    handle(&mut node, 15_100, told(15_100, "s5", &[("priority", "2")]));
+    assert_eq!(labels_at(&node), Some(t(15_100)));
 }

@@ -371,3 +371,59 @@ fn closing_an_idle_session_writes_nothing_and_finishes() {
     assert_eq!(poll(&mut s), None);
     assert!(s.is_finished());
 }
+
+fn labels(names: &[(&str, &str)]) -> SessionInput {
+    SessionInput::Labels(
+        names
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+}
+
+fn carried(l: &Lease) -> Vec<String> {
+    l.holder_meta
+        .as_ref()
+        .map(|m| m.labels.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn new_label_names_go_out_at_once_and_at_most_once_an_r_while_new_values_wait_for_the_renewal() {
+    let mut s = session();
+    s.handle(&at(0), SessionInput::Timeout);
+    let (opened, _) = write(&mut s);
+    assert!(carried(&opened).is_empty());
+    // Labels told while the opening write is on its way: written as soon
+    // as it is answered, not an R later.
+    s.handle(&at(5), labels(&[("led", "0"), ("priority", "2")]));
+    applied(&mut s, 10);
+    assert_eq!(s.next_wake(), Some(at(10).now));
+    s.handle(&at(10), SessionInput::Timeout);
+    let (early, _) = write(&mut s);
+    assert_eq!(carried(&early), ["led", "priority"]);
+    applied(&mut s, 20);
+    assert_eq!(
+        s.next_wake(),
+        Some(at(5_010).now),
+        "then every R from that send"
+    );
+    // A new value of a label already carried waits for the renewal.
+    s.handle(&at(1_000), labels(&[("led", "3"), ("priority", "2")]));
+    assert_eq!(s.next_wake(), Some(at(5_010).now));
+    // Names that change again within the R (an app check that flaps):
+    // not before an R after the last early write.
+    s.handle(&at(1_500), labels(&[("led", "3")]));
+    assert_eq!(s.next_wake(), Some(at(5_010).now));
+    s.handle(&at(5_010), SessionInput::Timeout);
+    let (renewed, _) = write(&mut s);
+    assert_eq!(carried(&renewed), ["led"]);
+    applied(&mut s, 5_020);
+    assert_eq!(s.next_wake(), Some(at(10_010).now));
+    s.handle(&at(6_000), labels(&[("led", "3"), ("priority", "2")]));
+    assert_eq!(
+        s.next_wake(),
+        Some(at(6_000).now),
+        "an R after the last early one: at once"
+    );
+}
