@@ -30,6 +30,19 @@ const TIMING: [&str; 8] = [
     "--kill-grace",
     "500ms",
 ];
+/// For the checks that nothing moves, where R's length matters not: a
+/// store's request has R to answer, so a loaded machine (SQLite's lock, a
+/// busy emulator) cannot cost a lease that the check would count.
+const CALM: [&str; 8] = [
+    "--lease-duration",
+    "4s",
+    "--renew-interval",
+    "1s",
+    "--retry-interval",
+    "2s",
+    "--kill-grace",
+    "500ms",
+];
 const L: Duration = Duration::from_secs(2);
 const P: Duration = Duration::from_secs(2);
 /// `--preempt-after` in these tests.
@@ -52,6 +65,9 @@ struct Cluster {
     history: PathBuf,
     store_args: Vec<String>,
     store_env: Vec<(String, String)>,
+    /// The lease timing flags of every daemon started ([`TIMING`] unless
+    /// told otherwise).
+    timing: Vec<String>,
 }
 
 impl Cluster {
@@ -88,14 +104,21 @@ impl Cluster {
             history,
             store_args,
             store_env,
+            timing: TIMING.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    /// The same, its daemons started with `timing`'s flags.
+    fn with_timing(mut self, timing: [&str; 8]) -> Cluster {
+        self.timing = timing.map(str::to_owned).to_vec();
+        self
     }
 
     /// Start `identity` with `--priority priority` and `extra`; returns
     /// when it answers HTTP, with that instant.
     fn start(&mut self, identity: &str, priority: i64, extra: &[String]) -> Instant {
         let mut args = self.store_args.clone();
-        args.extend(TIMING.iter().map(|s| s.to_string()));
+        args.extend(self.timing.iter().cloned());
         args.extend([
             "--election".to_owned(),
             "report".to_owned(),
@@ -325,9 +348,54 @@ fn the_highest_priority_leads_and_takes_it_back_after_a_crash(store: Store) {
     );
 }
 
+/// A newcomer's priority goes out with its session's first writes and the
+/// leader times it from when it learned of it, not from its next round:
+/// with R longer than `preempt_after` + 1 s (so that a wait of even one R
+/// would fail), each of 1 then 2, started in turn, leads within
+/// `preempt_after` + 1 s of starting.
+fn a_newcomer_leads_within_preempt_after_whatever_r(store: Store) {
+    let mut c = Cluster::new(store).with_timing([
+        "--lease-duration",
+        "8s",
+        "--renew-interval",
+        "4s",
+        "--retry-interval",
+        "2s",
+        "--kill-grace",
+        "500ms",
+    ]);
+    c.start("charlie", 0, &[]);
+    c.led_by("charlie", Duration::from_secs(30))
+        .expect("charlie leads alone");
+    for (identity, priority) in [("bravo", 1), ("alpha", 2)] {
+        let up = c.start(identity, priority, &[]);
+        c.led_by(identity, PREEMPT_AFTER * 5)
+            .unwrap_or_else(|| panic!("{identity} ({priority}) does not lead: {:?}", c.leaders()));
+        let took = up.elapsed();
+        eprintln!("{identity} ({priority}) led {took:?} after it was up, R = 4 s");
+        assert!(
+            took <= PREEMPT_AFTER + Duration::from_secs(1),
+            "{identity} led {took:?} after it was up; preempt_after is {PREEMPT_AFTER:?}"
+        );
+    }
+    // Each through a planned handover: the history checker (no overlap,
+    // tokens rise) sees charlie's, bravo's and alpha's jobs in turn.
+    wait_until(Duration::from_secs(5), || {
+        c.check_history().tenures.len() == 3
+    })
+    .unwrap_or_else(|| panic!("three tenures: {:?}", c.check_history()));
+    let who: Vec<String> = c
+        .check_history()
+        .tenures
+        .iter()
+        .map(|t| t.id.identity.clone())
+        .collect();
+    assert_eq!(who, ["charlie", "bravo", "alpha"]);
+}
+
 /// Two daemons of one priority: the first leads the whole window.
 fn equal_priorities_never_hand_over(store: Store) {
-    let mut c = Cluster::new(store);
+    let mut c = Cluster::new(store).with_timing(CALM);
     c.start("alpha", 1, &[]);
     c.led_by("alpha", L * 3).expect("alpha leads");
     c.start("bravo", 1, &[]);
@@ -384,7 +452,7 @@ fn a_flapping_preferred_daemon_moves_it_at_most_once_per_preempt_after(store: St
 
 /// `--no-preempt`: a daemon of a higher priority that joins late waits.
 fn without_preemption_nothing_moves(store: Store) {
-    let mut c = Cluster::new(store);
+    let mut c = Cluster::new(store).with_timing(CALM);
     let off = ["--no-preempt".to_owned()];
     c.start("bravo", 1, &off);
     c.led_by("bravo", L * 3).expect("bravo leads");
@@ -417,6 +485,7 @@ macro_rules! on_every_store {
 
 on_every_store!(
     the_highest_priority_leads_and_takes_it_back_after_a_crash,
+    a_newcomer_leads_within_preempt_after_whatever_r,
     equal_priorities_never_hand_over,
     a_flapping_preferred_daemon_moves_it_at_most_once_per_preempt_after,
     without_preemption_nothing_moves,

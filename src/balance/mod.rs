@@ -35,10 +35,11 @@ use tokio_util::sync::CancellationToken;
 use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
 use crate::driver::Steering;
-use crate::election::{self, AfterRelease, ElectionState, Observer, Outcome, Role};
-use crate::lease::{Condition, HolderMeta, Lease, LeaseStore, Record, WriteOutcome, member_key};
+use crate::election::{AfterRelease, ElectionState, Observer, Outcome, Role};
+use crate::lease::{Condition, Lease, LeaseStore, Record, WriteOutcome, member_key};
 
 mod priority;
+mod records;
 mod sessions;
 pub use priority::{MemberPriority, PRIORITY_LABEL, Preferences, PriorityView, holding_gate};
 pub use sessions::SessionMembers;
@@ -198,6 +199,7 @@ pub fn spawn(
         joined_ms: clock::unix_ms(),
         seen: HashMap::new(),
         gifts: Vec::new(),
+        moved_at: None,
         last_error: None,
         membership: Arc::new(membership),
         watched: sessions::Watched::default(),
@@ -214,16 +216,6 @@ pub fn spawn(
     }
 }
 
-/// A member record as last read, and what we make of it.
-#[derive(Debug, Clone)]
-struct Seen {
-    /// Times its rvn by the takeover rule: a member whose record stayed
-    /// unchanged as long as a lease would is gone.
-    timer: election::TakeoverTimer,
-    /// The rvn first read, until the record changes.
-    first_rvn: Option<String>,
-}
-
 /// A live member of our set other than us.
 #[derive(Debug, Clone)]
 struct Peer {
@@ -233,6 +225,9 @@ struct Peer {
     priorities: Option<crate::core::priority::Priorities>,
     /// When it stops counting as live unless we hear of it again.
     gone_at: Instant,
+    /// When its labels were learned as they are (our clock): its
+    /// eligibility counts from then.
+    labels_at: Instant,
 }
 
 struct Worker {
@@ -250,9 +245,11 @@ struct Worker {
     /// Our member record as last written.
     own: Option<Lease>,
     joined_ms: u64,
-    seen: HashMap<String, Seen>,
-    /// Elections handed to each peer lately, not yet in its label.
+    seen: HashMap<String, records::Seen>,
+    /// Elections handed to each peer lately, not yet in its label; when
+    /// surplus was last handed over.
     gifts: Vec<(String, Instant)>,
+    moved_at: Option<Instant>,
     /// The last store error, logged once per change.
     last_error: Option<String>,
     membership: Arc<Membership>,
@@ -269,21 +266,22 @@ struct Worker {
 impl Worker {
     async fn run(mut self, stop: CancellationToken) {
         tracing::info!(identity = %self.config.identity, elections = self.elections.len(), share = self.config.share, priority = self.config.preferences.priority.default, "balancing the elections with the other members of this set");
-        let mut sit_outs = self.config.preferences.sit_outs.clone();
+        let mut waits = sessions::Waits::new(
+            &self.membership,
+            self.config.preferences.sit_outs.clone(),
+            self.clock.now(),
+        );
         loop {
             self.round().await;
             let mut next = self.clock.now() + self.config.renew_interval;
             if let Some(due) = self.preferred.due {
                 next = next.min(due);
             }
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = self.clock.sleep_until(next) => {}
-                // A sit-out takes our priority label away at once.
-                Some(()) = priority::sit_out_asked(&mut sit_outs) => {}
+            if !self.between_rounds(&stop, next, &mut waits).await {
+                self.leave().await;
+                return;
             }
         }
-        self.leave().await;
     }
 
     fn led(&self) -> usize {
@@ -329,7 +327,7 @@ impl Worker {
             Membership::Sessions(members) => {
                 self.label_session(members, member.then_some(led));
                 let mut watched = std::mem::take(&mut self.watched);
-                let peers = self.session_peers(members, &mut watched).await;
+                let peers = self.session_peers(members, &mut watched, true).await;
                 self.watched = watched;
                 peers
             }
@@ -347,7 +345,13 @@ impl Worker {
         }
         self.share.send_replace(share.clone());
         self.prefer(&peers).await;
-        if self.config.share && member && led > share.fair_share {
+        // Rounds come early for preferred leaders; moves stay a few per R.
+        let now = self.clock.now();
+        let moved_lately = self
+            .moved_at
+            .is_some_and(|at| now.saturating_since(at) < self.config.renew_interval * 9 / 10);
+        if self.config.share && member && led > share.fair_share && !moved_lately {
+            self.moved_at = Some(now);
             self.hand_surplus(&share, &peers).await;
         }
     }
@@ -363,71 +367,6 @@ impl Worker {
         if self.last_error.take().is_some() {
             tracing::info!(identity = %self.config.identity, "balance: the member records can be read and written again");
         }
-    }
-
-    /// Write our member record: renew it, or take it over from an earlier
-    /// run of ours (same identity), or create it.
-    async fn heartbeat(&mut self, led: usize) {
-        let labels = self.member_labels(led);
-        let record = Lease::stamped(
-            &self.key,
-            &self.config.identity,
-            0,
-            self.config.lease_duration.as_millis() as u64,
-            self.joined_ms,
-            Some(HolderMeta {
-                address: self.config.address.clone(),
-                labels,
-                slots: None,
-            }),
-        );
-        let condition = match &self.own {
-            Some(own) => Condition::HeldBy {
-                rvn: own.rvn.clone(),
-                holder: self.config.identity.clone(),
-            },
-            None => match self.read_own().await {
-                Ok(Record::UnknownFormat(u)) => {
-                    // A later release's record under our identity: not ours
-                    // to overwrite. Without it we are simply no member.
-                    self.failed(
-                        "write our member record",
-                        &format!("it has format {}, which this build does not know", u.format),
-                    );
-                    return;
-                }
-                Ok(current) => condition_over(&current),
-                Err(e) => {
-                    self.failed("read our member record", &e.to_string());
-                    return;
-                }
-            },
-        };
-        let start = self.clock.now();
-        let res = self.store.write(&record, &condition, self.budget()).await;
-        self.count(
-            "write_member",
-            start,
-            res.as_ref().map(|o| *o == WriteOutcome::Applied),
-        );
-        match res {
-            Ok(WriteOutcome::Applied) => {
-                self.own = Some(record);
-                self.succeeded();
-            }
-            // Written by someone else since (another daemon under our
-            // identity, or an old answer): read it again next round.
-            Ok(WriteOutcome::ConditionFailed { .. }) => self.own = None,
-            Err(e) => self.failed("write our member record", &e.to_string()),
-        }
-    }
-
-    /// Our member record as the store holds it.
-    async fn read_own(&self) -> Result<Record, crate::lease::StoreError> {
-        let start = self.clock.now();
-        let res = self.store.read(&self.key, self.budget()).await;
-        self.count("read_member", start, res.as_ref().map(|_| true));
-        res
     }
 
     /// Count a store request of the member records for metrics, under the
@@ -474,52 +413,6 @@ impl Worker {
         if let Err(e) = res {
             tracing::warn!(identity = %self.config.identity, error = %e, "balance: cannot release our member record; the others stop counting us one lease from now");
         }
-    }
-
-    /// The live members of our set other than us, from the records just
-    /// read.
-    fn peers(&mut self, records: Vec<Lease>) -> Vec<Peer> {
-        let now = self.clock.now();
-        let mut peers = Vec::new();
-        let mut present = Vec::new();
-        for record in records {
-            let Some(holder) = record.holder.clone() else {
-                continue; // released: that member left
-            };
-            if holder == self.config.identity || member_key(&holder) != record.election {
-                continue;
-            }
-            present.push(holder.clone());
-            let drift = self.config.max_clock_drift;
-            let seen = self.seen.entry(holder.clone()).or_insert_with(|| Seen {
-                timer: election::TakeoverTimer::new(drift),
-                first_rvn: Some(record.rvn.clone()),
-            });
-            // Counted only once its record was seen to change: a record
-            // left behind by a daemon that died long ago never changes.
-            if seen.first_rvn.as_ref().is_some_and(|r| *r != record.rvn) {
-                seen.first_rvn = None;
-            }
-            let gone_at = seen.timer.observe(&record.rvn, record.lease_ms, now, None);
-            let live = seen.first_rvn.is_none() && now < gone_at;
-            let labels = record.holder_meta.as_ref().map(|m| &m.labels);
-            let same_set = labels.and_then(|l| l.get(SET_LABEL)) == Some(&self.set);
-            let led = labels
-                .and_then(|l| l.get(LED_LABEL))
-                .and_then(|v| v.parse().ok());
-            let priorities =
-                Self::parse_priorities(labels.and_then(|l| l.get(priority::PRIORITY_LABEL)));
-            if let (true, true, Some(led)) = (live, same_set, led) {
-                peers.push(Peer {
-                    identity: holder,
-                    led,
-                    priorities,
-                    gone_at,
-                });
-            }
-        }
-        self.seen.retain(|identity, _| present.contains(identity));
-        peers
     }
 
     /// Hand elections over to peers below their share, a few per round.

@@ -103,6 +103,10 @@ pub(super) struct Preferred {
     since: HashMap<String, (String, Instant)>,
     /// When each election was last handed over by preemption.
     last: HashMap<String, Instant>,
+    /// When members' eligibility was last timed (the last round).
+    timed_at: Option<Instant>,
+    /// When the last round that handed elections over began.
+    moved_at: Option<Instant>,
     /// Sit-outs seen so far, and until when the last one lasts.
     sit_outs_seen: u64,
     sitting_out_until: Option<Instant>,
@@ -115,6 +119,13 @@ pub(super) struct Preferred {
     holding: bool,
     /// Elections handed over for priority so far.
     preemptions: u64,
+}
+
+impl Preferred {
+    /// Whether `identity` is timed as an eligible member already.
+    pub(super) fn knows(&self, identity: &str) -> bool {
+        self.since.contains_key(identity)
+    }
 }
 
 /// The gate the daemon's elections campaign by: the app check's verdict
@@ -336,28 +347,53 @@ impl Worker {
         }
     }
 
-    async fn prefer_leaders(&mut self, peers: &[Peer]) {
-        let now = self.clock.now();
-        let labels: HashMap<&str, String> = peers
+    /// Time each member's eligibility: since when it has been seen with
+    /// its priority label as it is, without a break.
+    fn time_eligibility(&mut self, peers: &[Peer], now: Instant) {
+        let labels: HashMap<&str, (String, Instant)> = peers
             .iter()
-            .filter_map(|p| Some((p.identity.as_str(), p.priorities.as_ref()?.encode())))
+            .filter_map(|p| {
+                let label = p.priorities.as_ref()?.encode();
+                Some((p.identity.as_str(), (label, p.labels_at.min(now))))
+            })
             .collect();
         // A break (not live, label gone or changed) starts the clock anew.
         self.preferred
             .since
-            .retain(|id, (label, _)| labels.get(id.as_str()) == Some(label));
-        for (id, label) in &labels {
+            .retain(|id, (label, _)| labels.get(id.as_str()).map(|(l, _)| l) == Some(label));
+        // Seen eligible since its label was learned as it is, when that
+        // was after the last round (a member is learned between rounds);
+        // else from now: it may have been gone in between.
+        let timed_at = self.preferred.timed_at.replace(now);
+        for (id, (label, at)) in &labels {
+            let at = match timed_at {
+                Some(t) if *at <= t => now,
+                _ => *at,
+            };
             self.preferred
                 .since
                 .entry((*id).to_owned())
-                .or_insert_with(|| (label.clone(), now));
+                .or_insert_with(|| (label.clone(), at));
         }
+    }
+
+    async fn prefer_leaders(&mut self, peers: &[Peer]) {
+        let now = self.clock.now();
+        self.time_eligibility(peers, now);
         self.preferred.due = None;
         if !self.config.preferences.priority.preempt || self.priority_label().is_none() {
             return;
         }
         let mut due: Option<Instant> = None;
-        let mut moves = super::moves_per_round(self.elections.len());
+        // A few per R, as balance moves them, however early a round comes.
+        let moved_lately = self
+            .preferred
+            .moved_at
+            .is_some_and(|at| now.saturating_since(at) < self.config.renew_interval * 9 / 10);
+        let mut moves = match moved_lately {
+            true => 0,
+            false => super::moves_per_round(self.elections.len()),
+        };
         for i in 0..self.elections.len() {
             let name = self.elections[i].name.clone();
             if self.elections[i].state.borrow().role != Role::Leader {
@@ -391,6 +427,7 @@ impl Worker {
                 break;
             }
             moves -= 1;
+            self.preferred.moved_at = Some(now);
             let theirs = contenders
                 .iter()
                 .find(|c| c.identity == to)

@@ -20,8 +20,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use tokio::sync::watch;
 
 use super::priority::PRIORITY_LABEL;
-use super::{LED_LABEL, Peer, SET_LABEL, Worker};
+use super::{LED_LABEL, Membership, Peer, SET_LABEL, Worker};
+use tokio_util::sync::CancellationToken;
+
+use super::priority::sit_out_asked;
+use crate::clock::{Clock, Instant};
 use crate::driver::Sessions;
+use crate::driver::SitOuts;
 use crate::election::{KnownSession, takeover_wait};
 use crate::lease::{READ_MANY_LIMIT, Record, session_owner};
 use crate::watch::mux::Mux;
@@ -45,6 +50,69 @@ pub struct SessionMembers {
 /// open at once (half the HTTP connection limit) in a few requests.
 const LOOK_UPS_PER_ROUND: usize = 3 * READ_MANY_LIMIT;
 
+/// Looks at the members per R at most, and after a naming while nothing
+/// was found.
+const LOOKS: u32 = 8;
+
+/// What the balancer waits for between rounds.
+pub(super) struct Waits {
+    /// The sit-outs asked (a sit-out takes our priority label away at once).
+    sit_outs: Option<watch::Receiver<SitOuts>>,
+    /// The names of the daemons watching ours (with sessions).
+    watchers: Option<Watchers>,
+    /// No look before this; looks left after the last naming.
+    next_look: Instant,
+    looks: u32,
+}
+
+impl Waits {
+    pub(super) fn new(
+        membership: &Membership,
+        sit_outs: Option<watch::Receiver<SitOuts>>,
+        now: Instant,
+    ) -> Waits {
+        let watchers = match membership {
+            Membership::Sessions(members) => Some(members.watchers.clone()),
+            Membership::Records => None,
+        };
+        Waits {
+            sit_outs,
+            watchers,
+            next_look: now,
+            looks: 0,
+        }
+    }
+}
+
+/// Resolves once a daemon watching ours named its session (true), or at
+/// `next_look` while `again` (false); not before `next_look` either way (a
+/// flood of streams wakes the balancer a few times an R at most); never
+/// without `watchers` (no sessions).
+async fn named(
+    watchers: Option<&Watchers>,
+    clock: &Clock,
+    next_look: Instant,
+    again: bool,
+) -> bool {
+    let Some(w) = watchers else {
+        return std::future::pending().await;
+    };
+    let named = tokio::select! {
+        () = w.named() => true,
+        () = clock.sleep_until(next_look), if again => false,
+    };
+    clock.sleep_until(next_look).await;
+    named
+}
+
+enum Wake {
+    Stop,
+    Round,
+    /// A look at the members; true: a daemon watching ours named its
+    /// session.
+    Look(bool),
+}
+
 /// The members' streams the balancer keeps open: the address of each
 /// session's daemon, watched through the mux.
 #[derive(Default)]
@@ -65,13 +133,68 @@ impl Worker {
         });
     }
 
+    /// Wait for the next round, due at `next` (or sooner, see
+    /// [`Worker::look`]); false once `stop` is asked.
+    pub(super) async fn between_rounds(
+        &mut self,
+        stop: &CancellationToken,
+        mut next: Instant,
+        waits: &mut Waits,
+    ) -> bool {
+        loop {
+            let wake = tokio::select! {
+                () = stop.cancelled() => Wake::Stop,
+                () = self.clock.sleep_until(next) => Wake::Round,
+                Some(()) = sit_out_asked(&mut waits.sit_outs) => Wake::Round,
+                named = named(waits.watchers.as_ref(), &self.clock, waits.next_look, waits.looks > 0) => Wake::Look(named),
+            };
+            let named = match wake {
+                Wake::Stop => return false,
+                Wake::Round => return true,
+                Wake::Look(named) => named,
+            };
+            // A member named moments ago may not have written its labels
+            // yet: looked at again a few times within an R.
+            waits.looks = if named { LOOKS } else { waits.looks - 1 };
+            if let Some(due) = self.look().await {
+                next = next.min(due);
+                waits.looks = 0;
+            }
+            waits.next_look = self.clock.now() + self.config.renew_interval / LOOKS;
+        }
+    }
+
+    /// Between rounds: look up the sessions that the daemons watching ours
+    /// named since, and watch the streams of those that are members, so
+    /// that a member is learned (and its eligibility dated) when it
+    /// starts, not at our next round. Nothing is moved here; returns when
+    /// a round should come to hand an election to a newly learned member
+    /// of a priority, `preempt_after` after it was learned (before the
+    /// next R when that is shorter).
+    pub(super) async fn look(&mut self) -> Option<Instant> {
+        let membership = self.membership.clone();
+        let Membership::Sessions(members) = membership.as_ref() else {
+            return None;
+        };
+        let mut watched = std::mem::take(&mut self.watched);
+        let peers = self.session_peers(members, &mut watched, false).await;
+        self.watched = watched;
+        let after = self.config.preferences.priority.preempt_after;
+        peers
+            .iter()
+            .filter(|p| p.priorities.is_some() && !self.preferred.knows(&p.identity))
+            .map(|p| p.labels_at + after)
+            .min()
+    }
+
     /// The live members of our set other than us, among the sessions the
-    /// daemon knows; reads those nobody told of lately, and watches the
-    /// streams of the live ones.
+    /// daemon knows; reads those nobody told of lately (when `reread`),
+    /// and watches the streams of the live ones.
     pub(super) async fn session_peers(
         &mut self,
         members: &SessionMembers,
         watched: &mut Watched,
+        reread: bool,
     ) -> Vec<Peer> {
         self.look_up_watchers(members).await;
         let mut peers = Vec::new();
@@ -83,7 +206,7 @@ impl Worker {
             if owner == self.config.identity {
                 continue;
             }
-            let known = match self.stale(&known) {
+            let known = match reread && self.stale(&known) {
                 true => self.reread(members, known).await,
                 false => known,
             };
@@ -101,6 +224,7 @@ impl Worker {
                     led,
                     priorities: member.priorities,
                     gone_at: member.gone_at,
+                    labels_at: member.labels_at,
                 });
             }
         }
@@ -205,6 +329,7 @@ impl Worker {
             led: labels.get(LED_LABEL).and_then(|v| v.parse().ok()),
             priorities: Self::parse_priorities(labels.get(PRIORITY_LABEL)),
             gone_at,
+            labels_at: known.labels_at.unwrap_or(*at).min(self.clock.now()),
         })
     }
 }
@@ -216,4 +341,5 @@ struct Member {
     led: Option<usize>,
     priorities: Option<crate::core::priority::Priorities>,
     gone_at: crate::clock::Instant,
+    labels_at: crate::clock::Instant,
 }

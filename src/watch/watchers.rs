@@ -14,7 +14,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The names of the open streams; cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
-pub struct Watchers(Arc<Mutex<Open>>);
+pub struct Watchers(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    open: Mutex<Open>,
+    /// Woken when a stream opens with a name.
+    named: tokio::sync::Notify,
+}
 
 #[derive(Debug, Default)]
 struct Open {
@@ -48,6 +55,7 @@ impl Watchers {
     fn lock(&self) -> MutexGuard<'_, Open> {
         // Every update is one map operation: a panic cannot leave it torn.
         self.0
+            .open
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -65,6 +73,8 @@ impl Watchers {
                 checked: false,
             },
         );
+        drop(open);
+        self.0.named.notify_one();
         Watcher {
             id,
             watchers: self.clone(),
@@ -97,6 +107,12 @@ impl Watchers {
         }
     }
 
+    /// Resolves once a stream opened with a name since the last time it
+    /// resolved (at once if one did meanwhile).
+    pub async fn named(&self) {
+        self.0.named.notified().await;
+    }
+
     /// How many streams are open.
     pub fn len(&self) -> usize {
         self.lock().streams.len()
@@ -126,6 +142,12 @@ mod tests {
         let a_later = watchers.opened("#session/a/1");
         assert_eq!(watchers.unchecked(10), ["#session/b/1", "#session/a/1"]);
         drop((a, a_again, a_later, b));
+        // Each opening woke the waiter, once however many came meanwhile.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut named = std::pin::pin!(watchers.named());
+        assert!(named.as_mut().poll(&mut cx).is_ready());
+        let mut again = std::pin::pin!(watchers.named());
+        assert!(again.as_mut().poll(&mut cx).is_pending());
         assert!(watchers.is_empty());
         assert!(watchers.unchecked(10).is_empty());
     }
