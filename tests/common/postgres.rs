@@ -127,6 +127,7 @@ impl PgServer {
     /// database. Panics with an install hint if it cannot start.
     pub fn start() -> PgServer {
         let bin = bin_dir();
+        sweep_left_behind();
         let dir = tempfile::Builder::new()
             .prefix("leaderd-pg-")
             .tempdir()
@@ -475,6 +476,47 @@ impl Drop for PgServer {
             kill_group(child);
         }
     }
+}
+
+/// Remove the clusters that earlier test processes left behind: the
+/// shared server lives in a static that is never dropped, so its
+/// directory (about 40 MB) outlives the process (its server does not: it
+/// dies with it). A directory counts as left behind when no live server
+/// runs from it and it is older than any cluster still starting.
+fn sweep_left_behind() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("leaderd-pg-"));
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(600));
+        if named && old && !serves(&path) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Whether a live server runs from the cluster in `dir`.
+fn serves(dir: &Path) -> bool {
+    let Ok(pid_file) = std::fs::read_to_string(dir.join("data").join("postmaster.pid")) else {
+        return false;
+    };
+    let Some(pid) = pid_file.lines().next().and_then(|l| l.trim().parse::<i32>().ok()) else {
+        return false;
+    };
+    !matches!(
+        nix::sys::signal::kill(Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// The user the server runs as: `postgres` when the tests run as root
