@@ -55,14 +55,18 @@ pub fn unsupported(mode: Mode) -> Option<&'static str> {
 }
 
 /// The newcomer's spawn → its job's start may take at most this in `mode`.
-/// With sessions its priority label rides on its session's first renewal,
-/// R after its start, which its stream tells the leader; without, its
-/// member record counts once the leader has seen it change, so from its
-/// second write, R after its start. Either way the leader counts it
-/// eligible at its next round (every R), hands over `preempt_after` later,
-/// and without hints the newcomer finds the released record at its next
-/// poll (P).
+/// With sessions its session writes its priority label at once and its
+/// stream names the session to the leader, which looks it up at once and
+/// hands over `preempt_after` after it learned the label: whatever R, the
+/// issue's bound of `preempt_after` + 1 s. Without sessions its member
+/// record counts once the leader has seen it change, so from its second
+/// write, R after its start, and the leader reads the records at its
+/// rounds (every R); without hints the newcomer finds the released record
+/// at its next poll (P).
 pub fn wait_bound(mode: Mode) -> Duration {
+    if mode.sessions {
+        return PREEMPT_AFTER + WAIT_SLACK;
+    }
     let poll = if mode.hints == Hints::Off {
         P
     } else {
@@ -232,25 +236,25 @@ pub fn report(
         "\nThe old leader counted the handover as a preemption (`leaderd_preemptions_total` 1) in {counted} of {} trials.",
         trials.len()
     );
-    let seen = if mode.sessions {
+    let wait = if mode.sessions {
         format!(
-            "the newcomer's priority label rides on its session's first renewal, R = {} s after its start, which its stream tells the leader; the leader counts it eligible at its next round (every R)",
+            "the newcomer's session writes its priority label as soon as it has one, and its stream to the leader names the session, which the leader looks up at once; the leader times its eligibility from then and hands over preempt_after = {after_s} s later, whatever R (here {} s); so priority-2 spawn → new child started is preempt_after plus start-up and the handover",
             R.as_secs()
         )
     } else {
         format!(
-            "the newcomer's member record, written at its start and every R = {} s, counts once the leader has seen it change (a record left behind by a dead daemon never changes), so from its second write; the leader reads the member records at each round (every R)",
-            R.as_secs()
+            "the newcomer's member record, written at its start and every R = {} s, counts once the leader has seen it change (a record left behind by a dead daemon never changes), so from its second write; the leader reads the member records at each round (every R) and hands over preempt_after = {after_s} s later; so priority-2 spawn → new child started lies between R + preempt_after and 2R + preempt_after, plus start-up and the handover{}",
+            R.as_secs(),
+            if mode.hints == Hints::Off {
+                ", and one poll P for the newcomer to find the released record"
+            } else {
+                ""
+            },
         )
     };
     let _ = writeln!(
         out,
-        "\nWait: {seen} and hands over preempt_after = {after_s} s later; so priority-2 spawn → new child started lies between R + preempt_after and 2R + preempt_after, plus start-up and the handover{} (bound: {:.1} s).",
-        if mode.hints == Hints::Off {
-            ", and one poll P for the newcomer to find the released record"
-        } else {
-            ""
-        },
+        "\nWait: {wait} (bound: {:.1} s).",
         wait_bound(mode).as_secs_f64()
     );
     let gaps: Vec<f64> = handovers
