@@ -19,8 +19,10 @@
 //!
 //! Membership is advice: a wrong count costs balance, never safety.
 //!
-//! With sessions there is no member record: the session is ([`sessions`]).
-//! Preferred leaders ride on the same membership ([`priority`]).
+//! Without sessions the member records are read and written as in
+//! [`records`]; with sessions there is no member record: the session is
+//! ([`sessions`]). Preferred leaders ride on the same membership
+//! ([`priority`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -510,7 +510,11 @@ fn serves(dir: &Path) -> bool {
     let Ok(pid_file) = std::fs::read_to_string(dir.join("data").join("postmaster.pid")) else {
         return false;
     };
-    let Some(pid) = pid_file.lines().next().and_then(|l| l.trim().parse::<i32>().ok()) else {
+    let Some(pid) = pid_file
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+    else {
         return false;
     };
     !matches!(
