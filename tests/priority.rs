@@ -141,6 +141,24 @@ impl Cluster {
         up
     }
 
+    /// Start `identity` with `--priority priority` and require that it
+    /// alone leads within `preempt_after` + 1 s of being up.
+    fn start_and_lead(&mut self, identity: &str, priority: i64) {
+        let up = self.start(identity, priority, &[]);
+        self.led_by(identity, PREEMPT_AFTER * 5).unwrap_or_else(|| {
+            panic!(
+                "{identity} ({priority}) does not lead: {:?}",
+                self.leaders()
+            )
+        });
+        let took = up.elapsed();
+        eprintln!("{identity} ({priority}) led {took:?} after it was up");
+        assert!(
+            took <= PREEMPT_AFTER + Duration::from_secs(1),
+            "{identity} ({priority}) led {took:?} after it was up; preempt_after is {PREEMPT_AFTER:?}"
+        );
+    }
+
     fn leaders(&self) -> Vec<String> {
         leaders(&self.nodes.iter().collect::<Vec<_>>())
     }
@@ -224,25 +242,8 @@ fn the_highest_priority_leads_and_takes_it_back_after_a_crash(store: Store) {
     let mut c = Cluster::new(store);
     c.start("charlie", 0, &[]);
     c.led_by("charlie", L * 3).expect("charlie leads alone");
-    let up = c.start("bravo", 1, &[]);
-    let took = c
-        .led_by("bravo", PREEMPT_AFTER * 3)
-        .unwrap_or_else(|| panic!("bravo (1) does not lead: {:?}", c.leaders()));
-    let since_up = up.elapsed();
-    eprintln!("bravo (1) led {since_up:?} after it was up");
-    assert!(
-        since_up <= PREEMPT_AFTER + Duration::from_secs(1),
-        "bravo led {took:?} after it was up; preempt_after is {PREEMPT_AFTER:?}"
-    );
-    let up = c.start("alpha", 2, &[]);
-    c.led_by("alpha", PREEMPT_AFTER * 3)
-        .unwrap_or_else(|| panic!("alpha (2) does not lead: {:?}", c.leaders()));
-    let took = up.elapsed();
-    eprintln!("alpha (2) led {took:?} after it was up");
-    assert!(
-        took <= PREEMPT_AFTER + Duration::from_secs(1),
-        "alpha led {took:?} after it was up"
-    );
+    c.start_and_lead("bravo", 1);
+    c.start_and_lead("alpha", 2);
     assert_eq!(c.preemptions("bravo"), 1.0);
     // The leader's /status shows each candidate's priority it knows.
     let members = || -> Vec<(String, i64)> {
@@ -311,15 +312,7 @@ fn the_highest_priority_leads_and_takes_it_back_after_a_crash(store: Store) {
     assert_eq!(c.tenures_of("charlie"), 1, "charlie led after the kill");
 
     // Back: it leads again within preempt_after + 1 s, through a handover.
-    let up = c.start("alpha", 2, &[]);
-    c.led_by("alpha", PREEMPT_AFTER * 3)
-        .unwrap_or_else(|| panic!("alpha does not lead again: {:?}", c.leaders()));
-    let took = up.elapsed();
-    eprintln!("alpha led {took:?} after its return");
-    assert!(
-        took <= PREEMPT_AFTER + Duration::from_secs(1),
-        "alpha led {took:?} after its return"
-    );
+    c.start_and_lead("alpha", 2);
     // Its job's start follows bravo's end by a handover's gap (the
     // release told on the stream, the takeover, the job's start), well
     // under one poll.
@@ -367,17 +360,8 @@ fn a_newcomer_leads_within_preempt_after_whatever_r(store: Store) {
     c.start("charlie", 0, &[]);
     c.led_by("charlie", Duration::from_secs(30))
         .expect("charlie leads alone");
-    for (identity, priority) in [("bravo", 1), ("alpha", 2)] {
-        let up = c.start(identity, priority, &[]);
-        c.led_by(identity, PREEMPT_AFTER * 5)
-            .unwrap_or_else(|| panic!("{identity} ({priority}) does not lead: {:?}", c.leaders()));
-        let took = up.elapsed();
-        eprintln!("{identity} ({priority}) led {took:?} after it was up, R = 4 s");
-        assert!(
-            took <= PREEMPT_AFTER + Duration::from_secs(1),
-            "{identity} led {took:?} after it was up; preempt_after is {PREEMPT_AFTER:?}"
-        );
-    }
+    c.start_and_lead("bravo", 1);
+    c.start_and_lead("alpha", 2);
     // Each through a planned handover: the history checker (no overlap,
     // tokens rise) sees charlie's, bravo's and alpha's jobs in turn.
     wait_until(Duration::from_secs(5), || {

@@ -299,6 +299,13 @@ impl Worker {
             .is_none_or(|g| *g.borrow() == Verdict::Pass)
     }
 
+    /// Whether the last round that moved elections (at `moved`) began
+    /// less than an R ago: rounds come early for preferred leaders, and
+    /// move nothing more within that R.
+    fn within_r(&self, moved: Option<Instant>, now: Instant) -> bool {
+        moved.is_some_and(|at| now.saturating_since(at) < self.config.renew_interval * 9 / 10)
+    }
+
     fn budget(&self) -> Duration {
         self.config.renew_interval
     }
@@ -347,11 +354,8 @@ impl Worker {
         }
         self.share.send_replace(share.clone());
         self.prefer(&peers).await;
-        // Rounds come early for preferred leaders; moves stay a few per R.
         let now = self.clock.now();
-        let moved_lately = self
-            .moved_at
-            .is_some_and(|at| now.saturating_since(at) < self.config.renew_interval * 9 / 10);
+        let moved_lately = self.within_r(self.moved_at, now);
         if self.config.share && member && led > share.fair_share && !moved_lately {
             self.moved_at = Some(now);
             self.hand_surplus(&share, &peers).await;

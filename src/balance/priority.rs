@@ -386,11 +386,7 @@ impl Worker {
         }
         let mut due: Option<Instant> = None;
         // A few per R, as balance moves them, however early a round comes.
-        let moved_lately = self
-            .preferred
-            .moved_at
-            .is_some_and(|at| now.saturating_since(at) < self.config.renew_interval * 9 / 10);
-        let mut moves = match moved_lately {
+        let mut moves = match self.within_r(self.preferred.moved_at, now) {
             true => 0,
             false => super::moves_per_round(self.elections.len()),
         };

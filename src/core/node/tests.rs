@@ -710,14 +710,17 @@ fn followers_polling_together_read_their_records_in_requests_of_a_hundred() {
 #[test]
 fn a_sessions_labels_are_dated_from_when_they_were_first_learned_as_they_are() {
     let mut node = following(1);
+    let map = |labels: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
     let with = |rvn: &str, labels: &[(&str, &str)]| {
         let mut record = their_session(rvn, 0);
         if let Record::Valid(s) = &mut record {
             s.holder_meta = Some(HolderMeta {
-                labels: labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
+                labels: map(labels),
                 ..HolderMeta::default()
             });
         }
@@ -726,10 +729,7 @@ fn a_sessions_labels_are_dated_from_when_they_were_first_learned_as_they_are() {
     let told = |ms: u64, rvn: &str, labels: &[(&str, &str)]| NodeInput::SessionTold {
         key: THEIRS.into(),
         rvn: rvn.into(),
-        labels: labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
+        labels: map(labels),
         at: t(ms),
         since: t(0),
     };
