@@ -9,7 +9,8 @@
 //! started after it arrived (never a stale answer), and all the requests
 //! that arrived during one render share the next. However many clients
 //! ask, the cost is one render after another, and the memory one answer
-//! (shared, not copied, by every response that sends it).
+//! (shared, not copied, by every response that sends it), dropped once
+//! every waiter has it.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -83,16 +84,35 @@ impl SharedRender {
             // The render that starts next, or the one that just did.
             state.started + u64::from(state.again)
         };
-        match latest
+        let (render, body) = match latest
             .wait_for(|a| a.as_ref().is_some_and(|a| a.render >= wanted))
             .await
         {
-            Ok(answer) => answer
-                .as_ref()
-                .map_or_else(|| Err("no answer".to_owned()), |a| a.body.clone()),
+            Ok(answer) => answer.as_ref().map_or_else(
+                || (0, Err("no answer".to_owned())),
+                |a| (a.render, a.body.clone()),
+            ),
             // The sender lives in `self`, which this call holds.
-            Err(_) => Err("the renderer is gone".to_owned()),
-        }
+            Err(_) => return Err("the renderer is gone".to_owned()),
+        };
+        drop(latest);
+        self.let_go(render);
+        body
+    }
+
+    /// Drop the answer of `render` once nobody waits for it any more: at
+    /// ten thousand elections a `/status` is megabytes, and kept until the
+    /// next request it would sit in memory for nothing. Nobody can want it
+    /// again: a request that comes later wants a render that starts after
+    /// it. A newer answer is left alone.
+    fn let_go(&self, render: u64) {
+        self.latest.send_if_modified(|a| {
+            if self.latest.receiver_count() == 0 && a.as_ref().is_some_and(|a| a.render == render) {
+                *a = None;
+            }
+            // Nobody to wake: whoever waits wants a newer render.
+            false
+        });
     }
 
     /// Render, and again as long as someone arrived during the last render.
@@ -167,6 +187,16 @@ mod tests {
         }
         let made = renders.load(Ordering::SeqCst) - before;
         assert!((1..=2).contains(&made), "{made} renders for 50 requests");
+    }
+
+    #[tokio::test]
+    async fn an_answer_everyone_got_is_not_kept() {
+        let shared = SharedRender::new(|| Ok(Bytes::from(vec![b'x'; 1 << 20])));
+        assert_eq!(shared.get().await.unwrap().len(), 1 << 20);
+        assert!(shared.latest.borrow().is_none(), "the answer is kept");
+        // And the next request still gets an answer of its own.
+        assert_eq!(shared.get().await.unwrap().len(), 1 << 20);
+        assert!(shared.latest.borrow().is_none());
     }
 
     #[tokio::test]
