@@ -65,7 +65,7 @@ pub use protocol::{ElectionId, Moment, NodeAction, NodeInput, RequestId};
 pub use readback::READ_MANY_LIMIT;
 
 use known::Known;
-use readback::ReadBack;
+use readback::{ReadBack, Tenures};
 
 /// Deliberate defects of the multiplexing layer the model checker must
 /// find (tests only).
@@ -157,6 +157,8 @@ pub struct Node {
     ended: u64,
     known: BTreeMap<String, Known>,
     readback: Option<ReadBack>,
+    /// The tenures held through the session, for the read-back.
+    tenures: Tenures,
     /// The app check's verdict as the elections were told it.
     may_campaign: bool,
     /// How often the store said its data was replaced.
@@ -247,6 +249,7 @@ impl Node {
             ended: 0,
             known: BTreeMap::new(),
             readback: None,
+            tenures: Tenures::default(),
             may_campaign,
             store_gen: 0,
             wakes: BTreeSet::new(),

@@ -87,6 +87,8 @@ impl Node {
         }
         self.deliver_hint(id);
         self.rewake(id);
+        let slot = &self.slots[id.index()];
+        self.tenures.note(id, slot.core.state(), slot.strict);
         self.dirty.insert(id);
     }
 
@@ -361,20 +363,13 @@ impl Node {
     pub(super) fn read_back(&mut self) {
         let now = self.now;
         let key = self.view.as_ref().map(|v| v.key.clone());
-        let held: Vec<((ElectionId, u64), bool)> = match &key {
-            Some(key) => self
-                .slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| {
-                    let state = s.core.state();
-                    let token = state.tenure.as_ref()?.fencing_token;
-                    (state.session.as_deref() == Some(key.as_str()))
-                        .then_some(((ElectionId(i as u32), token), s.strict))
-                })
-                .collect(),
-            None => Vec::new(),
-        };
+        if !self.tenures.judged_for(key.as_deref()) {
+            for (i, slot) in self.slots.iter().enumerate() {
+                self.tenures
+                    .note(ElectionId(i as u32), slot.core.state(), slot.strict);
+            }
+        }
+        let held = self.tenures.held();
         let Some(readback) = self.readback.as_mut() else {
             return;
         };
