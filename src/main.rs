@@ -32,10 +32,11 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Hand memory freed back to the system at once rather than a second
 /// later. leaderd's heap moves in bursts (a `/status` of ten thousand
-/// elections, a batch of takes), and with the delay each burst's pages
-/// stayed resident while the next one allocated: at 10,000 elections
-/// 62 MiB peak instead of 76, its CPU within run-to-run noise
-/// (docs/benchmarks.md).
+/// elections, a batch of takes, the elections told of each session
+/// write), and with the delay each burst's pages stayed resident while the
+/// next one allocated. Three daemons of 10,000 elections: 75–80 MiB peak
+/// instead of 94–105, for about 0.2 CPU s/min more at rest, pages given
+/// back and faulted in again (docs/benchmarks.md).
 fn purge_at_once() {
     // SAFETY: sets one integer option of the allocator; no memory of ours.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
