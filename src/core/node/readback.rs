@@ -92,7 +92,7 @@ impl ReadBack {
 /// small table instead of every election's state (at 10,000 elections
 /// that scan touched megabytes every R and was a fifth of a leader's CPU
 /// at rest).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Tenures {
     /// The session the entries were judged against.
     key: Option<String>,
@@ -115,14 +115,14 @@ impl Tenures {
         self.entries[index] = (token, strict);
     }
 
-    /// Whether the entries were judged against the session `key`; if
-    /// not, every election must be noted again.
-    pub(super) fn judged_for(&mut self, key: Option<&str>) -> bool {
+    /// Judge from now on against the session `key`. Returns whether it is
+    /// a new key: then every election must be noted again.
+    pub(super) fn rekey(&mut self, key: Option<&str>) -> bool {
         if self.key.as_deref() == key {
-            return true;
+            return false;
         }
         self.key = key.map(str::to_owned);
-        false
+        true
     }
 
     /// The tenures held through the session, each with whether it is

@@ -363,7 +363,7 @@ impl Node {
     pub(super) fn read_back(&mut self) {
         let now = self.now;
         let key = self.view.as_ref().map(|v| v.key.clone());
-        if !self.tenures.judged_for(key.as_deref()) {
+        if self.tenures.rekey(key.as_deref()) {
             for (i, slot) in self.slots.iter().enumerate() {
                 self.tenures
                     .note(ElectionId(i as u32), slot.core.state(), slot.strict);
