@@ -9,10 +9,8 @@ use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::clock::Clock;
-use crate::election::ElectionState;
+use crate::driver::board::StateView;
 
 /// Where to send notifications, if systemd asked for them.
 #[derive(Debug, Clone, Default)]
@@ -95,7 +93,7 @@ fn send_to(path: &std::path::Path, msg: &str) -> std::io::Result<()> {
 /// leadership change, WATCHDOG=1 while every campaign loop makes progress.
 pub(crate) async fn report_states(
     notifier: Notifier,
-    mut states: Vec<watch::Receiver<ElectionState>>,
+    mut states: Vec<StateView>,
     primary: String,
     clock: Clock,
 ) {

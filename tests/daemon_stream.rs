@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::Clock;
 use leaderd::core::node::Node;
-use leaderd::driver::{NodeDriver, Running, Sessions};
+use leaderd::driver::{NodeDriver, Running, Sessions, board};
 use leaderd::election::{
     ElectionConfig, ElectionState, LeaseEvent, NoObserver, SessionView, TaskContext,
 };
@@ -33,7 +33,7 @@ struct Fixture {
     _dir: tempfile::TempDir,
     session: watch::Sender<Option<SessionView>>,
     told: broadcast::Sender<LeaseEvent>,
-    _state: watch::Sender<ElectionState>,
+    _state: board::StateBoard,
 }
 
 /// A daemon with one election and, when `sessions`, a session and the
@@ -57,7 +57,7 @@ async fn fixture(sessions: bool, buffer: usize) -> Fixture {
     driver.spawn(&mut node);
     let peers = node.sessions(context);
     let now = clock.now();
-    let (state_tx, state) = watch::channel(ElectionState::example("report", "web-1", now));
+    let (state_tx, state) = board::channel(ElectionState::example("report", "web-1", now));
     let (resign, _) = mpsc::channel(1);
     let (session, session_rx) = watch::channel(Some(view("#session/web-1/a", "s1", &clock)));
     let (told, _) = broadcast::channel(buffer);

@@ -10,12 +10,13 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaderd::clock::{Clock, Instant};
+use leaderd::driver::board;
 use leaderd::election::{ElectionState, LeaseEvent, Role};
 use leaderd::http::{AppState, router};
 use leaderd::metrics::Metrics;
 use leaderd::resign::{ResignError, ResignRequest, Resigned};
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tower::ServiceExt;
 
 const WEDGE: Duration = Duration::from_secs(25);
@@ -37,7 +38,7 @@ struct Fixture {
     clock: Clock,
     app: Router,
     /// Keep the senders alive: a dropped sender reads as a dead engine.
-    states: Vec<watch::Sender<ElectionState>>,
+    states: Vec<board::StateBoard>,
     resigns: mpsc::Receiver<ResignRequest>,
 }
 
@@ -49,8 +50,8 @@ fn fixture(
 ) -> Fixture {
     let clock = Clock::tokio();
     let now = clock.now();
-    let (report_tx, report_rx) = watch::channel(report("report", now));
-    let (other_tx, other_rx) = watch::channel(other("my election", now));
+    let (report_tx, report_rx) = board::channel(report("report", now));
+    let (other_tx, other_rx) = board::channel(other("my election", now));
     let (resign_tx, resigns) = mpsc::channel(4);
     let state = AppState::new("report", clock.clone(), Arc::new(Metrics::new()), resign_tx)
         .with_election(report_rx, WEDGE)
@@ -169,13 +170,13 @@ async fn followers_and_stopping_answer_503_with_the_same_fields() {
 
     // A record of a format this build does not know: its holder, and the
     // format as stored.
-    f.states[0].send_modify(|s| s.unknown_format = Some("3".into()));
+    f.states[0].send_modify(0, |s| s.unknown_format = Some("3".into()));
     let body = call(&f.app, get("/leader")).await.json();
     assert_eq!(body["leader"], "web-2");
     assert_eq!(body["unknown_format"], "3");
     let status = call(&f.app, get("/status")).await.json();
     assert_eq!(status["elections"]["report"]["unknown_format"], "3");
-    f.states[0].send_modify(|s| s.unknown_format = None);
+    f.states[0].send_modify(0, |s| s.unknown_format = None);
 
     // The other election leads; percent-encoded names are decoded.
     let a = call(&f.app, get("/leader/my%20election")).await;
@@ -183,14 +184,14 @@ async fn followers_and_stopping_answer_503_with_the_same_fields() {
     assert_eq!(a.json()["election"], "my election");
 
     // Stopping keeps its tenure but is not leading.
-    f.states[1].send_modify(|s| s.role = Role::Stopping);
+    f.states[1].send_modify(0, |s| s.role = Role::Stopping);
     let a = call(&f.app, get("/leader/my%20election")).await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(a.json()["role"], "stopping");
     assert_eq!(a.json()["is_leader"], false);
 
     // No record read yet.
-    f.states[0].send_modify(|s| {
+    f.states[0].send_modify(0, |s| {
         s.leader = None;
         s.fencing_token = None;
         s.observed_at = None;
@@ -296,7 +297,7 @@ async fn a_large_status_parses_whole() {
     let mut senders = Vec::new();
     for i in 0..1_000 {
         let name = format!("e-{i:04}");
-        let (tx, rx) = watch::channel(if i % 3 == 0 {
+        let (tx, rx) = board::channel(if i % 3 == 0 {
             leader(&name, now)
         } else {
             follower(&name, now)
@@ -328,7 +329,7 @@ async fn healthz_fails_when_a_campaign_loop_is_wedged() {
     // One engine keeps beating, the other goes silent.
     tokio::time::advance(WEDGE).await;
     let now = f.clock.now();
-    f.states[0].send_modify(|s| s.heartbeat = now);
+    f.states[0].send_modify(0, |s| s.heartbeat = now);
     assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
     tokio::time::advance(Duration::from_secs(1)).await;
     let a = call(&f.app, get("/healthz")).await;
@@ -345,19 +346,19 @@ async fn healthz_fails_when_a_campaign_loop_is_wedged() {
 
     // It beats again: healthy.
     let now = f.clock.now();
-    f.states[1].send_modify(|s| s.heartbeat = now);
+    f.states[1].send_modify(0, |s| s.heartbeat = now);
     assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
 }
 
 #[tokio::test(start_paused = true)]
 async fn healthz_fails_when_an_engine_is_gone_or_finished() {
     let mut f = fixture(leader, follower, |s| s);
-    f.states[0].send_modify(|s| s.finished = true);
+    f.states[0].send_modify(0, |s| s.finished = true);
     let a = call(&f.app, get("/healthz")).await;
     a.assert_error(StatusCode::SERVICE_UNAVAILABLE, "unhealthy");
     assert!(a.text.contains("report"), "{}", a.text);
 
-    f.states[0].send_modify(|s| s.finished = false);
+    f.states[0].send_modify(0, |s| s.finished = false);
     assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
     // An engine task that died drops its sender.
     drop(f.states.remove(1));
@@ -373,7 +374,7 @@ async fn healthz_fails_when_the_store_is_unreachable_longer_than_store_timeout()
     let beat = |f: &Fixture, err: Option<&str>| {
         let now = f.clock.now();
         for tx in &f.states {
-            tx.send_modify(|s| {
+            tx.send_modify(0, |s| {
                 s.heartbeat = now;
                 s.last_error = err.map(str::to_owned);
             });
@@ -412,8 +413,8 @@ async fn healthz_store_timeout_counts_from_start_without_any_observation() {
     );
     tokio::time::advance(limit).await;
     let now = f.clock.now();
-    f.states[0].send_modify(|s| s.heartbeat = now);
-    f.states[1].send_modify(|s| s.heartbeat = now);
+    f.states[0].send_modify(0, |s| s.heartbeat = now);
+    f.states[1].send_modify(0, |s| s.heartbeat = now);
     assert_eq!(call(&f.app, get("/healthz")).await.status, StatusCode::OK);
     tokio::time::advance(Duration::from_millis(1)).await;
     let a = call(&f.app, get("/healthz")).await;
@@ -817,7 +818,7 @@ async fn watch_streams(app: &Router) -> Option<f64> {
 
 #[tokio::test(start_paused = true)]
 async fn a_leaders_watch_stream_tells_each_renewal_then_its_release_and_counts_while_open() {
-    let (events, rx) = watch::channel(Some(renewed("r1")));
+    let (events, rx) = board::channel(Some(renewed("r1")));
     let f = fixture(leader, follower, |s| s.with_watch("report", rx));
     assert_eq!(watch_streams(&f.app).await, Some(0.0));
 
@@ -834,14 +835,17 @@ async fn a_leaders_watch_stream_tells_each_renewal_then_its_release_and_counts_w
     );
     assert_eq!(watch_streams(&f.app).await, Some(1.0));
 
-    events.send_replace(Some(renewed("r2")));
+    events.send_replace(0, Some(renewed("r2")));
     assert_eq!(next_event(&mut body).await.expect("an event")["rvn"], "r2");
-    events.send_replace(Some(LeaseEvent::Released {
-        election: "report".into(),
-        rvn: "r3".into(),
-        fencing_token: 42,
-        successor: Some("web-3".into()),
-    }));
+    events.send_replace(
+        0,
+        Some(LeaseEvent::Released {
+            election: "report".into(),
+            rvn: "r3".into(),
+            fencing_token: 42,
+            successor: Some("web-3".into()),
+        }),
+    );
     let released = next_event(&mut body).await.expect("an event");
     assert_eq!(released["event"], "released", "{released}");
     assert_eq!(released["rvn"], "r3");
@@ -853,7 +857,7 @@ async fn a_leaders_watch_stream_tells_each_renewal_then_its_release_and_counts_w
 
 #[tokio::test(start_paused = true)]
 async fn a_watch_stream_counts_until_its_client_goes_away() {
-    let (_events, rx) = watch::channel(Some(renewed("r1")));
+    let (_events, rx) = board::channel(Some(renewed("r1")));
     let f = fixture(leader, follower, |s| s.with_watch("report", rx));
     let res = open_watch(&f.app).await;
     let mut body = res.into_body();
@@ -866,7 +870,7 @@ async fn a_watch_stream_counts_until_its_client_goes_away() {
 #[tokio::test(start_paused = true)]
 async fn a_followers_watch_stream_says_not_leader_and_ends() {
     // A value left from when it led is not news any more.
-    let (_events, rx) = watch::channel(Some(renewed("r1")));
+    let (_events, rx) = board::channel(Some(renewed("r1")));
     let f = fixture(follower, follower, |s| s.with_watch("report", rx));
     let res = open_watch(&f.app).await;
     assert_eq!(res.status(), StatusCode::OK);
@@ -881,7 +885,7 @@ async fn a_followers_watch_stream_says_not_leader_and_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn a_watch_of_an_unknown_election_is_a_json_404() {
-    let (_events, rx) = watch::channel(Some(renewed("r1")));
+    let (_events, rx) = board::channel(Some(renewed("r1")));
     let f = fixture(leader, follower, |s| s.with_watch("report", rx));
     call(&f.app, get("/v1/elections/nope/watch"))
         .await
@@ -896,7 +900,7 @@ async fn serve_answers_on_a_socket_and_shuts_down_within_the_drain_time() {
 
     let clock = Clock::tokio();
     let now = clock.now();
-    let (_tx, rx) = watch::channel(leader("report", now));
+    let (_tx, rx) = board::channel(leader("report", now));
     let (resign_tx, mut resigns) = mpsc::channel(4);
     let mut state = AppState::new("report", clock, Arc::new(Metrics::new()), resign_tx)
         .with_election(rx, WEDGE)

@@ -37,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 use crate::app_check::Verdict;
 use crate::clock::{self, Clock, Instant};
 use crate::driver::Steering;
-use crate::election::{AfterRelease, ElectionState, Observer, Outcome, Role};
+use crate::driver::board::StateView;
+use crate::election::{AfterRelease, Observer, Outcome, Role};
 use crate::lease::{Condition, Lease, LeaseStore, Record, WriteOutcome, member_key};
 
 mod priority;
@@ -93,7 +94,7 @@ pub struct Elected {
     /// Its name.
     pub name: String,
     /// Its engine's state.
-    pub state: watch::Receiver<ElectionState>,
+    pub state: StateView,
     /// How to hand it over; `None`: never moved (the election whose
     /// leadership runs the daemon's job moves only by resign or shutdown).
     pub steering: Option<Steering>,

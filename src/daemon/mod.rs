@@ -35,8 +35,9 @@ use crate::balance::{
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::node::{ElectionId, Node};
+use crate::driver::board::StateView;
 use crate::driver::{ElectionHandle, NodeDriver, Running, SitOuts};
-use crate::election::{self, Aim, Clients, ElectionConfig, ElectionState, HintSink, LeaseEvent};
+use crate::election::{self, Aim, Clients, ElectionConfig, HintSink, LeaseEvent};
 use crate::exit;
 use crate::http::{self, AppState};
 use crate::lease::{self, LeaseStore, StoreError};
@@ -547,7 +548,7 @@ struct Daemon {
     clock: Clock,
     metrics: Arc<Metrics>,
     handles: BTreeMap<String, ElectionHandle>,
-    primary: watch::Receiver<ElectionState>,
+    primary: StateView,
     signals: Signals,
     resign_rx: mpsc::Receiver<ResignRequest>,
     /// The background store check's verdict, until it came or was dropped.

@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::Command;
-use crate::core::election::{AfterRelease, ElectionState};
-use crate::core::hints::LeaseEvent;
+use super::board::{EventView, StateView};
+use crate::core::election::AfterRelease;
 use crate::core::node::{ElectionId, KnownSession, NodeInput};
 use crate::core::session::SessionView;
 use crate::election::{Outcome, SESSION_LABEL, TaskContext};
@@ -22,10 +22,10 @@ use crate::lease::{READ_MANY_LIMIT, Record, StoreError, is_session_key};
 #[derive(Debug)]
 pub struct ElectionHandle {
     /// The published state.
-    pub state: watch::Receiver<ElectionState>,
+    pub state: StateView,
     /// What this instance tells its followers: the last event of its
     /// tenure (`None` before the first).
-    pub events: watch::Receiver<Option<LeaseEvent>>,
+    pub events: EventView,
     /// The configured lease duration (also how long a resign sits out).
     pub lease_duration: Duration,
     pub(super) steering: Steering,

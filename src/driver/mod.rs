@@ -3,11 +3,13 @@
 //! another), feeds their answers, the time, the hints of every election
 //! (one channel from every watch client), the app check's verdict, the
 //! store's changes and the commands back, and publishes each election's
-//! state and events and the daemon's session on watch channels, which
-//! HTTP, the metrics, the job's supervision and balance follow. It decides
+//! state and events (on one board each) and the daemon's session (on a
+//! watch channel), which HTTP, the metrics, the job's supervision and
+//! balance follow. It decides
 //! nothing: an election is data in the node, not a task.
 //!
 //! The rooms: this file is the driver's loop and what it carries out;
+//! `board` where each election's state and last event are published;
 //! `handle` what the rest of the daemon holds of a running node (each
 //! election's handle, the node's session and end, the sessions it knows
 //! for balance); `report` the metrics and logs of its requests and of
@@ -25,13 +27,14 @@ use tokio::task::JoinSet;
 
 use crate::app_check::Verdict;
 use crate::clock::{Clock, Instant};
-use crate::core::election::{AfterRelease, ElectionState, Tick, WriteOp};
+use crate::core::election::{AfterRelease, Tick, WriteOp};
 use crate::core::hints::LeaseEvent;
 use crate::core::node::{ElectionId, KnownSession, Moment, Node, NodeAction, NodeInput, RequestId};
 use crate::core::session::SessionView;
 use crate::election::{Aim, Outcome, TaskContext};
 use crate::lease::{Record, Stamp, StoreError, WriteOutcome};
 
+pub mod board;
 mod error_log;
 mod handle;
 mod report;
@@ -49,6 +52,7 @@ mod tests;
 pub use handle::{ElectionHandle, Running, Sessions, SitOuts, Steering};
 pub use session::SWEEP_EVERY;
 
+use board::{EventBoard, StateBoard};
 use report::{Metric, Report};
 use session::{SessionLog, Sweeper};
 
@@ -108,8 +112,8 @@ struct Done {
 
 /// Where the driver publishes.
 struct Published {
-    states: Vec<watch::Sender<ElectionState>>,
-    events: Vec<watch::Sender<Option<LeaseEvent>>>,
+    states: StateBoard,
+    events: EventBoard,
     session: watch::Sender<Option<SessionView>>,
     /// The daemon's stream, told every event too (with sessions).
     told: Option<broadcast::Sender<LeaseEvent>>,
@@ -157,20 +161,17 @@ impl NodeDriver {
     /// running node (its task is set by [`NodeDriver::spawn`]).
     pub fn new(node: Node, context: TaskContext) -> (NodeDriver, Vec<ElectionHandle>, Running) {
         let (commands_tx, commands) = mpsc::channel(64);
-        let mut states = Vec::with_capacity(node.len());
-        let mut events = Vec::with_capacity(node.len());
+        let states =
+            StateBoard::new((0..node.len()).map(|i| node.state(ElectionId(i as u32)).clone()));
+        let events = EventBoard::new((0..node.len()).map(|_| None));
         let mut handles = Vec::with_capacity(node.len());
         let (sit_outs, sit_outs_rx) = watch::channel(SitOuts::default());
         let sit_outs = std::sync::Arc::new(sit_outs);
         for i in 0..node.len() {
             let id = ElectionId(i as u32);
-            let (state_tx, state) = watch::channel(node.state(id).clone());
-            let (events_tx, events_rx) = watch::channel(None);
-            states.push(state_tx);
-            events.push(events_tx);
             handles.push(ElectionHandle {
-                state,
-                events: events_rx,
+                state: states.view(i),
+                events: events.view(i),
                 lease_duration: node.config(id).lease_duration,
                 steering: Steering {
                     commands: commands_tx.clone(),
@@ -565,16 +566,7 @@ impl NodeDriver {
     fn publish(&mut self, action: NodeAction) {
         match action {
             NodeAction::Publish(id) => {
-                if let Some(tx) = self.out.states.get(id.index()) {
-                    let state = self.node.state(id);
-                    tx.send_if_modified(|s| {
-                        if s == state {
-                            return false;
-                        }
-                        s.clone_from(state);
-                        true
-                    });
-                }
+                self.out.states.publish(id.index(), self.node.state(id));
             }
             NodeAction::PublishSession => {
                 self.out
@@ -603,9 +595,7 @@ impl NodeDriver {
                     // No follower daemon listening: nobody to tell.
                     let _ = told.send(event.clone());
                 }
-                if let Some(tx) = self.out.events.get(election.index()) {
-                    tx.send_replace(Some(event));
-                }
+                self.out.events.send_replace(election.index(), Some(event));
             }
             NodeAction::Watch { election, address } => {
                 if let Some(aim) = &self.links.aim {

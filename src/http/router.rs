@@ -27,7 +27,8 @@ use super::{connection_limit, guard};
 use crate::app_check::Verdict;
 use crate::balance::{PriorityView, Share};
 use crate::clock::{Clock, Instant};
-use crate::election::{ElectionConfig, ElectionState, LeaseEvent, SessionView};
+use crate::driver::board::{EventView, StateView};
+use crate::election::{ElectionConfig, LeaseEvent, SessionView};
 use crate::metrics::Metrics;
 use crate::resign::ResignRequest;
 use crate::watch::watchers::Watchers;
@@ -39,12 +40,12 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct ElectionEntry {
     /// The engine's published state.
-    pub state: watch::Receiver<ElectionState>,
+    pub state: StateView,
     /// `/healthz` fails when the campaign loop's heartbeat is older than
     /// this; see [`wedge_threshold`].
     pub wedged_after: Duration,
     /// What the watch stream sends; `None`: no stream for this election.
-    pub events: Option<watch::Receiver<Option<LeaseEvent>>>,
+    pub events: Option<EventView>,
 }
 
 /// A heartbeat age past which an election's campaign loop counts as wedged:
@@ -189,11 +190,7 @@ impl AppState {
     }
 
     /// Add an election (named after its state's `election`).
-    pub fn with_election(
-        mut self,
-        state: watch::Receiver<ElectionState>,
-        wedged_after: Duration,
-    ) -> Self {
+    pub fn with_election(mut self, state: StateView, wedged_after: Duration) -> Self {
         let name = state.borrow().election.clone();
         self.elections.insert(
             name,
@@ -208,7 +205,7 @@ impl AppState {
 
     /// Serve the watch stream of election `name` (added before) from
     /// `events`.
-    pub fn with_watch(mut self, name: &str, events: watch::Receiver<Option<LeaseEvent>>) -> Self {
+    pub fn with_watch(mut self, name: &str, events: EventView) -> Self {
         if let Some(entry) = self.elections.get_mut(name) {
             entry.events = Some(events);
         }

@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use super::tests::{sample, state};
 use super::{Metrics, OTHERS_LABEL, OwnSeries, Shape, promtool_check};
 use crate::clock::{Clock, Instant};
+use crate::driver::board;
 use crate::election::{ElectionState, Observer, Outcome, Role, Transition};
 
 /// The sample lines of `text` (series), without the comments.
@@ -103,7 +102,7 @@ async fn above_the_limit_only_the_kept_elections_have_series_and_the_others_are_
         state("f", Role::Stopping, now, Some(5)),
         state("g", Role::Confirming, now, Some(6)),
     ];
-    let channels: Vec<_> = elections.into_iter().map(watch::channel).collect();
+    let channels: Vec<_> = elections.into_iter().map(board::channel).collect();
     let m = Metrics::shaped(Shape {
         sessions: false,
         job: Some("web".into()),
@@ -153,7 +152,7 @@ async fn at_the_limit_every_election_has_its_own_series() {
     let now = clock.now();
     let channels: Vec<_> = ["a", "b", "c"]
         .iter()
-        .map(|n| watch::channel(state(n, Role::Leader, now, Some(1))))
+        .map(|n| board::channel(state(n, Role::Leader, now, Some(1))))
         .collect();
     let m = Metrics::shaped(Shape {
         own_series: OwnSeries::decide(channels.len(), 3, ["a"]),
@@ -186,7 +185,7 @@ fn scrape_of(n: usize, own: OwnSeries, clock: &Clock) -> String {
     let channels: Vec<_> = names
         .iter()
         .enumerate()
-        .map(|(i, name)| watch::channel(state(name, Role::Leader, now, Some(i as u64))))
+        .map(|(i, name)| board::channel(state(name, Role::Leader, now, Some(i as u64))))
         .collect();
     let m = Metrics::shaped(Shape {
         sessions: false,

@@ -1,13 +1,12 @@
 //! The gauges computed at scrape time: read from the engines' current state
 //! and the clock once, as the scrape starts, and written from that reading.
 
-use tokio::sync::watch;
-
 use super::Metrics;
 use super::scope::OTHERS_LABEL;
 use super::text::Lines;
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
+use crate::driver::board::StateView;
 use crate::election::{ElectionState, Role};
 
 /// A gauge a scrape reads as it starts.
@@ -106,7 +105,7 @@ impl Metrics {
     /// exist.
     pub(super) fn read_gauges<'a>(
         &self,
-        elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
+        elections: impl IntoIterator<Item = &'a StateView>,
         share: Option<&Share>,
         clock: &Clock,
     ) -> Readings {

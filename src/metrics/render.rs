@@ -6,7 +6,6 @@ use std::cmp::Ordering as CmpOrdering;
 use std::ops::Deref;
 
 use prometheus::TextEncoder;
-use tokio::sync::watch;
 
 use super::Metrics;
 use super::families::Section;
@@ -14,7 +13,7 @@ use super::gauges::Readings;
 use super::text::Lines;
 use crate::balance::Share;
 use crate::clock::Clock;
-use crate::election::ElectionState;
+use crate::driver::board::StateView;
 
 /// Bytes of text a scrape writes before it hands a piece on.
 const PIECE: usize = 32 * 1024;
@@ -47,7 +46,7 @@ impl Metrics {
     /// gauges read now from `elections`' state at `clock.now()`.
     pub fn scrape<'a, M: Deref<Target = Metrics>>(
         metrics: M,
-        elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
+        elections: impl IntoIterator<Item = &'a StateView>,
         share: Option<&Share>,
         clock: &Clock,
     ) -> Scrape<M> {
@@ -65,7 +64,7 @@ impl Metrics {
     /// small callers; the HTTP endpoint streams a [`Scrape`]).
     pub fn render<'a>(
         &self,
-        elections: impl IntoIterator<Item = &'a watch::Receiver<ElectionState>>,
+        elections: impl IntoIterator<Item = &'a StateView>,
         share: Option<&Share>,
         clock: &Clock,
     ) -> Result<String, prometheus::Error> {

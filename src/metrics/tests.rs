@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use super::{Metrics, Shape, promtool_check};
 use crate::balance::Share;
 use crate::clock::{Clock, Instant};
+use crate::driver::board;
 use crate::election::{ElectionState, Observer, Outcome, Role, Transition};
 use crate::lease::StoreError;
 
@@ -31,8 +30,8 @@ pub(super) fn sample(text: &str, series: &str) -> Option<f64> {
 async fn gauges_are_computed_at_scrape_time() {
     let clock = Clock::tokio();
     let now = clock.now();
-    let (_tx, leader) = watch::channel(state("report", Role::Leader, now, Some(42)));
-    let (_tx2, follower) = watch::channel(state("backup", Role::Follower, now, None));
+    let (_tx, leader) = board::channel(state("report", Role::Leader, now, Some(42)));
+    let (_tx2, follower) = board::channel(state("backup", Role::Follower, now, None));
     let m = Metrics::new();
 
     let text = m.render([&leader, &follower], None, &clock).unwrap();
@@ -85,13 +84,13 @@ async fn watching_leader_holds_while_the_stream_speaks_and_never_while_leading()
         hints_until: Some(quiet_at),
         ..state("report", Role::Follower, now, Some(3))
     };
-    let (_tx, follower) = watch::channel(watching.clone());
+    let (_tx, follower) = board::channel(watching.clone());
     // A stale value left from before it led does not count.
-    let (_tx2, leader) = watch::channel(ElectionState {
+    let (_tx2, leader) = board::channel(ElectionState {
         hints_until: Some(quiet_at),
         ..state("backup", Role::Leader, now, Some(4))
     });
-    let (_tx3, polling) = watch::channel(state("web", Role::Follower, now, Some(5)));
+    let (_tx3, polling) = board::channel(state("web", Role::Follower, now, Some(5)));
     let m = Metrics::new();
     let series = |e: &str| format!("leaderd_watching_leader{{election=\"{e}\"}}");
 
@@ -117,7 +116,7 @@ async fn render_orders_families_by_name_and_series_by_labels() {
     let names = ["mid", "zed", "alpha", "beta"];
     let channels: Vec<_> = names
         .iter()
-        .map(|n| watch::channel(state(n, Role::Leader, now, Some(1))))
+        .map(|n| board::channel(state(n, Role::Leader, now, Some(1))))
         .collect();
     let m = Metrics::shaped(Shape {
         sessions: false,
@@ -272,7 +271,7 @@ const EVENT_COUNTS: &[(&str, Option<f64>)] = &[
 async fn observer_events_count_and_render_passes_promtool() {
     let clock = Clock::tokio();
     let now = clock.now();
-    let (_tx, rx) = watch::channel(state("report", Role::Leader, now, Some(7)));
+    let (_tx, rx) = board::channel(state("report", Role::Leader, now, Some(7)));
     let m = Metrics::new();
     feed_every_kind_of_event(&m);
 
@@ -331,7 +330,7 @@ async fn only_series_that_can_move_exist_before_their_first_event() {
     let now = clock.now();
     let channels: Vec<_> = ["a", "b"]
         .iter()
-        .map(|n| watch::channel(state(n, Role::Follower, now, Some(1))))
+        .map(|n| board::channel(state(n, Role::Follower, now, Some(1))))
         .collect();
     let lines = |shape: Shape| {
         let m = Metrics::shaped(shape);
@@ -377,7 +376,7 @@ async fn a_large_scrape_comes_in_pieces_with_each_family_whole() {
     let clock = Clock::tokio();
     let now = clock.now();
     let channels: Vec<_> = (0..2_000)
-        .map(|i| watch::channel(state(&format!("e-{i:04}"), Role::Follower, now, Some(i))))
+        .map(|i| board::channel(state(&format!("e-{i:04}"), Role::Follower, now, Some(i))))
         .collect();
     let m = Metrics::new();
     for i in 0..2_000 {

@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{broadcast, watch};
 
 use super::wire;
+use crate::driver::board::EventView;
 use crate::election::{LeaseEvent, SessionView};
 
 /// The streaming answer for `election`: the events published on `events`,
@@ -26,7 +27,7 @@ use crate::election::{LeaseEvent, SessionView};
 /// its client goes away.
 pub fn respond<H: Send + 'static>(
     election: &str,
-    mut events: watch::Receiver<Option<LeaseEvent>>,
+    mut events: EventView,
     leading: bool,
     held: H,
 ) -> Response {
@@ -62,7 +63,7 @@ where
 /// What is left of a stream.
 struct Rest<H> {
     /// The events to follow; `None` once the stream has said its last.
-    events: Option<watch::Receiver<Option<LeaseEvent>>>,
+    events: Option<EventView>,
     /// The first line, until it is sent.
     first: Option<LeaseEvent>,
     /// Released when the stream is dropped.
