@@ -484,9 +484,20 @@ impl Core {
 
     pub(super) fn on_timeout(&mut self, tick: &Tick) {
         let now = self.now;
-        match self.phase.clone() {
-            Phase::Delayed { until } if now >= until => self.start_round(),
-            Phase::Following { poll_at } if now >= self.follower_wake(poll_at) => {
+        // Decided on a borrow: a phase holds a lease (its labels too), and
+        // every election of a daemon wakes at once.
+        let due = match &self.phase {
+            Phase::Delayed { until } | Phase::SittingOut { until } if now >= *until => Due::Round,
+            Phase::Following { poll_at } if now >= self.follower_wake(*poll_at) => Due::Poll,
+            Phase::Leading { .. } => Due::Renew,
+            Phase::Stopping { term, valid_until } if now >= *valid_until => {
+                Due::Stopped(term.lease.fencing_token)
+            }
+            _ => Due::Nothing,
+        };
+        match due {
+            Due::Round => self.start_round(),
+            Due::Poll => {
                 // A read a hint asked for reads the election itself.
                 let asked = self.hints.deferred_read().is_some_and(|d| d <= now);
                 self.hints.waking(now);
@@ -495,15 +506,14 @@ impl Core {
                     _ => self.start_round(),
                 }
             }
-            Phase::Leading { .. } => self.leading_tick(tick),
-            Phase::Stopping { term, valid_until } if now >= valid_until => {
+            Due::Renew => self.leading_tick(tick),
+            Due::Stopped(token) => {
                 self.state.role = Role::Follower;
                 self.state.tenure = None;
-                self.note(Note::TenureEnded(term.lease.fencing_token));
+                self.note(Note::TenureEnded(token));
                 self.start_round();
             }
-            Phase::SittingOut { until } if now >= until => self.start_round(),
-            _ => {}
+            Due::Nothing => {}
         }
     }
 
@@ -560,3 +570,17 @@ pub use config::{ElectionConfig, defaults};
 pub use protocol::{Action, Input, Note, Tick, WriteOp};
 use sessions::{DeferredTake, SessionWatch};
 pub use state::{AfterRelease, ElectionState, Role, Tenure};
+
+/// What a timeout finds due (see `Core::on_timeout`).
+enum Due {
+    /// A new round: a delay or a sit-out is over.
+    Round,
+    /// A follower's poll.
+    Poll,
+    /// A leader's tick.
+    Renew,
+    /// A stopped tenure's validity is over (its fencing token).
+    Stopped(u64),
+    /// Nothing yet.
+    Nothing,
+}
