@@ -9,6 +9,7 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{RwLock, RwLockReadGuard};
 
@@ -35,6 +36,8 @@ struct Rows<T> {
 pub struct Board<T> {
     rows: Arc<Rows<T>>,
     moves: watch::Sender<u64>,
+    /// A row changed since the views were last told.
+    staged: AtomicBool,
 }
 
 /// Each election's published state.
@@ -66,7 +69,11 @@ impl<T> Board<T> {
             rows: RwLock::new(rows),
             moves: moves_rx,
         });
-        Board { rows, moves }
+        Board {
+            rows,
+            moves,
+            staged: AtomicBool::new(false),
+        }
     }
 
     /// A view of row `index`, its value marked seen.
@@ -83,22 +90,39 @@ impl<T> Board<T> {
         }
     }
 
-    /// Change row `index` with `f`, which says whether it changed; views
-    /// are told only then. Returns what `f` said (`false` for no row).
-    pub fn send_if_modified(&self, index: usize, f: impl FnOnce(&mut T) -> bool) -> bool {
-        {
-            let mut rows = self.rows.rows.write();
-            let Some(row) = rows.get_mut(index) else {
-                return false;
-            };
-            if !f(&mut row.value) {
-                return false;
-            }
-            row.moves += 1;
+    /// Change row `index` with `f`, which says whether it changed, without
+    /// telling the views yet ([`Board::tell`] does). Returns what `f` said
+    /// (`false` for no row).
+    pub fn stage(&self, index: usize, f: impl FnOnce(&mut T) -> bool) -> bool {
+        let mut rows = self.rows.rows.write();
+        let Some(row) = rows.get_mut(index) else {
+            return false;
+        };
+        if !f(&mut row.value) {
+            return false;
         }
-        // After the row: a view that saw the count move finds it changed.
-        self.moves.send_modify(|n| *n += 1);
+        row.moves += 1;
+        self.staged.store(true, Ordering::Relaxed);
         true
+    }
+
+    /// Tell the views of what was staged since the last time, if anything:
+    /// one move of the board's count for a whole batch of rows (every
+    /// election held through a session changes at its write).
+    pub fn tell(&self) {
+        // After the rows: a view that saw the count move finds its row
+        // changed.
+        if self.staged.swap(false, Ordering::Relaxed) {
+            self.moves.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Change row `index` with `f`, which says whether it changed; views
+    /// are told at once. Returns what `f` said.
+    pub fn send_if_modified(&self, index: usize, f: impl FnOnce(&mut T) -> bool) -> bool {
+        let changed = self.stage(index, f);
+        self.tell();
+        changed
     }
 
     /// Change row `index` with `f`; views are told.
@@ -116,17 +140,24 @@ impl<T> Board<T> {
 }
 
 impl<T: Clone + PartialEq> Board<T> {
-    /// Publish `value` as row `index`'s unless it is the one published,
+    /// Stage `value` as row `index`'s unless it is the one published,
     /// copied field by field into the last (buffers kept). Returns
-    /// whether it changed.
-    pub fn publish(&self, index: usize, value: &T) -> bool {
-        self.send_if_modified(index, |v| {
+    /// whether it changed. Views learn of it at the next [`Board::tell`].
+    pub fn stage_value(&self, index: usize, value: &T) -> bool {
+        self.stage(index, |v| {
             if v == value {
                 return false;
             }
             v.clone_from(value);
             true
         })
+    }
+
+    /// [`Board::stage_value`], and tell the views.
+    pub fn publish(&self, index: usize, value: &T) -> bool {
+        let changed = self.stage_value(index, value);
+        self.tell();
+        changed
     }
 }
 
@@ -304,5 +335,27 @@ mod tests {
         drop(first);
         assert!(writer.join().unwrap());
         assert_eq!(*a.borrow(), 10);
+    }
+
+    #[tokio::test]
+    async fn staged_rows_are_told_together() {
+        let board = Board::new([1, 2]);
+        let (mut a, mut b) = (board.view(0), board.view(1));
+        let waiting = tokio::spawn(async move {
+            a.changed().await.unwrap();
+            b.changed().await.unwrap();
+            (*a.borrow(), *b.borrow())
+        });
+        tokio::task::yield_now().await;
+        assert!(board.stage_value(0, &10));
+        assert!(board.stage_value(1, &20));
+        assert!(!board.stage_value(1, &20));
+        tokio::task::yield_now().await;
+        // A view waiting for the count wakes at the tell (one that looks
+        // finds its row changed at once).
+        assert!(!waiting.is_finished());
+        assert_eq!(*board.view(1).borrow(), 20);
+        board.tell();
+        assert_eq!(waiting.await.unwrap(), (10, 20));
     }
 }

@@ -421,6 +421,9 @@ impl NodeDriver {
         while let Some(action) = self.node.poll_action() {
             self.carry_out(action);
         }
+        // What the input changed, told once for all.
+        self.out.states.tell();
+        self.out.events.tell();
         if let Some(core) = self.node.session() {
             self.session_log
                 .changed(self.node.identity(), core, self.node.session_view());
@@ -566,7 +569,7 @@ impl NodeDriver {
     fn publish(&mut self, action: NodeAction) {
         match action {
             NodeAction::Publish(id) => {
-                self.out.states.publish(id.index(), self.node.state(id));
+                self.out.states.stage_value(id.index(), self.node.state(id));
             }
             NodeAction::PublishSession => {
                 self.out
@@ -595,7 +598,10 @@ impl NodeDriver {
                     // No follower daemon listening: nobody to tell.
                     let _ = told.send(event.clone());
                 }
-                self.out.events.send_replace(election.index(), Some(event));
+                self.out.events.stage(election.index(), |e| {
+                    *e = Some(event);
+                    true
+                });
             }
             NodeAction::Watch { election, address } => {
                 if let Some(aim) = &self.links.aim {
