@@ -150,6 +150,26 @@ pub fn fair_share(elections: usize, members: usize) -> usize {
     elections.div_ceil(members.max(1))
 }
 
+/// How many elections above its fair share a member of `members` may
+/// lead without handing any over: as many as leave the members below
+/// room to be within 1 % of even (n/k), were every other member that far
+/// above. None while a share is under 100 elections for each other
+/// member. A resign or a failover that leaves one member an election
+/// over its share then moves nothing more: each move is a leadership
+/// change, a job stopped here and started there.
+pub fn tolerance(elections: usize, members: usize) -> usize {
+    let (n, k) = (elections as u128, members as u128);
+    if k < 2 {
+        return 0;
+    }
+    // The most each of k-1 members may lead so that the rest is at least
+    // 99 % of n/k: (n - 0.99·n/k) / (k-1).
+    let most = (100 * n * k - 99 * n) / (100 * k * (k - 1));
+    usize::try_from(most)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(fair_share(elections, members))
+}
+
 /// A stable digest of a set of election names (FNV-1a over the sorted
 /// names): the same on every daemon and every build, unlike std's hasher.
 pub fn set_digest<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
@@ -363,7 +383,8 @@ impl Worker {
         self.prefer(&peers).await;
         let now = self.clock.now();
         let moved_lately = self.within_r(self.moved_at, now);
-        if self.config.share && member && led > share.fair_share && !moved_lately {
+        let over = share.fair_share + tolerance(share.elections, share.members);
+        if self.config.share && member && led > over && !moved_lately {
             self.moved_at = Some(now);
             self.hand_surplus(&share, &peers).await;
         }
@@ -440,9 +461,10 @@ impl Worker {
             Membership::Sessions(_) => self.config.renew_interval * 2 + self.config.retry_interval,
         };
         self.gifts.retain(|(_, at)| now - *at < settle);
-        // Members above their share give at once: each gives a receiver
-        // only its part of what the receiver lacks.
-        let givers = 1 + peers.iter().filter(|p| p.led > share.fair_share).count();
+        // Members above their share (and its tolerance) give at once: each
+        // gives a receiver only its part of what the receiver lacks.
+        let over = share.fair_share + tolerance(share.elections, share.members);
+        let givers = 1 + peers.iter().filter(|p| p.led > over).count();
         let mut wants: Vec<(String, usize)> = peers
             .iter()
             .filter_map(|p| {
@@ -711,6 +733,29 @@ mod tests {
         assert_eq!(moves_per_round(300), 30);
         assert_eq!(moves_per_round(1000), 100);
         assert_eq!(moves_per_round(3), 4);
+    }
+
+    #[test]
+    fn the_tolerance_keeps_every_member_within_one_percent_of_even() {
+        // 10,000 over 3: two members 16 over leave the third 34 under its
+        // share, 1 % under even.
+        assert_eq!(tolerance(10_000, 3), 16);
+        assert_eq!(tolerance(1_000, 3), 1);
+        assert_eq!(tolerance(10_000, 2), 50);
+        // Small sets balance exactly, as before.
+        assert_eq!(tolerance(300, 3), 0);
+        assert_eq!(tolerance(30, 1), 0);
+        for n in [1, 7, 300, 599, 1_000, 10_000, 100_000] {
+            for k in 1..=9 {
+                // (Without a tolerance, ceil(n/k) rounds as it always did.)
+                if tolerance(n, k) == 0 {
+                    continue;
+                }
+                let over = fair_share(n, k) + tolerance(n, k);
+                let rest = n - (k - 1) * over;
+                assert!(100 * rest * k >= 99 * n, "{n} over {k}: {rest} left");
+            }
+        }
     }
 
     #[test]
