@@ -186,8 +186,6 @@ pub struct Node {
     /// and the `rvn` the end is conditional on, and whose write it is.
     ending: BTreeMap<(String, String), ElectionId>,
     out: VecDeque<NodeAction>,
-    /// When `queue` and `out` last gave their room back.
-    shrunk_at: [Instant; 2],
     #[cfg(test)]
     mutations: NodeMutations,
 }
@@ -270,7 +268,6 @@ impl Node {
             batches: BTreeMap::new(),
             ending: BTreeMap::new(),
             out: VecDeque::new(),
-            shrunk_at: [start; 2],
             #[cfg(test)]
             mutations: NodeMutations::default(),
         }
@@ -462,7 +459,7 @@ impl Node {
     pub fn poll_action(&mut self) -> Option<NodeAction> {
         let action = self.out.pop_front();
         if action.is_none() {
-            shrink(&mut self.out, &mut self.shrunk_at[1], self.now);
+            shrink(&mut self.out);
         }
         action
     }
@@ -496,7 +493,7 @@ impl Node {
             self.run_queue();
         }
         self.send_reads();
-        shrink(&mut self.queue, &mut self.shrunk_at[0], self.now);
+        shrink(&mut self.queue);
         for id in std::mem::take(&mut self.dirty) {
             self.out.push_back(NodeAction::Publish(id));
         }
@@ -725,18 +722,11 @@ impl Node {
 }
 
 /// Give back the room of an empty queue grown far beyond its usual size
-/// (one input for every election, as a session opens or writes): a daemon
-/// of ten thousand elections would keep megabytes of it for good. At most
-/// once every [`SHRINK_EVERY`] (`last`, at `now`): a queue that fills at
-/// every session write would otherwise be grown again, page by page,
-/// every few seconds.
-fn shrink<T>(queue: &mut VecDeque<T>, last: &mut Instant, now: Instant) {
+/// (one input for every election, as a session opens): a daemon of ten
+/// thousand elections would keep megabytes of it for good.
+fn shrink<T>(queue: &mut VecDeque<T>) {
     const KEPT: usize = 256;
-    if queue.is_empty() && queue.capacity() > 4 * KEPT && now >= *last + SHRINK_EVERY {
+    if queue.is_empty() && queue.capacity() > 4 * KEPT {
         queue.shrink_to(KEPT);
-        *last = now;
     }
 }
-
-/// How often an empty queue may give its room back.
-const SHRINK_EVERY: Duration = Duration::from_secs(60);
