@@ -458,7 +458,7 @@ impl NodeDriver {
                 condition,
                 budget,
                 deadline,
-            } => self.write(request, op, lease, condition, budget, deadline),
+            } => self.write(request, op, *lease, condition, budget, deadline),
             other => self.publish(other),
         }
     }

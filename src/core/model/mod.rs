@@ -415,7 +415,7 @@ impl NodeModel {
                     }
                     daemon
                         .requests
-                        .insert(request, Request::write(lease, condition));
+                        .insert(request, Request::write(*lease, condition));
                 }
                 NodeAction::Tell { election, event } => {
                     daemon.told[election.index()] = Some(event);

@@ -184,8 +184,9 @@ pub enum NodeAction {
         request: RequestId,
         /// Which write.
         op: WriteOp,
-        /// The record to write.
-        lease: Lease,
+        /// The record to write (boxed: a node queues an action for each
+        /// of thousands of elections at once, most of them small).
+        lease: Box<Lease>,
         /// Its condition.
         condition: Condition,
         /// Longest the request may take.

@@ -133,7 +133,7 @@ impl Node {
                 NodeAction::Write {
                     request,
                     op,
-                    lease,
+                    lease: Box::new(lease),
                     condition,
                     budget,
                     deadline,

@@ -31,7 +31,7 @@ impl Node {
                 } => NodeAction::Write {
                     request: RequestId::Session,
                     op,
-                    lease,
+                    lease: Box::new(lease),
                     condition,
                     budget,
                     deadline,

@@ -78,7 +78,7 @@ fn write_of(actions: &[NodeAction], request: &RequestId) -> (WriteOp, Lease, Con
                 lease,
                 condition,
                 ..
-            } if r == request => Some((*op, lease.clone(), condition.clone())),
+            } if r == request => Some((*op, (**lease).clone(), condition.clone())),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no write of {request:?} in {actions:?}"))
