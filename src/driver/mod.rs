@@ -113,6 +113,8 @@ struct Done {
 /// Where the driver publishes.
 struct Published {
     states: StateBoard,
+    /// Elections whose state the input being handled may have changed.
+    changed: Vec<ElectionId>,
     events: EventBoard,
     session: watch::Sender<Option<SessionView>>,
     /// The daemon's stream, told every event too (with sessions).
@@ -198,6 +200,7 @@ impl NodeDriver {
             context,
             out: Published {
                 states,
+                changed: Vec::new(),
                 events,
                 session,
                 told: None,
@@ -421,7 +424,15 @@ impl NodeDriver {
         while let Some(action) = self.node.poll_action() {
             self.carry_out(action);
         }
-        // What the input changed, told once for all.
+        // What the input changed, staged under one hold of the lock and
+        // told once for all.
+        let node = &self.node;
+        let changed = self
+            .out
+            .changed
+            .drain(..)
+            .map(|id| (id.index(), node.state(id)));
+        self.out.states.stage_values(changed);
         self.out.states.tell();
         self.out.events.tell();
         if let Some(core) = self.node.session() {
@@ -569,7 +580,8 @@ impl NodeDriver {
     fn publish(&mut self, action: NodeAction) {
         match action {
             NodeAction::Publish(id) => {
-                self.out.states.stage_value(id.index(), self.node.state(id));
+                // Staged together at the end of the input (`feed`).
+                self.out.changed.push(id);
             }
             NodeAction::PublishSession => {
                 self.out
