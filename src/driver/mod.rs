@@ -424,7 +424,7 @@ impl NodeDriver {
         while let Some(action) = self.node.poll_action() {
             self.carry_out(action);
         }
-        // What the input changed, at its end.
+        // What the input changed, under one hold of the board's lock.
         let node = &self.node;
         let changed = self
             .out
