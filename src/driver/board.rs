@@ -1,43 +1,60 @@
 //! Where the driver publishes what its elections do: a [`Board`] holds
-//! one value per election (the state; the last event) behind one lock,
-//! and one count for the whole board that moves at each publish. Readers
-//! borrow a row through a [`View`]; one that waits for its election's
-//! change wakes when the board's count moves and looks at its row's own.
+//! one value per election (the state; the last event) behind one lock.
+//! Readers borrow a row through a [`View`]; one that waits for its
+//! election's change is woken by that row's change only. A row keeps the
+//! means to wake anyone (a `Notify`) only once someone has waited on it:
+//! most rows are read, never waited on.
 //!
 //! Before, each election had a watch channel per value: some 560 bytes
 //! each besides the value, 11 MB at 10,000 elections.
 
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{RwLock, RwLockReadGuard};
-
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::core::election::ElectionState;
 use crate::core::hints::LeaseEvent;
 
-/// One row: the value and how often it changed.
+/// One row: the value, how often it changed, and who waits for that.
 struct Row<T> {
     value: T,
     moves: u64,
+    /// Set by the first view that waits on this row.
+    waiters: OnceLock<Arc<Notify>>,
 }
 
-/// The rows, shared by the [`Publisher`] and every [`View`].
+impl<T> Row<T> {
+    /// Count a change and wake whoever waits for one.
+    fn moved(&mut self) {
+        self.moves += 1;
+        if let Some(waiters) = self.waiters.get() {
+            waiters.notify_waiters();
+        }
+    }
+}
+
+/// The rows, shared by the [`Board`] and every [`View`].
 struct Rows<T> {
     rows: RwLock<Vec<Row<T>>>,
-    /// A receiver of the board's count, to subscribe views from.
-    moves: watch::Receiver<u64>,
+    /// The board is gone: nothing more will change.
+    closed: AtomicBool,
 }
 
-/// The driver's end of a board: it writes the rows and moves the count.
-/// Dropping it (the driver ended) closes every view.
+impl<T> Rows<T> {
+    /// Recursive: a reader may borrow two rows at once (a view holds
+    /// the whole table's lock), even while the driver waits to write.
+    fn read(&self) -> RwLockReadGuard<'_, Vec<Row<T>>> {
+        self.rows.read_recursive()
+    }
+}
+
+/// The driver's end of a board: it writes the rows. Dropping it (the
+/// driver ended) closes every view.
 pub struct Board<T> {
     rows: Arc<Rows<T>>,
-    moves: watch::Sender<u64>,
-    /// A row changed since the views were last told.
-    staged: AtomicBool,
 }
 
 /// Each election's published state.
@@ -62,18 +79,17 @@ impl<T> Board<T> {
     pub fn new(values: impl IntoIterator<Item = T>) -> Board<T> {
         let rows = values
             .into_iter()
-            .map(|value| Row { value, moves: 0 })
+            .map(|value| Row {
+                value,
+                moves: 0,
+                waiters: OnceLock::new(),
+            })
             .collect();
-        let (moves, moves_rx) = watch::channel(0);
         let rows = Arc::new(Rows {
             rows: RwLock::new(rows),
-            moves: moves_rx,
+            closed: AtomicBool::new(false),
         });
-        Board {
-            rows,
-            moves,
-            staged: AtomicBool::new(false),
-        }
+        Board { rows }
     }
 
     /// A view of row `index`, its value marked seen.
@@ -85,15 +101,13 @@ impl<T> Board<T> {
         View {
             rows: self.rows.clone(),
             index,
-            moves: self.rows.moves.clone(),
             seen,
         }
     }
 
-    /// Change row `index` with `f`, which says whether it changed, without
-    /// telling the views yet ([`Board::tell`] does). Returns what `f` said
-    /// (`false` for no row).
-    pub fn stage(&self, index: usize, f: impl FnOnce(&mut T) -> bool) -> bool {
+    /// Change row `index` with `f`, which says whether it changed; its
+    /// views are told then. Returns what `f` said (`false` for no row).
+    pub fn send_if_modified(&self, index: usize, f: impl FnOnce(&mut T) -> bool) -> bool {
         let mut rows = self.rows.rows.write();
         let Some(row) = rows.get_mut(index) else {
             return false;
@@ -101,31 +115,11 @@ impl<T> Board<T> {
         if !f(&mut row.value) {
             return false;
         }
-        row.moves += 1;
-        self.staged.store(true, Ordering::Relaxed);
+        row.moved();
         true
     }
 
-    /// Tell the views of what was staged since the last time, if anything:
-    /// one move of the board's count for a whole batch of rows (every
-    /// election held through a session changes at its write).
-    pub fn tell(&self) {
-        // After the rows: a view that saw the count move finds its row
-        // changed.
-        if self.staged.swap(false, Ordering::Relaxed) {
-            self.moves.send_modify(|n| *n += 1);
-        }
-    }
-
-    /// Change row `index` with `f`, which says whether it changed; views
-    /// are told at once. Returns what `f` said.
-    pub fn send_if_modified(&self, index: usize, f: impl FnOnce(&mut T) -> bool) -> bool {
-        let changed = self.stage(index, f);
-        self.tell();
-        changed
-    }
-
-    /// Change row `index` with `f`; views are told.
+    /// Change row `index` with `f`; its views are told.
     pub fn send_modify(&self, index: usize, f: impl FnOnce(&mut T)) {
         self.send_if_modified(index, |v| {
             f(v);
@@ -133,18 +127,18 @@ impl<T> Board<T> {
         });
     }
 
-    /// Replace row `index`'s value; views are told.
+    /// Replace row `index`'s value; its views are told.
     pub fn send_replace(&self, index: usize, value: T) {
         self.send_modify(index, |v| *v = value);
     }
 }
 
 impl<T: Clone + PartialEq> Board<T> {
-    /// Stage `value` as row `index`'s unless it is the one published,
+    /// Publish `value` as row `index`'s unless it is the one published,
     /// copied field by field into the last (buffers kept). Returns
-    /// whether it changed. Views learn of it at the next [`Board::tell`].
-    pub fn stage_value(&self, index: usize, value: &T) -> bool {
-        self.stage(index, |v| {
+    /// whether it changed.
+    pub fn publish(&self, index: usize, value: &T) -> bool {
+        self.send_if_modified(index, |v| {
             if v == value {
                 return false;
             }
@@ -153,45 +147,38 @@ impl<T: Clone + PartialEq> Board<T> {
         })
     }
 
-    /// [`Board::stage_value`] for each of `rows` (index, value), under one
-    /// hold of the lock: the driver publishes what one input changed
-    /// (thousands of elections at a session's write) in one go, and a
-    /// reader borrowing rows meanwhile makes it wait once, not once a row.
-    pub fn stage_values<'a>(&self, rows: impl IntoIterator<Item = (usize, &'a T)>)
+    /// [`Board::publish`] each of `rows` (index, value) under one hold of
+    /// the lock: the driver publishes what one input changed (thousands
+    /// of elections at a session's write) in one go, and a reader
+    /// borrowing rows meanwhile makes it wait once, not once a row.
+    pub fn publish_all<'a>(&self, rows: impl IntoIterator<Item = (usize, &'a T)>)
     where
         T: 'a,
     {
         let mut table = self.rows.rows.write();
-        let mut staged = false;
         for (index, value) in rows {
             let Some(row) = table.get_mut(index) else {
                 continue;
             };
             if row.value != *value {
                 row.value.clone_from(value);
-                row.moves += 1;
-                staged = true;
+                row.moved();
             }
         }
-        drop(table);
-        if staged {
-            self.staged.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// [`Board::stage_value`], and tell the views.
-    pub fn publish(&self, index: usize, value: &T) -> bool {
-        let changed = self.stage_value(index, value);
-        self.tell();
-        changed
     }
 }
 
-impl<T> Rows<T> {
-    /// Recursive: a reader may borrow two rows at once (a view holds
-    /// the whole table's lock), even while the driver waits to write.
-    fn read(&self) -> RwLockReadGuard<'_, Vec<Row<T>>> {
-        self.rows.read_recursive()
+impl<T> Drop for Board<T> {
+    fn drop(&mut self) {
+        // Under the write lock: a view that looked before finds its
+        // waiters woken here, one that looks after finds the board closed.
+        let table = self.rows.rows.write();
+        self.rows.closed.store(true, Ordering::Release);
+        for row in table.iter() {
+            if let Some(waiters) = row.waiters.get() {
+                waiters.notify_waiters();
+            }
+        }
     }
 }
 
@@ -204,7 +191,6 @@ pub struct Closed;
 pub struct View<T> {
     rows: Arc<Rows<T>>,
     index: usize,
-    moves: watch::Receiver<u64>,
     /// The row's count when this view last marked it seen.
     seen: u64,
 }
@@ -214,7 +200,6 @@ impl<T> Clone for View<T> {
         View {
             rows: self.rows.clone(),
             index: self.index,
-            moves: self.moves.clone(),
             seen: self.seen,
         }
     }
@@ -244,11 +229,6 @@ impl<T> Deref for Ref<'_, T> {
 }
 
 impl<T> View<T> {
-    /// The row's count now.
-    fn count(&self) -> u64 {
-        self.rows.read()[self.index].moves
-    }
-
     /// The value now, not marked seen.
     pub fn borrow(&self) -> Ref<'_, T> {
         Ref {
@@ -267,11 +247,17 @@ impl<T> View<T> {
         }
     }
 
+    fn closed(&self) -> bool {
+        self.rows.closed.load(Ordering::Acquire)
+    }
+
     /// Whether the value changed since it was last marked seen; an error
     /// once the driver has ended.
     pub fn has_changed(&self) -> Result<bool, Closed> {
-        self.moves.has_changed().map_err(|_| Closed)?;
-        Ok(self.count() != self.seen)
+        if self.closed() {
+            return Err(Closed);
+        }
+        Ok(self.rows.read()[self.index].moves != self.seen)
     }
 
     /// Wait until the value changes from the one last marked seen, and
@@ -279,15 +265,30 @@ impl<T> View<T> {
     /// unseen. Cancel-safe: no change is lost.
     pub async fn changed(&mut self) -> Result<(), Closed> {
         loop {
-            // Marked before the row is looked at: a publish after this
-            // moves the count again and ends the wait below.
-            self.moves.borrow_and_update();
-            let now = self.count();
-            if now != self.seen {
-                self.seen = now;
-                return Ok(());
+            let waiters = {
+                let rows = self.rows.read();
+                let row = &rows[self.index];
+                if row.moves != self.seen {
+                    self.seen = row.moves;
+                    return Ok(());
+                }
+                if self.closed() {
+                    return Err(Closed);
+                }
+                row.waiters.get_or_init(Arc::default).clone()
+            };
+            let notified = waiters.notified();
+            tokio::pin!(notified);
+            // Waiting from here on: a change (or the end) after the look
+            // below wakes it; both are made under the write lock.
+            notified.as_mut().enable();
+            let idle = {
+                let rows = self.rows.read();
+                rows[self.index].moves == self.seen && !self.closed()
+            };
+            if idle {
+                notified.await;
             }
-            self.moves.changed().await.map_err(|_| Closed)?;
         }
     }
 
@@ -364,25 +365,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn staged_rows_are_told_together() {
-        let board = Board::new([1, 2]);
-        let (mut a, mut b) = (board.view(0), board.view(1));
+    async fn rows_published_together_wake_their_own_waiters() {
+        let board = Board::new([1, 2, 3]);
+        let (mut a, mut b, mut c) = (board.view(0), board.view(1), board.view(2));
         let waiting = tokio::spawn(async move {
             a.changed().await.unwrap();
             b.changed().await.unwrap();
             (*a.borrow(), *b.borrow())
         });
+        let third = tokio::spawn(async move { c.changed().await });
         tokio::task::yield_now().await;
-        assert!(board.stage_value(0, &10));
-        assert!(board.stage_value(1, &20));
-        assert!(!board.stage_value(1, &20));
-        board.stage_values([(1, &20), (7, &70)]);
-        tokio::task::yield_now().await;
-        // A view waiting for the count wakes at the tell (one that looks
-        // finds its row changed at once).
-        assert!(!waiting.is_finished());
-        assert_eq!(*board.view(1).borrow(), 20);
-        board.tell();
+        board.publish_all([(0, &10), (1, &20), (7, &70)]);
         assert_eq!(waiting.await.unwrap(), (10, 20));
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished(), "a row not published wakes no one");
+        drop(board);
+        assert_eq!(third.await.unwrap(), Err(Closed), "the end wakes everyone");
     }
 }

@@ -424,17 +424,14 @@ impl NodeDriver {
         while let Some(action) = self.node.poll_action() {
             self.carry_out(action);
         }
-        // What the input changed, staged under one hold of the lock and
-        // told once for all.
+        // What the input changed, under one hold of the board's lock.
         let node = &self.node;
         let changed = self
             .out
             .changed
             .drain(..)
             .map(|id| (id.index(), node.state(id)));
-        self.out.states.stage_values(changed);
-        self.out.states.tell();
-        self.out.events.tell();
+        self.out.states.publish_all(changed);
         if let Some(core) = self.node.session() {
             self.session_log
                 .changed(self.node.identity(), core, self.node.session_view());
@@ -580,7 +577,7 @@ impl NodeDriver {
     fn publish(&mut self, action: NodeAction) {
         match action {
             NodeAction::Publish(id) => {
-                // Staged together at the end of the input (`feed`).
+                // Published together at the end of the input (`feed`).
                 self.out.changed.push(id);
             }
             NodeAction::PublishSession => {
@@ -610,10 +607,7 @@ impl NodeDriver {
                     // No follower daemon listening: nobody to tell.
                     let _ = told.send(event.clone());
                 }
-                self.out.events.stage(election.index(), |e| {
-                    *e = Some(event);
-                    true
-                });
+                self.out.events.send_replace(election.index(), Some(event));
             }
             NodeAction::Watch { election, address } => {
                 if let Some(aim) = &self.links.aim {
