@@ -37,6 +37,8 @@
 //! Its rules are tested one input at a time in `tests`
 //! (`session/tests.rs`).
 
+use std::sync::Arc;
+
 use super::election::{Action, Backoff, ElectionConfig, Note, Tick, WriteOp};
 use super::takeover::TakeoverTimer;
 use crate::core::keys::session_key;
@@ -143,8 +145,9 @@ pub struct Flow {
 /// election core is told it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionAnswer {
-    /// What the store answered.
-    pub record: Result<Record, StoreError>,
+    /// What the store answered: one record shared by every election
+    /// answered with it (thousands follow through one session).
+    pub record: Result<Arc<Record>, StoreError>,
     /// When this daemon first learned the record's `rvn` (a stream's event
     /// naming it, or an earlier read finding it), if before now: its
     /// takeover timer may count from then (an `rvn` cannot be named
@@ -170,7 +173,7 @@ impl SessionAnswer {
     /// nothing known of the count (so the election is read again).
     pub fn bare(record: Result<Record, StoreError>) -> SessionAnswer {
         SessionAnswer {
-            record,
+            record: record.map(Arc::new),
             learned: None,
             flow: None,
             told: None,

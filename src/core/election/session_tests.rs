@@ -146,7 +146,7 @@ fn answer_with(
     moved: bool,
 ) {
     let answer = SessionAnswer {
-        record: Ok(record),
+        record: Ok(record.into()),
         learned: Some(t(learned)),
         flow,
         told: None,
@@ -325,7 +325,7 @@ fn a_record_older_than_a_write_the_stream_told_since_is_not_ended_on_while_that_
     // The answer (shared, read at 20 ms) still shows s1, due; the stream
     // told of s3 at 9.9 s since: read again once s3 is due.
     let cached = SessionAnswer {
-        record: Ok(session("s1")),
+        record: Ok(session("s1").into()),
         learned: Some(t(5)),
         flow: flowing(0, 15_900),
         told: Some(("s3".into(), t(9_900))),

@@ -183,7 +183,7 @@ impl Core {
                     told,
                     moved,
                 };
-                self.consider_session(*election, record, heard, tick)
+                self.consider_session(*election, &record, heard, tick)
             }
         };
         if let Some(round) = round {
@@ -198,7 +198,7 @@ impl Core {
     fn consider_session(
         &mut self,
         election: Lease,
-        record: Record,
+        record: &Record,
         heard: Heard,
         tick: &Tick,
     ) -> Option<Round> {
@@ -385,15 +385,25 @@ impl Core {
         ) {
             return;
         }
+        // Taken out, not copied: every election held through the session
+        // comes here at each of its writes.
+        let phase = std::mem::replace(&mut self.phase, Phase::Exited);
         let Phase::Leading {
             mut term,
             role,
             next_renew,
-        } = self.phase.clone()
+        } = phase
         else {
+            self.phase = phase;
             return;
         };
+        let put_back = |term| Phase::Leading {
+            term,
+            role,
+            next_renew,
+        };
         if term.lease.session.is_none() {
+            self.phase = put_back(term);
             return;
         }
         match view {
@@ -401,12 +411,8 @@ impl Core {
                 if v.last_send > term.last_send {
                     term.last_send = v.last_send;
                     self.publish_validity(&term, role);
-                    self.phase = Phase::Leading {
-                        term,
-                        role,
-                        next_renew,
-                    };
                 }
+                self.phase = put_back(term);
             }
             _ => {
                 self.note(Note::SessionLost(term.lease.fencing_token));

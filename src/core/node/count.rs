@@ -38,7 +38,6 @@ impl CountBasis {
             Record::Valid(s) => Some(s),
             _ => None,
         };
-        let seen = session.map(|s| (key.to_owned(), s.fencing_token));
         let moved = match (&self.basis, session) {
             (Some((k, basis)), Some(s)) if k == key && *basis == s.fencing_token => false,
             (Some((k, basis)), Some(s)) if k == key && *basis < s.fencing_token => {
@@ -50,10 +49,25 @@ impl CountBasis {
             // Nothing of this election ended up to this count: its last
             // read stands for a read made now, and later ends are judged
             // from here (the list names only the latest).
-            self.basis.clone_from(&seen);
+            set(&mut self.basis, key, session);
         }
-        self.seen = seen;
+        set(&mut self.seen, key, session);
         moved
+    }
+}
+
+/// Make `at` the count of `session` (stored under `key`), keeping the
+/// key's room (thousands of elections judge each answer of one session).
+fn set(at: &mut Option<(String, u64)>, key: &str, session: Option<&Lease>) {
+    match (at.as_mut(), session) {
+        (Some((k, n)), Some(s)) => {
+            if k != key {
+                key.clone_into(k);
+            }
+            *n = s.fencing_token;
+        }
+        (None, Some(s)) => *at = Some((key.to_owned(), s.fencing_token)),
+        (_, None) => *at = None,
     }
 }
 

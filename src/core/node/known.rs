@@ -24,6 +24,7 @@
 //! is a moment old can only make a follower wait longer, or end nothing.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ElectionId;
@@ -52,7 +53,7 @@ pub(super) struct Known {
     /// the module docs).
     pub(super) parked: Vec<ElectionId>,
     /// The last store answer: when its read was sent, and the record.
-    pub(super) last: Option<(Instant, Record)>,
+    pub(super) last: Option<(Instant, Arc<Record>)>,
     /// `rvn`s with the instant this daemon first learned each.
     learned: VecDeque<(String, Instant)>,
     /// The owner's stream: the first event on its connection, and when it
@@ -121,8 +122,8 @@ impl Known {
 
     /// A read sent at `sent` found `record` at `now`: its `rvn` is learned,
     /// and it is the last answer unless a read sent later answered first.
-    pub(super) fn read(&mut self, sent: Instant, record: &Record, now: Instant) {
-        if let Record::Valid(s) = record {
+    pub(super) fn read(&mut self, sent: Instant, record: &Arc<Record>, now: Instant) {
+        if let Record::Valid(s) = &**record {
             self.learn(&s.rvn, now);
         }
         if self.last.as_ref().is_none_or(|(s, _)| *s <= sent) {
@@ -135,9 +136,10 @@ impl Known {
     /// The labels it shows: the stream's, else the last read's, without
     /// the list of ended tenures (it moves as tenures end).
     fn shown_labels(&self) -> Option<BTreeMap<String, String>> {
-        let mut labels = match (&self.labels, &self.last) {
+        let last = self.last.as_ref().map(|(_, r)| &**r);
+        let mut labels = match (&self.labels, last) {
             (Some(told), _) => told.clone(),
-            (None, Some((_, Record::Valid(s)))) => s.holder_meta.as_ref()?.labels.clone(),
+            (None, Some(Record::Valid(s))) => s.holder_meta.as_ref()?.labels.clone(),
             (None, _) => return None,
         };
         labels.remove(ENDED_LABEL);
@@ -183,7 +185,7 @@ impl Known {
     pub(super) fn listed(&self, key: &str) -> KnownSession {
         KnownSession {
             key: key.to_owned(),
-            record: self.last.as_ref().map(|(_, r)| r.clone()),
+            record: self.last.as_ref().map(|(_, r)| Record::clone(r)),
             latest: self.learned.back().cloned(),
             told_labels: self.labels.clone(),
             labels_at: self.labels_at,
@@ -207,7 +209,7 @@ impl Known {
         now: Instant,
         drift: f64,
         #[allow(unused)] past_its_date: bool,
-    ) -> Option<(Instant, Record)> {
+    ) -> Option<(Instant, Arc<Record>)> {
         let (sent, record) = self.last.as_ref()?;
         // The deliberate defect: any answer will do, however old.
         #[cfg(test)]
@@ -217,7 +219,7 @@ impl Known {
         if *sent >= due {
             return Some((*sent, record.clone()));
         }
-        let Record::Valid(s) = record else {
+        let Record::Valid(s) = &**record else {
             return None;
         };
         let wait = takeover_wait(s.lease_ms, drift);
@@ -238,11 +240,11 @@ impl Known {
     /// judge: left `true` here).
     pub(super) fn answer(
         &self,
-        record: Result<Record, StoreError>,
+        record: Result<Arc<Record>, StoreError>,
         sent: Instant,
         now: Instant,
     ) -> SessionAnswer {
-        let (learned, told) = match &record {
+        let (learned, told) = match record.as_deref() {
             Ok(Record::Valid(s)) => (
                 self.learned
                     .iter()

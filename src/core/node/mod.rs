@@ -546,7 +546,7 @@ impl Node {
             }
             NodeInput::SessionRead { key, sent, record } => {
                 let now = self.now;
-                self.known_entry(&key).read(sent, &record, now);
+                self.known_entry(&key).read(sent, &Arc::new(record), now);
             }
             NodeInput::Release {
                 election,

@@ -5,6 +5,8 @@
 //! one on its way), its tenure's end moves the daemon's count, its wish
 //! for the session keeps the session open.
 
+use std::sync::Arc;
+
 use super::{ElectionId, Node, NodeAction, READ_MANY_LIMIT, RequestId, Slot};
 use crate::core::election::{Action as CoreAction, Input, WriteOp};
 use crate::core::record::{Condition, Lease, Record, WriteOutcome};
@@ -325,6 +327,7 @@ impl Node {
             return;
         };
         let sent = known.in_flight.take().unwrap_or(now);
+        let record = record.map(Arc::new);
         if let Ok(record) = &record {
             known.read(sent, record, now);
         }
