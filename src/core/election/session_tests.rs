@@ -69,6 +69,16 @@ fn sessions_core() -> Core {
     .through_sessions()
 }
 
+/// This daemon's session, last renewed at `ms` from the clock's origin.
+fn own_session_raw(ms: u64) -> std::sync::Arc<SessionView> {
+    std::sync::Arc::new(SessionView {
+        key: "#session/me/n0".into(),
+        rvn: format!("m{ms}"),
+        last_send: raw(ms).now,
+        labels: Default::default(),
+    })
+}
+
 /// This daemon's session, last renewed at `ms`.
 fn own_session(ms: u64) -> std::sync::Arc<SessionView> {
     std::sync::Arc::new(SessionView {
@@ -371,6 +381,28 @@ fn leader() -> (Core, Lease) {
     core.handle(&raw(25), Input::Written(Ok(WriteOutcome::Applied)));
     assert_eq!(core.state().role, Role::Leader);
     (core, created)
+}
+
+/// A take sent before a renewal of the session and answered after it:
+/// the tenure is valid as long as the session, from that renewal (a slow
+/// store answered the takes of a daemon of ten thousand elections after
+/// the session's next write, and each tenure, dated from its take, ran
+/// out before the write after).
+#[test]
+fn a_take_answered_after_a_renewal_of_the_session_is_valid_from_that_renewal() {
+    let mut core = sessions_core();
+    core.handle(&raw(0), Input::Session(Some(own_session(0))));
+    core.handle(&raw(0), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core.handle(&raw(20), Input::Read(Ok(Record::Absent)));
+    while core.poll_action().is_some() {}
+    // The create was sent at 20; the session is renewed, sent at 5,000.
+    core.handle(&raw(5_100), Input::Session(Some(own_session_raw(5_000))));
+    core.handle(&raw(6_000), Input::Written(Ok(WriteOutcome::Applied)));
+    assert_eq!(core.state().role, Role::Leader);
+    let validity = ElectionConfig::with_defaults("e", "me").validity();
+    let tenure = core.state().tenure.clone().expect("leading");
+    assert_eq!(tenure.valid_until, raw(5_000).now + validity, "{tenure:?}");
 }
 
 #[test]

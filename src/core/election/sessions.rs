@@ -120,8 +120,11 @@ impl Core {
 
     /// Where the validity of a tenure just won with `lease` counts from:
     /// its own write's send (`sent`) for a self-leased record, the
-    /// session's last successful write for one held through the session;
-    /// `None` if that session is no longer open.
+    /// session's last successful write for one held through the session
+    /// (even one sent after the take: the record names the session, and
+    /// nobody takes what a live session holds, nor ends the session
+    /// before it timed out from that write); `None` if that session is no
+    /// longer open.
     pub(super) fn session_origin(&self, lease: &Lease, sent: Instant) -> Option<Instant> {
         let Some(key) = &lease.session else {
             return Some(sent);
@@ -129,7 +132,7 @@ impl Core {
         self.own_session
             .as_ref()
             .filter(|v| &v.key == key)
-            .map(|v| v.last_send.min(sent))
+            .map(|v| v.last_send)
     }
 
     /// A round found `election` held through the session `key`: read it.
