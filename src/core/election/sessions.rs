@@ -225,7 +225,7 @@ impl Core {
         let verdict = judge_session(
             &mut self.takeover,
             &key,
-            &record,
+            record,
             at,
             learned,
             own_ms,
@@ -241,7 +241,7 @@ impl Core {
             // The stream told of a later write than this (cached) record
             // shows: not ended on this answer while that write is not due.
             SessionVerdict::End { .. }
-                if let Some(due) = told.and_then(|t| self.told_due(&record, t.1)) =>
+                if let Some(due) = told.and_then(|t| self.told_due(record, t.1)) =>
             {
                 return Some(self.wait_on_session(election, due, flow, unmoved));
             }
