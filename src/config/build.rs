@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -569,7 +570,7 @@ fn build_elections(
     raw: &mut RawConfig,
     identity: &str,
     kill_grace: Duration,
-) -> Result<(Vec<ElectionConfig>, Vec<String>), ConfigError> {
+) -> Result<(Vec<Arc<ElectionConfig>>, Vec<String>), ConfigError> {
     if raw.elections.is_empty() {
         raw.elections.push(RawElection {
             name: DEFAULT_ELECTION.to_string(),
@@ -594,7 +595,7 @@ fn build_elections(
                 text::duration(config.retry_interval),
             ));
         }
-        elections.push(config);
+        elections.push(Arc::new(config));
     }
     Ok((elections, warnings))
 }
@@ -715,7 +716,7 @@ pub(super) fn build(
 /// timings are an error, naming where it was set.
 fn check_sessions(
     raw: &RawConfig,
-    elections: &[ElectionConfig],
+    elections: &[Arc<ElectionConfig>],
     warnings: &mut Vec<String>,
 ) -> Result<bool, ConfigError> {
     let sessions = raw.sessions;

@@ -47,6 +47,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -309,8 +310,9 @@ pub struct Config {
     pub identity: String,
     /// The lease store.
     pub store: StoreConfig,
-    /// One entry per election, timing checked, ready for the daemon's node.
-    pub elections: Vec<ElectionConfig>,
+    /// One entry per election, timing checked, ready for the daemon's node
+    /// (which shares them: one copy of each in the daemon).
+    pub elections: Vec<Arc<ElectionConfig>>,
     /// The election behind `GET /leader` (one of `elections`).
     pub primary: String,
     /// HTTP server.

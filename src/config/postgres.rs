@@ -3,6 +3,7 @@
 //! statement's time limit.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::build::non_empty;
 use super::{ConfigError, StoreConfig, StoreKind, defaults};
@@ -85,7 +86,7 @@ pub(super) fn build(
 /// Each statement's `statement_timeout`: the shortest renew interval of
 /// `elections`, the longest a renewal waits for its write, so that no
 /// statement outlives it.
-pub(super) fn bound_statements(store: &mut StoreConfig, elections: &[ElectionConfig]) {
+pub(super) fn bound_statements(store: &mut StoreConfig, elections: &[Arc<ElectionConfig>]) {
     if let Some(pg) = &mut store.postgres
         && let Some(shortest) = elections.iter().map(|e| e.renew_interval).min()
     {

@@ -3,6 +3,7 @@
 //! configured one, the bound one, or one of this host's.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::lease::HolderMeta;
@@ -15,7 +16,8 @@ pub(super) fn advertise_in_records(cfg: &mut Config, bound: Option<SocketAddr>) 
     if let Some(address) = &advertised {
         tracing::info!(advertise = %address, "advertising this address in the records of the elections it leads");
         for e in &mut cfg.elections {
-            e.holder_meta = Some(HolderMeta {
+            // Not shared yet (the node is built after): no copy is made.
+            Arc::make_mut(e).holder_meta = Some(HolderMeta {
                 address: Some(address.clone()),
                 ..Default::default()
             });

@@ -7,6 +7,7 @@
 //! configuration has by default.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::config::{Config, ConfigError, RunArgs, StoreConfig, ToolConfig, default_identity};
 use crate::election::{ElectionConfig, takeover_wait};
@@ -204,7 +205,7 @@ fn report_config(args: &RunArgs, cfg: &Config, report: &mut Report) {
 }
 
 /// The elections grouped by their lease timing, in the order listed.
-fn timing_groups(elections: &[ElectionConfig]) -> Vec<(Vec<&str>, &ElectionConfig)> {
+fn timing_groups(elections: &[Arc<ElectionConfig>]) -> Vec<(Vec<&str>, &ElectionConfig)> {
     let key = |e: &ElectionConfig| {
         (
             e.lease_duration,
@@ -326,7 +327,7 @@ mod tests {
             lease_duration: Duration::from_secs(20),
             ..ElectionConfig::with_defaults("c", "me")
         };
-        let all = [a, c, b];
+        let all = [a, c, b].map(Arc::new);
         let groups = timing_groups(&all);
         let names: Vec<Vec<&str>> = groups.iter().map(|(n, _)| n.clone()).collect();
         assert_eq!(names, [vec!["a", "b"], vec!["c"]]);

@@ -402,7 +402,7 @@ impl Core {
         match self.pending.take().map(|p| *p) {
             Some(Pending::Acquire { op, lease, sent }) => self.acquired(tick, op, lease, sent, res),
             Some(Pending::Renew { renewed, sent }) => self.renewed(tick, renewed, sent, res),
-            Some(Pending::EndSession { election }) => self.session_ended(tick, *election, res),
+            Some(Pending::EndSession { election }) => self.session_ended(tick, election, res),
             Some(Pending::Release {
                 term,
                 lease,

@@ -138,9 +138,9 @@ enum Pending {
     },
     /// A round's read found `election` held through another daemon's
     /// session: reading that session.
-    SessionRound { election: Box<Lease> },
+    SessionRound { election: Followed },
     /// Ending the session `election` is held through, before taking it.
-    EndSession { election: Box<Lease> },
+    EndSession { election: Followed },
 }
 
 /// The pause after a request that failed (a follower's round, the
@@ -162,7 +162,9 @@ impl Backoff {
 /// One election's rules; see the module docs.
 #[derive(Debug, Clone)]
 pub struct Core {
-    cfg: ElectionConfig,
+    /// Shared with the daemon's configuration (one copy per election, not
+    /// one per holder of it).
+    cfg: Arc<ElectionConfig>,
     phase: Phase,
     /// Boxed: it is set only while a request is in flight, and every idle
     /// election would otherwise keep room for the largest (a record).
@@ -196,7 +198,8 @@ pub struct Core {
     deferred_take: Option<Box<DeferredTake>>,
     /// Following an election held through another daemon's session while
     /// that daemon's stream flows: the next round reads only the session.
-    session_watch: Option<SessionWatch>,
+    /// Boxed: an election led here keeps no room for it.
+    session_watch: Option<Box<SessionWatch>>,
     backoff: Backoff,
     /// When the last round's read was sent, and answered (or failed).
     last_read_sent: Instant,
@@ -238,12 +241,13 @@ impl Core {
     /// a watch client brings it the leader's hints; `may_campaign`: the app
     /// check's verdict now (true without one).
     pub fn new(
-        cfg: ElectionConfig,
+        cfg: impl Into<Arc<ElectionConfig>>,
         start: Instant,
         delay: Duration,
         has_feed: bool,
         may_campaign: bool,
     ) -> Core {
+        let cfg = cfg.into();
         let state = ElectionState {
             election: cfg.name.clone(),
             identity: cfg.identity.clone(),
@@ -321,7 +325,7 @@ impl Core {
         (
             bool,
             &Option<Arc<SessionView>>,
-            &Option<SessionWatch>,
+            &Option<Box<SessionWatch>>,
             (bool, bool, &Option<Box<DeferredTake>>),
         ),
         &ElectionState,
@@ -568,7 +572,7 @@ mod state;
 
 pub use config::{ElectionConfig, defaults};
 pub use protocol::{Action, Input, Note, Tick, WriteOp};
-use sessions::{DeferredTake, SessionWatch};
+use sessions::{DeferredTake, Followed, SessionWatch};
 pub use state::{AfterRelease, ElectionState, Role, Tenure};
 
 /// What a timeout finds due (see `Core::on_timeout`).

@@ -32,13 +32,24 @@ pub(super) struct DeferredTake {
 /// timing matters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct SessionWatch {
-    /// The election's record as read last (its `rvn` is what a takeover
-    /// is conditional on).
-    pub(super) election: Box<Lease>,
+    /// The election's record as read last.
+    pub(super) election: Followed,
     /// When the session's `rvn` timed last may be taken over: read it then.
     pub(super) due: Instant,
     /// When the owner's stream counted as quiet at the last answer.
     pub(super) flow_until: Instant,
+}
+
+/// What a takeover of an election held through another daemon's session
+/// needs of its record as read last: the `rvn` the takeover is
+/// conditional on, the fencing token the new one rises above, and the
+/// session's key (thousands of elections follow one session: the rest of
+/// the record, labels and all, is not kept for each).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Followed {
+    pub(super) rvn: String,
+    pub(super) fencing_token: u64,
+    pub(super) session: String,
 }
 
 /// What the daemon heard of a session besides the store's answer (see
@@ -138,7 +149,11 @@ impl Core {
     /// A round found `election` held through the session `key`: read it.
     pub(super) fn read_session(&mut self, election: Lease, key: String) -> Option<Round> {
         self.pending = Some(Box::new(Pending::SessionRound {
-            election: Box::new(election),
+            election: Followed {
+                rvn: election.rvn,
+                fencing_token: election.fencing_token,
+                session: key.clone(),
+            },
         }));
         self.out.push_back(Action::ReadSession {
             key,
@@ -150,8 +165,9 @@ impl Core {
 
     /// A round of an election followed by its session alone: read the
     /// session (an answer from a read sent once it was due will do).
-    pub(super) fn start_session_round(&mut self, watch: SessionWatch) {
-        let key = watch.election.session.clone().unwrap_or_default();
+    pub(super) fn start_session_round(&mut self, watch: Box<SessionWatch>) {
+        let watch = *watch;
+        let key = watch.election.session.clone();
         self.pending = Some(Box::new(Pending::SessionRound {
             election: watch.election,
         }));
@@ -186,7 +202,7 @@ impl Core {
                     told,
                     moved,
                 };
-                self.consider_session(*election, &record, heard, tick)
+                self.consider_session(election, &record, heard, tick)
             }
         };
         if let Some(round) = round {
@@ -200,7 +216,7 @@ impl Core {
     /// before the election is taken.
     fn consider_session(
         &mut self,
-        election: Lease,
+        election: Followed,
         record: &Record,
         heard: Heard,
         tick: &Tick,
@@ -215,7 +231,6 @@ impl Core {
         self.deferred_take = None;
         let at = self.now;
         let poll = at + self.cfg.retry_interval;
-        let key = election.session.clone().unwrap_or_default();
         // Whether a tenure of the session's owner may have ended since the
         // election was read, unaccounted for (the daemon's node judges,
         // from the session's count of ended tenures): then the election is
@@ -224,7 +239,7 @@ impl Core {
         let own_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
         let verdict = judge_session(
             &mut self.takeover,
-            &key,
+            &election.session,
             record,
             at,
             learned,
@@ -247,9 +262,7 @@ impl Core {
             }
             _ if !self.may_take() => return Some(Round::Wait(poll)),
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
-                self.pending = Some(Box::new(Pending::EndSession {
-                    election: Box::new(election),
-                }));
+                self.pending = Some(Box::new(Pending::EndSession { election }));
                 self.out.push_back(Action::Write {
                     op: WriteOp::EndSession,
                     lease: ended,
@@ -275,7 +288,7 @@ impl Core {
     /// its election's next read by a read of the session at most.)
     fn wait_on_session(
         &mut self,
-        election: Lease,
+        election: Followed,
         due: Instant,
         flow: Option<Flow>,
         unmoved: bool,
@@ -285,11 +298,11 @@ impl Core {
         let aimed = self.hints.aimed_before(sent);
         match flow.filter(|f| unmoved && aimed && f.since <= sent && at < f.until) {
             Some(f) => {
-                self.session_watch = Some(SessionWatch {
-                    election: Box::new(election),
+                self.session_watch = Some(Box::new(SessionWatch {
+                    election,
                     due,
                     flow_until: f.until,
-                });
+                }));
                 Round::Wait(due)
             }
             None => Round::Wait((at + self.cfg.retry_interval).min(due)),
@@ -317,7 +330,7 @@ impl Core {
     }
 
     /// Take over `election`, whose session is over.
-    fn take_election(&mut self, election: Lease, tick: &Tick) {
+    fn take_election(&mut self, election: Followed, tick: &Tick) {
         let token = self.next_token(Some(election.fencing_token), tick);
         let lease = self.new_lease(token, tick);
         self.acquire(WriteOp::TakeOver, lease, Condition::RvnIs(election.rvn));
@@ -327,7 +340,7 @@ impl Core {
     pub(super) fn session_ended(
         &mut self,
         tick: &Tick,
-        election: Lease,
+        election: Followed,
         res: Result<WriteOutcome, StoreError>,
     ) {
         let ended = match &res {

@@ -13,20 +13,24 @@
 use crate::core::record::{Lease, Record};
 use crate::core::session::ENDED_LABEL;
 
-/// One election's view of the count: the session key and count the last
-/// session answer showed, and those answered before the election's last
-/// read was sent (its basis).
+/// One election's view of the count: the count the last session answer
+/// showed, and the one answered before the election's last read was sent
+/// (its basis), both of the session `key` (one copy of the key: thousands
+/// of elections judge the answers of one session).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CountBasis {
-    seen: Option<(String, u64)>,
-    basis: Option<(String, u64)>,
+    key: String,
+    seen: Option<u64>,
+    /// `None` also when the basis was of another session than `key`: the
+    /// count is then judged moved, as it is against no basis.
+    basis: Option<u64>,
 }
 
 impl CountBasis {
     /// The election's record is read now (a campaign round's read): the
     /// count seen so far is what that read is judged against.
     pub fn read_sent(&mut self) {
-        self.basis.clone_from(&self.seen);
+        self.basis = self.seen;
     }
 
     /// A read of the session `key` answered `record`: whether a tenure of
@@ -34,40 +38,30 @@ impl CountBasis {
     /// last read (the count moved and the record does not name every end
     /// since, or names one of `election`), so that it is to be read again.
     pub fn answered(&mut self, key: &str, record: &Record, election: &str) -> bool {
+        if self.key != key {
+            key.clone_into(&mut self.key);
+            self.basis = None;
+        }
         let session = match record {
             Record::Valid(s) => Some(s),
             _ => None,
         };
-        let moved = match (&self.basis, session) {
-            (Some((k, basis)), Some(s)) if k == key && *basis == s.fencing_token => false,
-            (Some((k, basis)), Some(s)) if k == key && *basis < s.fencing_token => {
-                ends_since(s, *basis).is_none_or(|ends| ends.contains(&election))
+        let moved = match (self.basis, session) {
+            (Some(basis), Some(s)) if basis == s.fencing_token => false,
+            (Some(basis), Some(s)) if basis < s.fencing_token => {
+                ends_since(s, basis).is_none_or(|ends| ends.contains(&election))
             }
             _ => true,
         };
+        let count = session.map(|s| s.fencing_token);
         if !moved {
             // Nothing of this election ended up to this count: its last
             // read stands for a read made now, and later ends are judged
             // from here (the list names only the latest).
-            set(&mut self.basis, key, session);
+            self.basis = count;
         }
-        set(&mut self.seen, key, session);
+        self.seen = count;
         moved
-    }
-}
-
-/// Make `at` the count of `session` (stored under `key`), keeping the
-/// key's room (thousands of elections judge each answer of one session).
-fn set(at: &mut Option<(String, u64)>, key: &str, session: Option<&Lease>) {
-    match (at.as_mut(), session) {
-        (Some((k, n)), Some(s)) => {
-            if k != key {
-                key.clone_into(k);
-            }
-            *n = s.fencing_token;
-        }
-        (None, Some(s)) => *at = Some((key.to_owned(), s.fencing_token)),
-        (_, None) => *at = None,
     }
 }
 

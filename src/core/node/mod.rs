@@ -308,12 +308,13 @@ impl Node {
     /// deliberate defects).
     pub fn add_election(
         &mut self,
-        cfg: ElectionConfig,
+        cfg: impl Into<Arc<ElectionConfig>>,
         delay: Duration,
         has_feed: bool,
         core: impl FnOnce(Core) -> Core,
     ) -> ElectionId {
         let id = ElectionId(u32::try_from(self.slots.len()).unwrap_or(u32::MAX));
+        let cfg = cfg.into();
         let strict = cfg.strict_new_lease;
         self.names.insert(cfg.name.clone(), id);
         let start = Core::new(cfg, self.now, delay, has_feed, self.may_campaign);
