@@ -506,7 +506,7 @@ impl Core {
                 let asked = self.hints.deferred_read().is_some_and(|d| d <= now);
                 self.hints.waking(now);
                 match self.session_watch.take() {
-                    Some(watch) if !asked => self.start_session_round(watch),
+                    Some(watch) if !asked => self.start_session_round(*watch),
                     _ => self.start_round(),
                 }
             }

@@ -165,8 +165,7 @@ impl Core {
 
     /// A round of an election followed by its session alone: read the
     /// session (an answer from a read sent once it was due will do).
-    pub(super) fn start_session_round(&mut self, watch: Box<SessionWatch>) {
-        let watch = *watch;
+    pub(super) fn start_session_round(&mut self, watch: SessionWatch) {
         let key = watch.election.session.clone();
         self.pending = Some(Box::new(Pending::SessionRound {
             election: watch.election,
