@@ -51,7 +51,7 @@ pub use sessions::SessionMembers;
 const LED_LABEL: &str = "led";
 /// Label of a member record: a digest of the set of elections it campaigns
 /// for ([`set_digest`]); only members of the same set share.
-pub const SET_LABEL: &str = "elections";
+pub const SET_LABEL: &str = crate::core::node::SET_LABEL;
 
 /// How the members of a set know of each other.
 pub enum Membership {

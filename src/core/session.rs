@@ -166,6 +166,14 @@ pub struct SessionAnswer {
     /// ends it saw for itself): the election is then read again, whatever
     /// the owner's stream told (it may have left a release out).
     pub moved: bool,
+    /// Another daemon, its stream flowing, ranks before this one for the
+    /// election asking (the node's `rank`): a takeover this daemon would
+    /// make on this answer waits two retry intervals for that daemon's
+    /// first, once for each record of the election it finds.
+    /// Both would take the election together otherwise, and one of the
+    /// two writes fails. Never a matter of safety: every take is
+    /// conditional on the record read.
+    pub yields: bool,
 }
 
 impl SessionAnswer {
@@ -178,6 +186,7 @@ impl SessionAnswer {
             flow: None,
             told: None,
             moved: true,
+            yields: false,
         }
     }
 }

@@ -196,6 +196,9 @@ pub struct Core {
     waited_for_session: bool,
     /// The write that round would have made: made as the session opens.
     deferred_take: Option<Box<DeferredTake>>,
+    /// The `rvn` of the record whose takeover waited for a daemon that
+    /// ranks before this one (see `SessionAnswer::yields`).
+    yielded: Option<String>,
     /// Following an election held through another daemon's session while
     /// that daemon's stream flows: the next round reads only the session.
     /// Boxed: an election led here keeps no room for it.
@@ -286,6 +289,7 @@ impl Core {
             session_wanted: false,
             waited_for_session: false,
             deferred_take: None,
+            yielded: None,
             session_watch: None,
             backoff: Backoff::default(),
             last_read_sent: start,
@@ -326,7 +330,7 @@ impl Core {
             bool,
             &Option<Arc<SessionView>>,
             &Option<Box<SessionWatch>>,
-            (bool, bool, &Option<Box<DeferredTake>>),
+            (bool, bool, &Option<Box<DeferredTake>>, &Option<String>),
         ),
         &ElectionState,
         &VecDeque<Action>,
@@ -355,6 +359,7 @@ impl Core {
                     self.session_wanted,
                     self.waited_for_session,
                     &self.deferred_take,
+                    &self.yielded,
                 ),
             ),
             &self.state,

@@ -161,6 +161,7 @@ fn answer_with(
         flow,
         told: None,
         moved,
+        yields: false,
     };
     core.handle(&at(ms), Input::SessionRecord(answer));
 }
@@ -289,8 +290,10 @@ fn a_stream_that_began_after_the_election_was_read_does_not_spare_its_reads() {
     assert_eq!(core.next_wake(), Some(t(2_040)));
 }
 
-#[test]
-fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
+/// A follower of [`election`], its session's `rvn` s1 learned at 5 ms;
+/// the owner then died (its stream fell quiet, the store still shows s1),
+/// and at 10,105 ms the follower reads the session once it is due.
+fn owner_died() -> (Core, Lease) {
     let mut core = follower();
     let held = election();
     core.handle(&at(10), Input::Read(Ok(Record::Valid(held.clone()))));
@@ -298,12 +301,17 @@ fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
     answer(&mut core, 20, "s1", 5, flowing(0, 6_000));
     // Our own session renewed meanwhile: it may hold what it takes.
     core.handle(&at(10_000), Input::Session(Some(own_session(10_000))));
-    // The owner died: its stream fell quiet, the store still shows s1.
     core.handle(&at(10_105), Input::Timeout);
     assert_eq!(
         read_kind(&mut core),
         Kind::Session(Some(t(5) + Duration::from_millis(10_100)))
     );
+    (core, held)
+}
+
+#[test]
+fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
+    let (mut core, held) = owner_died();
     answer(&mut core, 12_200, "s1", 5, None);
     let Some(Action::Write {
         op,
@@ -320,6 +328,42 @@ fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
     );
     assert_eq!((lease.election.as_str(), lease.holder), (KEY, None));
     core.handle(&at(12_210), Input::Written(Ok(WriteOutcome::Applied)));
+    assert_takes_over(&mut core, held.rvn);
+}
+
+/// The session timed out, and another daemon ranks before this one for
+/// the election: the end and the take wait two retry intervals, then the
+/// election is read again; still held through the session, it is taken
+/// (the wait is spent once for that record).
+#[test]
+fn a_daemon_that_ranks_before_takes_first_and_this_one_takes_what_it_left() {
+    let (mut core, held) = owner_died();
+    let yielding = |ms: u64| {
+        let answer = SessionAnswer {
+            yields: true,
+            learned: Some(t(5)),
+            ..SessionAnswer::bare(Ok(session("s1")))
+        };
+        (at(ms), Input::SessionRecord(answer))
+    };
+    let (tick, input) = yielding(12_200);
+    core.handle(&tick, input);
+    assert!(
+        !std::iter::from_fn(|| core.poll_action()).any(|a| matches!(a, Action::Write { .. })),
+        "no write while the other daemon may take it"
+    );
+    assert_eq!(core.next_wake(), Some(t(14_200)));
+    core.handle(&at(14_200), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+    core.handle(&at(14_210), Input::Read(Ok(Record::Valid(held.clone()))));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    let (tick, input) = yielding(14_220);
+    core.handle(&tick, input);
+    let Some(Action::Write { op, .. }) = core.poll_action() else {
+        panic!("the session is ended");
+    };
+    assert_eq!(op, WriteOp::EndSession);
+    core.handle(&at(14_230), Input::Written(Ok(WriteOutcome::Applied)));
     assert_takes_over(&mut core, held.rvn);
 }
 
@@ -340,6 +384,7 @@ fn a_record_older_than_a_write_the_stream_told_since_is_not_ended_on_while_that_
         flow: flowing(0, 15_900),
         told: Some(("s3".into(), t(9_900))),
         moved: false,
+        yields: false,
     };
     core.handle(&at(10_110), Input::SessionRecord(cached));
     assert!(

@@ -40,6 +40,10 @@ pub(super) struct SessionWatch {
     pub(super) flow_until: Instant,
 }
 
+/// How many retry intervals a takeover waits for a daemon that ranks
+/// before this one (see [`SessionAnswer::yields`]).
+const YIELD_FOR: u32 = 2;
+
 /// What a takeover of an election held through another daemon's session
 /// needs of its record as read last: the `rvn` the takeover is
 /// conditional on, the fencing token the new one rises above, and the
@@ -59,6 +63,7 @@ struct Heard {
     flow: Option<Flow>,
     told: Option<(String, Instant)>,
     moved: bool,
+    yields: bool,
 }
 
 impl Core {
@@ -188,6 +193,7 @@ impl Core {
             flow,
             told,
             moved,
+            yields,
         } = answer;
         let round = match record {
             Err(error) => {
@@ -200,6 +206,7 @@ impl Core {
                     flow,
                     told,
                     moved,
+                    yields,
                 };
                 self.consider_session(election, &record, heard, tick)
             }
@@ -225,7 +232,10 @@ impl Core {
             flow,
             told,
             moved,
+            yields,
         } = heard;
+        // Yielded on this record once already: not again.
+        let yielded = self.yielded.take().is_some_and(|rvn| rvn == election.rvn);
         self.session_wanted = false;
         self.deferred_take = None;
         let at = self.now;
@@ -260,6 +270,13 @@ impl Core {
                 return Some(self.wait_on_session(election, due, flow, unmoved));
             }
             _ if !self.may_take() => return Some(Round::Wait(poll)),
+            // A daemon that ranks before this one takes the election
+            // first; read again a moment later, it is taken here only if
+            // that daemon did not.
+            _ if yields && !yielded => {
+                self.yielded = Some(election.rvn);
+                return Some(Round::Wait(at + self.cfg.retry_interval * YIELD_FOR));
+            }
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
                 self.pending = Some(Box::new(Pending::EndSession { election }));
                 self.out.push_back(Action::Write {

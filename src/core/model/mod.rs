@@ -64,7 +64,9 @@ use stateright::{Model, Property};
 
 use super::election::{ElectionConfig, Mutations, Role, Tick, WriteOp};
 use super::hints::LeaseEvent;
-use super::node::{ElectionId, Moment, Node, NodeAction, NodeInput, NodeMutations, RequestId};
+use super::node::{
+    ElectionId, Moment, Node, NodeAction, NodeInput, NodeMutations, RequestId, SET_LABEL,
+};
 use crate::core::record::{HolderMeta, Lease, Stamp};
 use crate::core::time::Instant;
 
@@ -613,7 +615,7 @@ impl Model for NodeModel {
                 }
             })
             .collect();
-        vec![World {
+        let mut world = World {
             t: 0,
             daemons,
             records: BTreeMap::new(),
@@ -638,7 +640,18 @@ impl Model for NodeModel {
             led_since_release: false,
             led_after_reopen: false,
             led_by_preferred: false,
-        }]
+        };
+        // Every daemon's session names one set of elections, as balance
+        // labels it (a takeover may then wait for a daemon that ranks
+        // before the taker, where the taker knows that daemon's session
+        // and its stream flows).
+        if b.sessions {
+            for n in 0..3 {
+                let set = [(SET_LABEL.to_owned(), "model".to_owned())];
+                self.feed(&mut world, n, NodeInput::Labels(set.into()));
+            }
+        }
+        vec![world]
     }
 
     fn actions(&self, w: &World, steps: &mut Vec<Step>) {

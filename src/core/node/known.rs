@@ -133,6 +133,16 @@ impl Known {
         }
     }
 
+    /// The label `name` it shows: the stream's, else the last read's.
+    pub(super) fn label(&self, name: &str) -> Option<&str> {
+        let labels = match (&self.labels, self.last.as_ref().map(|(_, r)| &**r)) {
+            (Some(told), _) => told,
+            (None, Some(Record::Valid(s))) => &s.holder_meta.as_ref()?.labels,
+            (None, _) => return None,
+        };
+        labels.get(name).map(String::as_str)
+    }
+
     /// The labels it shows: the stream's, else the last read's, without
     /// the list of ended tenures (it moves as tenures end).
     fn shown_labels(&self) -> Option<BTreeMap<String, String>> {
@@ -262,6 +272,7 @@ impl Known {
             flow: self.flow.filter(|f| now < f.until),
             told,
             moved: true,
+            yields: false,
         }
     }
 }

@@ -38,7 +38,8 @@
 //! the daemon knows of other sessions; `count` how an election judges a
 //! session's count of ended tenures; `session` the daemon's own session
 //! and what its streams tell of others; `readback` the read-back's
-//! schedule; `tests` the node step by step.
+//! schedule; `rank` which daemon takes a free election first; `tests`
+//! the node step by step.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -53,6 +54,7 @@ use crate::core::time::Instant;
 mod count;
 mod known;
 mod protocol;
+mod rank;
 mod readback;
 mod route;
 mod session;
@@ -62,6 +64,7 @@ mod tests;
 pub use count::CountBasis;
 pub use known::KnownSession;
 pub use protocol::{ElectionId, Moment, NodeAction, NodeInput, RequestId};
+pub use rank::SET_LABEL;
 pub use readback::READ_MANY_LIMIT;
 
 use known::Known;

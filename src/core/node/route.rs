@@ -7,8 +7,10 @@
 
 use std::sync::Arc;
 
+use super::rank::{SET_LABEL, outranks};
 use super::{ElectionId, Node, NodeAction, READ_MANY_LIMIT, RequestId, Slot};
 use crate::core::election::{Action as CoreAction, Input, WriteOp};
+use crate::core::keys::session_owner;
 use crate::core::record::{Condition, Lease, Record, WriteOutcome};
 use crate::core::session::{SessionAnswer, SessionInput};
 use crate::core::store_error::StoreError;
@@ -358,7 +360,33 @@ impl Node {
         if let Ok(record) = &answer.record {
             answer.moved = slot.count.answered(&key, record, &slot.core.config().name);
         }
+        answer.yields = self.outranked(id, &key);
         self.queue.push_back((id, Input::SessionRecord(answer)));
+    }
+
+    /// Whether another daemon than this one and the owner of the session
+    /// `asked` ranks before this one for election `id`: its stream flows
+    /// now, and its session's labels name the same set of elections as
+    /// this daemon's (balance labels both so), so it campaigns for the
+    /// election too and takes it first if it is free. Without that label
+    /// nothing is known of what another daemon campaigns for: no one is
+    /// waited for.
+    fn outranked(&self, id: ElectionId, asked: &str) -> bool {
+        let Some(set) = self.view.as_ref().and_then(|v| v.labels.get(SET_LABEL)) else {
+            return false;
+        };
+        let election = &self.slots[id.index()].core.config().name;
+        let holder = session_owner(asked);
+        self.known.iter().any(|(key, known)| {
+            key != asked
+                && known.flows(self.now)
+                && known.label(SET_LABEL) == Some(set.as_str())
+                && session_owner(key).is_some_and(|other| {
+                    other != self.identity
+                        && Some(other) != holder
+                        && outranks(other, &self.identity, election)
+                })
+        })
     }
 
     /// A period of the read-back starts: read the records of the held

@@ -12,20 +12,20 @@ use crate::core::store_error::StoreError;
 
 const MS: Duration = Duration::from_millis(1);
 /// The session of the other daemon, `b`, the tests follow.
-const THEIRS: &str = "#session/b/n1";
+pub(super) const THEIRS: &str = "#session/b/n1";
 
-fn t(ms: u64) -> Instant {
+pub(super) fn t(ms: u64) -> Instant {
     Instant::from_since_origin(MS * ms as u32)
 }
 
-fn at(ms: u64) -> Moment {
+pub(super) fn at(ms: u64) -> Moment {
     Moment {
         tick: Tick::at_ms(ms),
         may_campaign: true,
     }
 }
 
-fn timing() -> ElectionConfig {
+pub(super) fn timing() -> ElectionConfig {
     ElectionConfig::with_defaults("-", "me")
 }
 
@@ -48,13 +48,13 @@ fn e(n: u32) -> ElectionId {
 }
 
 /// Hand `input` in at `ms` and take every action out.
-fn handle(node: &mut Node, ms: u64, input: NodeInput) -> Vec<NodeAction> {
+pub(super) fn handle(node: &mut Node, ms: u64, input: NodeInput) -> Vec<NodeAction> {
     node.handle(&at(ms), input);
     std::iter::from_fn(|| node.poll_action()).collect()
 }
 
 /// The store requests among `actions`.
-fn requests(actions: &[NodeAction]) -> Vec<NodeAction> {
+pub(super) fn requests(actions: &[NodeAction]) -> Vec<NodeAction> {
     actions
         .iter()
         .filter(|a| {
@@ -84,14 +84,14 @@ fn write_of(actions: &[NodeAction], request: &RequestId) -> (WriteOp, Lease, Con
         .unwrap_or_else(|| panic!("no write of {request:?} in {actions:?}"))
 }
 
-fn applied(request: RequestId) -> NodeInput {
+pub(super) fn applied(request: RequestId) -> NodeInput {
     NodeInput::Written {
         request,
         outcome: Ok(WriteOutcome::Applied),
     }
 }
 
-fn read(request: RequestId, record: Record) -> NodeInput {
+pub(super) fn read(request: RequestId, record: Record) -> NodeInput {
     NodeInput::Read {
         request,
         record: Ok(record),
@@ -99,7 +99,7 @@ fn read(request: RequestId, record: Record) -> NodeInput {
 }
 
 /// The election `name`, held by `b` through [`THEIRS`] under `token`.
-fn theirs(name: &str, token: u64) -> Lease {
+pub(super) fn theirs(name: &str, token: u64) -> Lease {
     let meta = HolderMeta {
         address: Some("10.0.0.2:9777".into()),
         ..Default::default()
@@ -109,7 +109,7 @@ fn theirs(name: &str, token: u64) -> Lease {
 
 /// `b`'s session record, written with `rvn` after `ended` of its tenures
 /// ended.
-fn their_session(rvn: &str, ended: u64) -> Record {
+pub(super) fn their_session(rvn: &str, ended: u64) -> Record {
     let mut s = Lease::stamped(THEIRS, "b", ended, 10_000, 1, None);
     s.rvn = rvn.into();
     Record::Valid(s)
