@@ -133,25 +133,24 @@ impl Known {
         }
     }
 
-    /// The label `name` it shows: the stream's, else the last read's.
-    pub(super) fn label(&self, name: &str) -> Option<&str> {
-        let labels = match (&self.labels, self.last.as_ref().map(|(_, r)| &**r)) {
-            (Some(told), _) => told,
-            (None, Some(Record::Valid(s))) => &s.holder_meta.as_ref()?.labels,
-            (None, _) => return None,
-        };
-        labels.get(name).map(String::as_str)
+    /// The labels it shows: the stream's, else the last read's.
+    fn shown(&self) -> Option<&BTreeMap<String, String>> {
+        match (&self.labels, self.last.as_ref().map(|(_, r)| &**r)) {
+            (Some(told), _) => Some(told),
+            (None, Some(Record::Valid(s))) => Some(&s.holder_meta.as_ref()?.labels),
+            (None, _) => None,
+        }
     }
 
-    /// The labels it shows: the stream's, else the last read's, without
-    /// the list of ended tenures (it moves as tenures end).
+    /// The label `name` it shows.
+    pub(super) fn label(&self, name: &str) -> Option<&str> {
+        self.shown()?.get(name).map(String::as_str)
+    }
+
+    /// The labels it shows, without the list of ended tenures (it moves
+    /// as tenures end).
     fn shown_labels(&self) -> Option<BTreeMap<String, String>> {
-        let last = self.last.as_ref().map(|(_, r)| &**r);
-        let mut labels = match (&self.labels, last) {
-            (Some(told), _) => told.clone(),
-            (None, Some(Record::Valid(s))) => s.holder_meta.as_ref()?.labels.clone(),
-            (None, _) => return None,
-        };
+        let mut labels = self.shown()?.clone();
         labels.remove(ENDED_LABEL);
         Some(labels)
     }
