@@ -698,16 +698,23 @@ pub struct TakeoverAll {
     pub all_led_s: f64,
     /// The follower's peak RSS (MiB) at the end.
     pub follower_hwm_mib: f64,
+    /// CPU seconds from its first election led to its last: the
+    /// follower's, and the store server's (DynamoDB Local's JVM, or
+    /// PostgreSQL's processes).
+    pub follower_cpu_s: f64,
+    pub server_cpu_s: f64,
 }
 
 /// One instance (balance off) leads all `n`; a second follows for 10 s;
 /// the first is `kill -9`ed and the second's `leaderd_elections_led`
-/// polled every 100 ms.
+/// polled every 100 ms. `server_cpu`: the store server's CPU seconds so
+/// far (where the takes' time goes).
 pub fn takeover_all(
     env: &Env,
     store: SocketAddr,
     n: usize,
     sessions: bool,
+    server_cpu: &dyn Fn() -> f64,
 ) -> Result<TakeoverAll, String> {
     let (label, config) = write_config(env, store, "all", n, sessions, false)?;
     let mut first = start_leading_all(env, &label, &config, n)?;
@@ -720,11 +727,18 @@ pub fn takeover_all(
     let killed_ns = mono_ns();
     first.kill9();
     let limit = Duration::from_secs(120) + Duration::from_millis(20 * n as u64);
+    let ticks = crate::harness::clock_ticks()?;
+    let cpu = |server_cpu: &dyn Fn() -> f64| {
+        let follower = crate::harness::cpu_seconds(second.pid(), ticks).unwrap_or(0.0);
+        (follower, server_cpu())
+    };
     let mut began_s = None;
+    let mut began_cpu = (0.0, 0.0);
     poll(limit, Duration::from_millis(100), || {
         let now = led(&second);
         if now > 0 && began_s.is_none() {
             began_s = Some(ms_between(killed_ns, mono_ns()) / 1e3);
+            began_cpu = cpu(server_cpu);
         }
         (now == n).then_some(())
     })
@@ -735,6 +749,7 @@ pub fn takeover_all(
         )
     })?;
     let all_led_s = ms_between(killed_ns, mono_ns()) / 1e3;
+    let (follower_cpu, store_cpu) = cpu(server_cpu);
     eprintln!("  follower led all {n} {all_led_s:.1} s after kill -9");
     let follower_hwm_mib = status_kib(second.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
     second.stop(Duration::from_secs(60));
@@ -744,6 +759,8 @@ pub fn takeover_all(
         began_s: began_s.unwrap_or(all_led_s),
         all_led_s,
         follower_hwm_mib,
+        follower_cpu_s: follower_cpu - began_cpu.0,
+        server_cpu_s: store_cpu - began_cpu.1,
     })
 }
 
@@ -751,14 +768,24 @@ pub fn takeover_all(
 pub fn report_takeover_all(out: &mut String, run: &TakeoverAll) -> Check {
     use std::fmt::Write as _;
     let bound = crash_bound_s(5.0);
+    let taking = run.all_led_s - run.began_s;
+    let rate = if taking > 0.0 {
+        format!("{:.0}", run.elections.saturating_sub(1) as f64 / taking)
+    } else {
+        "–".to_owned()
+    };
     let _ = writeln!(
         out,
-        "## One instance leading all {} elections{}, `kill -9`\n\nOne leaderd (balance off) leads every election, a second follows for 10 s, then the first is killed with SIGKILL; times from the kill, on the follower's `leaderd_elections_led` polled every 100 ms.\n\n| led its first | led all {} | follower's peak RSS (MiB) |\n|---:|---:|---:|\n| {:.1} s | {:.1} s | {:.1} |\n",
+        "## One instance leading all {} elections{}, `kill -9`\n\nOne leaderd (balance off) leads every election, a second follows for 10 s, then the first is killed with SIGKILL; times from the kill, on the follower's `leaderd_elections_led` polled every 100 ms. From its first election led to its last: elections led a second, and the CPU the follower and the store server used (cores: CPU seconds over those seconds).\n\n| led its first | led all {} | led a second after the first | follower's CPU | store server's CPU | follower's peak RSS (MiB) |\n|---:|---:|---:|---:|---:|---:|\n| {:.1} s | {:.1} s | {rate} | {:.1} s ({:.2} cores) | {:.1} s ({:.2} cores) | {:.1} |\n",
         run.elections,
         if run.sessions { ", with sessions" } else { "" },
         run.elections,
         run.began_s,
         run.all_led_s,
+        run.follower_cpu_s,
+        run.follower_cpu_s / taking.max(1e-3),
+        run.server_cpu_s,
+        run.server_cpu_s / taking.max(1e-3),
         run.follower_hwm_mib
     );
     (

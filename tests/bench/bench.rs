@@ -458,7 +458,8 @@ fn run(args: &Args) -> Result<bool, String> {
                     .map(|run| checks.extend(balance::report(&mut body, &run, window)));
                 section("Balance", r);
                 eprintln!("bench: one instance leading all {n}, kill -9, sessions {sessions}");
-                let r = balance::takeover_all(&env, store.addr(), n, sessions)
+                let server_cpu = || store.cpu_seconds(clock_ticks);
+                let r = balance::takeover_all(&env, store.addr(), n, sessions, &server_cpu)
                     .map(|run| checks.push(balance::report_takeover_all(&mut body, &run)));
                 section("One instance leading all, kill -9", r);
                 for (figure, target, measured, pass) in checks {
@@ -533,6 +534,18 @@ impl StoreServer {
             StoreServer::Dynamo(d) => d.addr,
             StoreServer::Postgres(p) => std::net::SocketAddr::from(([127, 0, 0, 1], p.port)),
         }
+    }
+
+    /// The CPU time its processes have used so far, in seconds (a
+    /// PostgreSQL backend that exited is no longer counted).
+    fn cpu_seconds(&self, clock_ticks: f64) -> f64 {
+        let pids = match self {
+            StoreServer::Dynamo(d) => d.pid().into_iter().collect(),
+            StoreServer::Postgres(p) => p.processes(),
+        };
+        pids.into_iter()
+            .filter_map(|pid| harness::cpu_seconds(pid, clock_ticks))
+            .sum()
     }
 }
 

@@ -30,6 +30,11 @@ pub struct DynamoLocal {
 }
 
 impl DynamoLocal {
+    /// The server's process (the JVM), while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+    }
+
     /// Starts one (in memory), logging to `dir/dynamodb-local.log`, and waits
     /// until it answers `ListTables`.
     pub fn start(dir: &Path) -> Result<DynamoLocal, String> {

@@ -407,7 +407,7 @@ impl PgServer {
     /// started. Each of those leads a process group of its own (the
     /// postmaster makes them so), so signalling the postmaster's group
     /// reaches none of them.
-    fn processes(&self) -> Vec<i32> {
+    pub fn processes(&self) -> Vec<i32> {
         let Some(root) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) else {
             return Vec::new();
         };
