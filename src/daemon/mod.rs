@@ -75,11 +75,23 @@ const TOLD_BUFFER: usize = 4096;
 /// renewal grid (the engine's `renew_due`) carries a like share; and a start
 /// never asks the store for more than about 200 elections a second (1,000
 /// within one second opened hundreds of connections to a slow store).
+///
+/// With sessions no election renews a lease of its own: elections start in
+/// groups of [`lease::READ_MANY_LIMIT`], each group at its first one's
+/// instant, so that a group's first reads go out as one request (a daemon
+/// of 10,000 elections reads them in 100 requests, not 10,000 one by one
+/// while the other daemons' balance rounds wait behind them at the store).
 const CAMPAIGN_SPACING: Duration = Duration::from_millis(5);
 const CAMPAIGN_SPREAD: Duration = Duration::from_secs(5);
 
-/// When election `i` of `n` makes its first store request, after start.
-fn campaign_delay(i: usize, n: usize) -> Duration {
+/// When election `i` of `n` makes its first store request, after start;
+/// `grouped`: with sessions (see [`CAMPAIGN_SPACING`]).
+fn campaign_delay(i: usize, n: usize, grouped: bool) -> Duration {
+    let i = if grouped {
+        i - i % lease::READ_MANY_LIMIT
+    } else {
+        i
+    };
     let i = u32::try_from(i).unwrap_or(u32::MAX);
     let n = u32::try_from(n).unwrap_or(u32::MAX).max(1);
     CAMPAIGN_SPACING
@@ -334,7 +346,8 @@ impl Wiring<'_> {
         let n = cfg.elections.len();
         node.reserve(n);
         for (i, e) in cfg.elections.iter().enumerate() {
-            node.add_election(e.clone(), campaign_delay(i, n), true, |core| core);
+            let delay = campaign_delay(i, n, cfg.sessions);
+            node.add_election(e.clone(), delay, true, |core| core);
         }
         node
     }
@@ -636,14 +649,33 @@ mod tests {
 
     #[test]
     fn campaign_starts_are_spaced_and_bounded() {
-        assert_eq!(campaign_delay(0, 1), Duration::ZERO);
-        assert_eq!(campaign_delay(0, 1000), Duration::ZERO);
+        let self_leased = |i, n| campaign_delay(i, n, false);
+        assert_eq!(self_leased(0, 1), Duration::ZERO);
+        assert_eq!(self_leased(0, 1000), Duration::ZERO);
         // 5 ms apart up to a thousand elections...
-        assert_eq!(campaign_delay(1, 10), Duration::from_millis(5));
-        assert_eq!(campaign_delay(999, 1000), Duration::from_millis(4_995));
+        assert_eq!(self_leased(1, 10), Duration::from_millis(5));
+        assert_eq!(self_leased(999, 1000), Duration::from_millis(4_995));
         // ...then closer, so that all start within five seconds.
-        let last = campaign_delay(9999, 10_000);
+        let last = self_leased(9999, 10_000);
         assert!(last < CAMPAIGN_SPREAD && last > Duration::from_millis(4_995));
-        assert_eq!(campaign_delay(5000, 10_000), Duration::from_millis(2_500));
+        assert_eq!(self_leased(5000, 10_000), Duration::from_millis(2_500));
+    }
+
+    #[test]
+    fn with_sessions_a_hundred_elections_start_together() {
+        let grouped = |i, n| campaign_delay(i, n, true);
+        // Fewer than a hundred: all at once.
+        assert_eq!(grouped(42, 50), Duration::ZERO);
+        // Each group at its first election's instant, never later than
+        // alone, and the last group within the spread.
+        assert_eq!(grouped(99, 1000), Duration::ZERO);
+        assert_eq!(grouped(100, 1000), Duration::from_millis(500));
+        assert_eq!(grouped(199, 1000), Duration::from_millis(500));
+        assert_eq!(grouped(5050, 10_000), Duration::from_millis(2_500));
+        let last = grouped(9999, 10_000);
+        assert_eq!(last, Duration::from_millis(4_950));
+        for i in [0, 1, 99, 100, 4321, 9999] {
+            assert!(grouped(i, 10_000) <= campaign_delay(i, 10_000, false));
+        }
     }
 }

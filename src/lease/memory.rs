@@ -171,6 +171,22 @@ impl LeaseStore for MemoryStore {
         Ok(inner.items.get(election).cloned().unwrap_or(Record::Absent))
     }
 
+    /// One request, as a store's read of many is: one wait of a fault,
+    /// then every record (each counted as a read).
+    async fn read_many(
+        &self,
+        elections: &[String],
+        budget: Duration,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.fault(budget).await?;
+        let mut inner = self.lock();
+        inner.reads += elections.len() as u64;
+        Ok(elections
+            .iter()
+            .map(|e| inner.items.get(e).cloned().unwrap_or(Record::Absent))
+            .collect())
+    }
+
     async fn put(
         &self,
         lease: &Lease,

@@ -30,7 +30,8 @@
 //!
 //! Reads of their own records that elections following another daemon's
 //! session ask for in the same input (they poll together once its count
-//! of ended tenures moved) go out as one request of up to
+//! of ended tenures moved), and the first reads of elections that start
+//! together with a session, go out as one request of up to
 //! [`READ_MANY_LIMIT`] records; any other read goes out alone.
 //!
 //! The rooms: this file is the node and its inputs; `protocol` what goes
@@ -96,6 +97,10 @@ pub struct NodeMutations {
 /// Hints queued for an election before it can take them; beyond this
 /// newer ones are dropped (it reads the store anyway).
 const HINT_QUEUE: usize = 16;
+/// How long every read goes out alone after the store refused a read of
+/// many records as not allowed; then one is tried again (the permission
+/// may have been added meanwhile).
+const ALONE_AFTER_DENIED: Duration = Duration::from_secs(60);
 
 /// What came from an election's stream, held until it takes hints.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -131,7 +136,9 @@ struct Slot {
     /// Whether it has `strict_new_lease` (read back every R).
     strict: bool,
     /// Whether its record, as last read, is held by another daemon through
-    /// a session (its reads then go out with those of the others).
+    /// a session, or was never read by a daemon with sessions (its reads
+    /// then go out with those of the others: the first reads of elections
+    /// that start together come to one request).
     follows: bool,
     /// Elections that asked for the same end of a session as the one this
     /// election's write on its way makes: they take its answer.
@@ -185,6 +192,9 @@ pub struct Node {
     reads: Vec<(ElectionId, Duration, bool)>,
     /// The reads of many records on their way, by number: whose records.
     batches: BTreeMap<u32, Vec<ElectionId>>,
+    /// Until when every election's read goes out alone: the store refused
+    /// a read of many records as not allowed.
+    alone_until: Option<Instant>,
     /// The ends of other daemons' sessions on their way: the session's key
     /// and the `rvn` the end is conditional on, and whose write it is.
     ending: BTreeMap<(String, String), ElectionId>,
@@ -269,6 +279,7 @@ impl Node {
             dirty: BTreeSet::new(),
             reads: Vec::new(),
             batches: BTreeMap::new(),
+            alone_until: None,
             ending: BTreeMap::new(),
             out: VecDeque::new(),
             #[cfg(test)]
@@ -338,7 +349,7 @@ impl Node {
             asking: None,
             parked: None,
             strict,
-            follows: false,
+            follows: self.session.is_some(),
             riders: Vec::new(),
         });
         self.rewake(id);

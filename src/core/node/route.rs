@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::rank::{SET_LABEL, outranks};
-use super::{ElectionId, Node, NodeAction, READ_MANY_LIMIT, RequestId, Slot};
+use super::{ALONE_AFTER_DENIED, ElectionId, Node, NodeAction, READ_MANY_LIMIT, RequestId, Slot};
 use crate::core::election::{Action as CoreAction, Input, WriteOp};
 use crate::core::keys::session_owner;
 use crate::core::record::{Condition, Lease, Record, WriteOutcome};
@@ -465,13 +465,16 @@ impl Node {
     /// [`READ_MANY_LIMIT`] records.
     pub(super) fn send_reads(&mut self) {
         let reads = std::mem::take(&mut self.reads);
-        if let [(id, budget, confirming)] = reads[..] {
-            self.out.push_back(NodeAction::Read {
-                request: RequestId::Election(id),
-                key: self.slots[id.index()].core.config().name.clone(),
-                budget,
-                confirming,
-            });
+        let alone = self.alone_until.is_some_and(|until| self.now < until);
+        if reads.len() == 1 || alone {
+            for (id, budget, confirming) in reads {
+                self.out.push_back(NodeAction::Read {
+                    request: RequestId::Election(id),
+                    key: self.slots[id.index()].core.config().name.clone(),
+                    budget,
+                    confirming,
+                });
+            }
             return;
         }
         for chunk in reads.chunks(READ_MANY_LIMIT) {
@@ -509,7 +512,15 @@ impl Node {
                 ));
                 vec![Err(error); ids.len()]
             }
-            Err(error) => vec![Err(error); ids.len()],
+            Err(error) => {
+                if matches!(error, StoreError::Denied { .. }) {
+                    // Not allowed (a policy without the store's read of
+                    // many): the elections read alone for a while, and
+                    // their own errors name the missing permission.
+                    self.alone_until = Some(self.now + ALONE_AFTER_DENIED);
+                }
+                vec![Err(error); ids.len()]
+            }
         };
         for (id, record) in ids.into_iter().zip(records) {
             self.election_read(id, record);
@@ -525,5 +536,90 @@ impl Node {
             return matches!(record, Record::Valid(l) if l.holder.as_deref() == Some(self.identity.as_str()));
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::node::NodeInput;
+    use crate::core::node::tests::{handle, node, requests, t};
+
+    /// The reads among `actions`: how many keys each asks for, `0` for a
+    /// read alone.
+    fn reads(actions: &[NodeAction]) -> Vec<usize> {
+        requests(actions)
+            .iter()
+            .map(|a| match a {
+                NodeAction::Read { .. } => 0,
+                NodeAction::ReadMany { keys, .. } => keys.len(),
+                other => panic!("not a read: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_reads_of_elections_that_start_together_with_a_session_go_out_as_one_request() {
+        let mut with = node(150, true);
+        assert_eq!(reads(&handle(&mut with, 0, NodeInput::Timeout)), [100, 50]);
+        // Without sessions each election is a lease of its own, read alone.
+        let mut without = node(3, false);
+        assert_eq!(
+            reads(&handle(&mut without, 0, NodeInput::Timeout)),
+            [0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn a_read_of_many_the_store_refuses_as_not_allowed_has_the_elections_read_alone_for_a_minute() {
+        let mut node = node(3, true);
+        assert_eq!(reads(&handle(&mut node, 0, NodeInput::Timeout)), [3]);
+        let denied = StoreError::Denied {
+            action: "dynamodb:BatchGetItem",
+            table: "leaderd".into(),
+            detail: "AccessDeniedException".into(),
+        };
+        handle(
+            &mut node,
+            10,
+            NodeInput::ReadMany {
+                request: RequestId::Reads(0),
+                records: Err(denied),
+            },
+        );
+        for i in 0..3 {
+            let state = node.state(ElectionId(i));
+            assert_eq!(state.last_error.as_deref(), Some("denied"), "election {i}");
+        }
+        // Woken together (the last one's retry), their reads go out
+        // alone until a minute after the refusal; then together again.
+        let mut rounds = 0;
+        loop {
+            let wake = (0..3)
+                .filter_map(|i| node.core(ElectionId(i)).next_wake())
+                .max()
+                .expect("a retry");
+            // In whole milliseconds, rounded up: every one is due.
+            let micros = (wake - t(0)).as_micros();
+            let ms = u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX);
+            let out = handle(&mut node, ms, NodeInput::Timeout);
+            if ms >= 10 + 60_000 {
+                assert_eq!(reads(&out), [3], "at {ms} ms");
+                break;
+            }
+            assert_eq!(reads(&out), [0, 0, 0], "at {ms} ms: {out:?}");
+            rounds += 1;
+            let answers = requests(&out).into_iter().map(|asked| match asked {
+                NodeAction::Read { request, .. } => NodeInput::Read {
+                    request,
+                    record: Err(StoreError::Transport("down".into())),
+                },
+                other => unreachable!("checked above: {other:?}"),
+            });
+            for answer in answers.collect::<Vec<_>>() {
+                handle(&mut node, ms + 5, answer);
+            }
+        }
+        assert!(rounds >= 10, "{rounds} rounds of retries in a minute");
     }
 }
