@@ -290,6 +290,45 @@ fn a_stream_that_began_after_the_election_was_read_does_not_spare_its_reads() {
     assert_eq!(core.next_wake(), Some(t(2_040)));
 }
 
+/// Without the owner's stream the election is polled every P; the poll
+/// that would come at the session's due (within P of it, the count
+/// unmoved) reads the session alone, and a session found unchanged is
+/// ended and the election taken on the record the last poll read.
+#[test]
+fn without_a_stream_the_poll_at_the_sessions_due_reads_the_session_alone() {
+    let due = t(5) + Duration::from_millis(10_100);
+    for moved in [false, true] {
+        let mut core = follower();
+        let held = election();
+        core.handle(&at(10), Input::Read(Ok(Record::Valid(held.clone()))));
+        assert_eq!(read_kind(&mut core), Kind::Session(None));
+        answer(&mut core, 20, "s1", 5, None);
+        assert_eq!(core.next_wake(), Some(t(1_020)), "polled every P");
+        // The poll at 9,100 ms, the session due at 10,105 ms.
+        core.handle(&at(9_100), Input::Timeout);
+        assert_eq!(read_kind(&mut core), Kind::Election);
+        core.handle(&at(9_110), Input::Read(Ok(Record::Valid(held.clone()))));
+        assert_eq!(read_kind(&mut core), Kind::Session(None));
+        answer_with(&mut core, 9_120, session("s1"), 5, None, moved);
+        assert_eq!(core.next_wake(), Some(due));
+        core.handle(&at(10_000), Input::Session(Some(own_session(10_000))));
+        core.handle(&at(10_105), Input::Timeout);
+        if moved {
+            // A count the daemon cannot account for: the election itself.
+            assert_eq!(read_kind(&mut core), Kind::Election);
+            continue;
+        }
+        assert_eq!(read_kind(&mut core), Kind::Session(Some(due)));
+        answer(&mut core, 10_110, "s1", 5, None);
+        let Some(Action::Write { op, .. }) = core.poll_action() else {
+            panic!("the session is ended");
+        };
+        assert_eq!(op, WriteOp::EndSession);
+        core.handle(&at(10_120), Input::Written(Ok(WriteOutcome::Applied)));
+        assert_takes_over(&mut core, held.rvn);
+    }
+}
+
 /// A follower of [`election`], its session's `rvn` s1 learned at 5 ms;
 /// the owner then died (its stream fell quiet, the store still shows s1),
 /// and at 10,105 ms the follower reads the session once it is due.

@@ -299,9 +299,15 @@ impl Core {
     /// session ended since that the daemon cannot account for (`unmoved`:
     /// see [`SessionAnswer::moved`]), the election is
     /// not read again: the next round reads the session alone, once it is
-    /// due. Otherwise the election is polled every P as usual. (The count
-    /// comes from the store: a stream that leaves a release out delays
-    /// its election's next read by a read of the session at most.)
+    /// due. Otherwise the election is polled every P as usual, but for the
+    /// last poll before the session is due (within P, the count unmoved):
+    /// that round too reads the session alone, at its due; every election
+    /// of a dead daemon then goes from the read of its session to the end
+    /// of the session and its take, without a read of its own record in
+    /// between (it was read less than P before, and the take is
+    /// conditional on what that read found). (The count comes from the
+    /// store: a stream that leaves a release out delays its election's
+    /// next read by a read of the session at most.)
     fn wait_on_session(
         &mut self,
         election: Followed,
@@ -312,17 +318,19 @@ impl Core {
         let at = self.now;
         let sent = self.last_read_sent;
         let aimed = self.hints.aimed_before(sent);
-        match flow.filter(|f| unmoved && aimed && f.since <= sent && at < f.until) {
-            Some(f) => {
-                self.session_watch = Some(Box::new(SessionWatch {
-                    election,
-                    due,
-                    flow_until: f.until,
-                }));
-                Round::Wait(due)
-            }
-            None => Round::Wait((at + self.cfg.retry_interval).min(due)),
-        }
+        let poll = at + self.cfg.retry_interval;
+        let flow_until = match flow.filter(|f| unmoved && aimed && f.since <= sent && at < f.until)
+        {
+            Some(f) => f.until,
+            None if unmoved && due <= poll => at,
+            None => return Round::Wait(poll.min(due)),
+        };
+        self.session_watch = Some(Box::new(SessionWatch {
+            election,
+            due,
+            flow_until,
+        }));
+        Round::Wait(due)
     }
 
     /// When a write told at `at` of the session `record` is due, if it is
