@@ -417,6 +417,11 @@ impl Core {
         self.pending.is_none() && matches!(self.phase, Phase::Leading { .. })
     }
 
+    /// When its last read of its record was sent.
+    pub fn last_read_sent(&self) -> Instant {
+        self.last_read_sent
+    }
+
     /// When the core wants a [`Input::Timeout`]; `None`: never (a request
     /// is in flight, or the election ended).
     pub fn next_wake(&self) -> Option<Instant> {

@@ -37,10 +37,19 @@ impl CountBasis {
     /// `election` (the election judging) may have ended since before its
     /// last read (the count moved and the record does not name every end
     /// since, or names one of `election`), so that it is to be read again.
-    pub fn answered(&mut self, key: &str, record: &Record, election: &str) -> bool {
+    /// `prior`: a count of `key` the daemon was answered before the
+    /// election's last read was sent, the basis when the election judges
+    /// `key` for the first time.
+    pub fn answered(
+        &mut self,
+        key: &str,
+        record: &Record,
+        election: &str,
+        prior: Option<u64>,
+    ) -> bool {
         if self.key != key {
             key.clone_into(&mut self.key);
-            self.basis = None;
+            self.basis = prior;
         }
         let session = match record {
             Record::Valid(s) => Some(s),
@@ -117,24 +126,24 @@ mod tests {
         let mut basis = CountBasis::default();
         // Nothing seen before the first read: moved.
         basis.read_sent();
-        assert!(basis.answered("#session/b/n", &session(3, None), "e1"));
+        assert!(basis.answered("#session/b/n", &session(3, None), "e1", None));
         // Read once 3 was seen; 3 still: not moved.
         basis.read_sent();
-        assert!(!basis.answered("#session/b/n", &session(3, None), "e1"));
-        assert!(basis.answered("#session/b/n", &session(4, None), "e1"));
+        assert!(!basis.answered("#session/b/n", &session(3, None), "e1", None));
+        assert!(basis.answered("#session/b/n", &session(4, None), "e1", None));
         // Another session, or none: moved.
         basis.read_sent();
-        assert!(basis.answered("#session/b/m", &session(4, None), "e1"));
-        assert!(basis.answered("#session/b/n", &Record::Absent, "e1"));
+        assert!(basis.answered("#session/b/m", &session(4, None), "e1", None));
+        assert!(basis.answered("#session/b/n", &Record::Absent, "e1", None));
     }
 
     #[test]
     fn only_an_election_named_among_the_ends_since_its_read_is_read_again() {
         let judged = |ends: &str, election: &str| {
             let mut basis = CountBasis::default();
-            basis.answered("#session/b/n", &session(3, None), election);
+            basis.answered("#session/b/n", &session(3, None), election, None);
             basis.read_sent();
-            basis.answered("#session/b/n", &session(5, Some(ends)), election)
+            basis.answered("#session/b/n", &session(5, Some(ends)), election, None)
         };
         // 4 and 5 named, neither e1: e1 stands.
         assert!(!judged("2:e9 3:e8 4:e2 5:e3", "e1"));
@@ -152,11 +161,26 @@ mod tests {
     #[test]
     fn an_election_judged_unmoved_is_judged_from_that_count_on() {
         let mut basis = CountBasis::default();
-        basis.answered("#session/b/n", &session(3, None), "e1");
+        basis.answered("#session/b/n", &session(3, None), "e1", None);
         basis.read_sent();
-        assert!(!basis.answered("#session/b/n", &session(4, Some("4:e2")), "e1"));
+        assert!(!basis.answered("#session/b/n", &session(4, Some("4:e2")), "e1", None));
         // The list moved on past 4: judged from 4, not from 3.
-        assert!(!basis.answered("#session/b/n", &session(5, Some("5:e3")), "e1"));
-        assert!(basis.answered("#session/b/n", &session(6, Some("6:e1")), "e1"));
+        assert!(!basis.answered("#session/b/n", &session(5, Some("5:e3")), "e1", None));
+        assert!(basis.answered("#session/b/n", &session(6, Some("6:e1")), "e1", None));
+    }
+
+    #[test]
+    fn a_count_answered_before_the_read_is_the_basis_for_a_session_new_to_the_election() {
+        let key = "#session/b/n";
+        // 3 answered before its read: 3 stands, 4 moved, 4 naming only
+        // another's end stands.
+        assert!(!CountBasis::default().answered(key, &session(3, None), "e1", Some(3)));
+        assert!(CountBasis::default().answered(key, &session(4, None), "e1", Some(3)));
+        let mut basis = CountBasis::default();
+        assert!(!basis.answered(key, &session(4, Some("4:e2")), "e1", Some(3)));
+        // Only for a session new to the election.
+        basis.read_sent();
+        assert!(!basis.answered(key, &session(4, Some("4:e2")), "e1", Some(0)));
+        assert!(basis.answered("#session/b/m", &session(4, None), "e1", None));
     }
 }

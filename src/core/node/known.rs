@@ -68,6 +68,11 @@ pub(super) struct Known {
     labels_at: Option<Instant>,
     /// When anyone last asked about it or told of it.
     pub(super) touched: Instant,
+    /// The counts of ended tenures the last two reads found, each with
+    /// when it was answered, the older first: a count answered before an
+    /// election's read was sent is a basis for judging that read (see
+    /// [`Known::count_before`]).
+    counts: [Option<(Instant, u64)>; 2],
 }
 
 /// A session as the node lists it (balance counts members so).
@@ -101,6 +106,7 @@ impl Known {
             labels: None,
             labels_at: None,
             touched: now,
+            counts: [None, None],
         }
     }
 
@@ -125,12 +131,28 @@ impl Known {
     pub(super) fn read(&mut self, sent: Instant, record: &Arc<Record>, now: Instant) {
         if let Record::Valid(s) = &**record {
             self.learn(&s.rvn, now);
+            self.counts = [self.counts[1], Some((now, s.fencing_token))];
         }
         if self.last.as_ref().is_none_or(|(s, _)| *s <= sent) {
             let before = self.shown_labels();
             self.last = Some((sent, record.clone()));
             self.date_labels(before, now);
         }
+    }
+
+    /// The latest count of ended tenures a read found that was answered
+    /// before `sent` (an election's read of its record): any end of a
+    /// tenure held through the session after that read counts above it,
+    /// so it is as good a basis for that election's read as a count the
+    /// election itself was answered before it read (the count only
+    /// rises).
+    pub(super) fn count_before(&self, sent: Instant) -> Option<u64> {
+        self.counts
+            .iter()
+            .rev()
+            .flatten()
+            .find(|(answered, _)| *answered < sent)
+            .map(|(_, count)| *count)
     }
 
     /// The labels it shows: the stream's, else the last read's.
@@ -273,5 +295,30 @@ impl Known {
             moved: true,
             yields: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::node::tests::{t, their_session};
+
+    #[test]
+    fn a_count_is_a_basis_for_reads_sent_after_it_was_answered() {
+        let mut known = Known::new(t(0));
+        assert_eq!(known.count_before(t(100)), None);
+        known.read(t(10), &Arc::new(their_session("s1", 3)), t(20));
+        known.read(t(30), &Arc::new(their_session("s2", 4)), t(40));
+        // Sent at 20 ms or before: no count answered before it.
+        assert_eq!(known.count_before(t(20)), None);
+        assert_eq!(known.count_before(t(21)), Some(3));
+        assert_eq!(known.count_before(t(41)), Some(4));
+        // A third answer: the first is forgotten.
+        known.read(t(50), &Arc::new(their_session("s3", 5)), t(60));
+        assert_eq!(known.count_before(t(30)), None);
+        assert_eq!(known.count_before(t(45)), Some(4));
+        // A record without a count (missing) changes nothing.
+        known.read(t(70), &Arc::new(Record::Absent), t(80));
+        assert_eq!(known.count_before(t(90)), Some(5));
     }
 }

@@ -358,7 +358,12 @@ impl Node {
             return;
         };
         if let Ok(record) = &answer.record {
-            answer.moved = slot.count.answered(&key, record, &slot.core.config().name);
+            let sent = slot.core.last_read_sent();
+            let prior = self.known.get(&key).and_then(|k| k.count_before(sent));
+            let slot: &mut Slot = &mut self.slots[id.index()];
+            answer.moved = slot
+                .count
+                .answered(&key, record, &slot.core.config().name, prior);
         }
         answer.yields = self.outranked(id, &key);
         self.queue.push_back((id, Input::SessionRecord(answer)));
