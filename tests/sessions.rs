@@ -863,8 +863,8 @@ fn restarts_open_fresh_sessions_and_end_the_old_ones_on_postgres() {
     restarts(Kind::Postgres);
 }
 
-/// Store reads `node` made so far: of election records, and of session
-/// records.
+/// Store reads `node` made so far: of election records (alone, or up to
+/// a hundred in one request, `read_elections`), and of session records.
 fn reads_of(node: &Leaderd) -> (f64, f64) {
     let (_, text) = node.get("/metrics").expect("metrics");
     let mut reads = (0.0, 0.0);
@@ -877,7 +877,7 @@ fn reads_of(node: &Leaderd) -> (f64, f64) {
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        if line.contains("op=\"read\"") {
+        if line.contains("op=\"read\"") || line.contains("op=\"read_elections\"") {
             reads.0 += count;
         } else if line.contains("op=\"read_session\"") {
             reads.1 += count;
@@ -904,10 +904,11 @@ fn followers_at_rest(kind: Kind) {
     eprintln!(
         "node-b read {elections} election records and {sessions} session records in {span:?}"
     );
-    // The counts are real: node-b read each election when it started, and
-    // its series are there to be counted.
+    // The counts are real: node-b read the elections when it started (the
+    // five together, in one request), and its series are there to be
+    // counted.
     assert!(
-        before.0 >= ELECTIONS.len() as f64,
+        before.0 >= 1.0,
         "node-b's election reads are not counted ({} before the rest): the test would measure nothing",
         before.0
     );

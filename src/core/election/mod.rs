@@ -482,8 +482,10 @@ impl Core {
             self.out.push_back(Action::Watch(target));
         }
         self.state.heartbeat = now;
-        let until = match &self.session_watch {
-            Some(w) => Some(w.flow_until),
+        // While the owner's stream flows, until it counts as quiet; else
+        // as the hints say.
+        let until = match self.session_watch.as_ref().and_then(|w| w.flow_until) {
+            Some(until) => Some(until),
             None => self.hints.quiet_at(self.cfg.hint_quiet()),
         };
         if matches!(self.phase, Phase::Following { .. }) && self.pending.is_none() {

@@ -311,6 +311,8 @@ fn without_a_stream_the_poll_at_the_sessions_due_reads_the_session_alone() {
         assert_eq!(read_kind(&mut core), Kind::Session(None));
         answer_with(&mut core, 9_120, session("s1"), 5, None, moved);
         assert_eq!(core.next_wake(), Some(due));
+        // Nothing told it of the owner: it does not count as watching.
+        assert_eq!(core.state().hints_until, None);
         core.handle(&at(10_000), Input::Session(Some(own_session(10_000))));
         core.handle(&at(10_105), Input::Timeout);
         if moved {

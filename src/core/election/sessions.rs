@@ -36,8 +36,9 @@ pub(super) struct SessionWatch {
     pub(super) election: Followed,
     /// When the session's `rvn` timed last may be taken over: read it then.
     pub(super) due: Instant,
-    /// When the owner's stream counted as quiet at the last answer.
-    pub(super) flow_until: Instant,
+    /// When the owner's stream counted as quiet at the last answer; `None`:
+    /// it did not flow (the read at the due is the last poll's).
+    pub(super) flow_until: Option<Instant>,
 }
 
 /// How many retry intervals a takeover waits for a daemon that ranks
@@ -321,8 +322,8 @@ impl Core {
         let poll = at + self.cfg.retry_interval;
         let flow_until = match flow.filter(|f| unmoved && aimed && f.since <= sent && at < f.until)
         {
-            Some(f) => f.until,
-            None if unmoved && due <= poll => at,
+            Some(f) => Some(f.until),
+            None if unmoved && due <= poll => None,
             None => return Round::Wait(poll.min(due)),
         };
         self.session_watch = Some(Box::new(SessionWatch {
