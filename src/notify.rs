@@ -7,9 +7,11 @@
 
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::driver::board::StateView;
 
 /// Where to send notifications, if systemd asked for them.
@@ -17,6 +19,9 @@ use crate::driver::board::StateView;
 pub struct Notifier {
     socket: Option<PathBuf>,
     watchdog: Option<Duration>,
+    /// The last send failed (other than a full queue): warned once, until
+    /// a send works again.
+    failing: Arc<AtomicBool>,
 }
 
 impl Notifier {
@@ -42,7 +47,11 @@ impl Notifier {
             std::env::remove_var("WATCHDOG_USEC");
             std::env::remove_var("WATCHDOG_PID");
         }
-        Notifier { socket, watchdog }
+        Notifier {
+            socket,
+            watchdog,
+            failing: Arc::default(),
+        }
     }
 
     /// Whether systemd listens.
@@ -55,20 +64,32 @@ impl Notifier {
         self.watchdog
     }
 
-    /// Send one notification (e.g. "READY=1", "STATUS=leading report").
-    /// Failures are logged, never fatal: the daemon works without systemd.
-    /// Never blocks: it runs on the async runtime, and a listener that stops
-    /// reading must not stall the daemon (a message that does not fit in
-    /// the socket's queue is dropped).
-    pub fn send(&self, state: &str) {
-        let Some(path) = &self.socket else { return };
+    /// Send one notification (e.g. "READY=1", "STATUS=leading report");
+    /// `false` only when systemd's queue was full and the message was
+    /// dropped (worth sending again). Other failures are logged, never
+    /// fatal: the daemon works without systemd. Never blocks: it runs on
+    /// the async runtime, and a listener that stops reading must not stall
+    /// the daemon.
+    pub fn send(&self, state: &str) -> bool {
+        let Some(path) = &self.socket else {
+            return true;
+        };
         match send_to(path, state) {
-            Ok(()) => {}
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(socket = %path.display(), "notifying systemd works again");
+                }
+                true
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 tracing::debug!(socket = %path.display(), "notify socket full; dropped {state}");
+                false
             }
             Err(e) => {
-                tracing::warn!(error = %e, socket = %path.display(), "cannot notify systemd")
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, socket = %path.display(), "cannot notify systemd");
+                }
+                true
             }
         }
     }
@@ -89,8 +110,17 @@ fn send_to(path: &std::path::Path, msg: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// After a message systemd's full queue dropped, the first wait before it is
+/// sent again; each further drop doubles it, up to the watchdog's tick.
+const RESEND_FIRST: Duration = Duration::from_millis(50);
+
 /// READY=1 once every election made its first observation, STATUS= on every
 /// leadership change, WATCHDOG=1 while every campaign loop makes progress.
+///
+/// systemd's notify socket queues few datagrams (`net.unix.max_dgram_qlen`,
+/// 10 by default), and a send never blocks: READY=1 or a STATUS= that finds
+/// the queue full is sent again shortly, never forgotten (else `systemctl
+/// status` would show a role long past until the next change).
 pub(crate) async fn report_states(
     notifier: Notifier,
     mut states: Vec<StateView>,
@@ -103,58 +133,83 @@ pub(crate) async fn report_states(
     for s in states.iter_mut() {
         let _ = s.wait_for(|st| st.first_observation_done).await;
     }
-    notifier.send("READY=1");
-    let mut last_status = String::new();
+    let mut ready_told = false;
+    let mut status_told = String::new();
     let watchdog = notifier.watchdog();
     let tick = watchdog.map_or(Duration::from_secs(1), |w| {
         (w / 3).max(Duration::from_millis(100))
     });
+    let mut resend = RESEND_FIRST;
     loop {
         let now = clock.now();
-        let status = states
-            .iter()
-            .map(|s| {
-                let st = s.borrow();
-                if st.is_leader_at(now) {
-                    format!(
-                        "leader of {} (fencing token {})",
-                        st.election,
-                        st.fencing_token.unwrap_or(0)
-                    )
-                } else {
-                    format!(
-                        "follower of {} (leader: {})",
-                        st.election,
-                        st.leader.as_deref().unwrap_or("none")
-                    )
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        if status != last_status {
-            notifier.send(&format!("STATUS={status}"));
-            last_status = status;
+        let status = status_line(&states, now);
+        let mut dropped = false;
+        if !ready_told {
+            ready_told = notifier.send("READY=1");
+            dropped |= !ready_told;
         }
-        if watchdog.is_some() {
-            // A wedged campaign loop stops the watchdog pings, and systemd
-            // restarts the unit.
-            let fresh = states.iter().all(|s| {
-                let st = s.borrow();
-                now - st.heartbeat
-                    < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
-            });
-            if fresh {
-                notifier.send("WATCHDOG=1");
+        if ready_told && status != status_told {
+            if notifier.send(&format!("STATUS={status}")) {
+                status_told = status;
+            } else {
+                dropped = true;
             }
         }
+        // A wedged campaign loop stops the watchdog pings, and systemd
+        // restarts the unit.
+        if watchdog.is_some() && all_fresh(&states, now) {
+            notifier.send("WATCHDOG=1");
+        }
+        let wait = if dropped {
+            let wait = resend;
+            resend = (resend * 2).min(tick);
+            wait
+        } else {
+            resend = RESEND_FIRST;
+            tick
+        };
         let primary_rx = states.iter_mut().find(|s| s.borrow().election == primary);
         match primary_rx {
             Some(rx) => {
-                let _ = tokio::time::timeout(tick, rx.changed()).await;
+                let _ = tokio::time::timeout(wait, rx.changed()).await;
             }
-            None => tokio::time::sleep(tick).await,
+            None => tokio::time::sleep(wait).await,
         }
     }
+}
+
+/// `leader of E (fencing token T)` or `follower of E (leader: L)` for each
+/// election, joined by `; `.
+fn status_line(states: &[StateView], now: Instant) -> String {
+    states
+        .iter()
+        .map(|s| {
+            let st = s.borrow();
+            if st.is_leader_at(now) {
+                format!(
+                    "leader of {} (fencing token {})",
+                    st.election,
+                    st.fencing_token.unwrap_or(0)
+                )
+            } else {
+                format!(
+                    "follower of {} (leader: {})",
+                    st.election,
+                    st.leader.as_deref().unwrap_or("none")
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether every election's loop beat within two leases (30 s without one).
+fn all_fresh(states: &[StateView], now: Instant) -> bool {
+    states.iter().all(|s| {
+        let st = s.borrow();
+        now - st.heartbeat
+            < Duration::from_millis(st.tenure.as_ref().map_or(30_000, |t| t.lease_ms * 2))
+    })
 }
 
 #[cfg(test)]
@@ -169,6 +224,7 @@ mod tests {
         let notifier = Notifier {
             socket: Some(path),
             watchdog: None,
+            failing: Arc::default(),
         };
         // Far more than a datagram socket queues: a blocking send would hang.
         let t0 = std::time::Instant::now();
@@ -179,6 +235,64 @@ mod tests {
             t0.elapsed() < Duration::from_secs(5),
             "took {:?}",
             t0.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_status_that_finds_the_queue_full_is_sent_again_not_forgotten() {
+        use crate::core::election::{ElectionState, Role};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("notify.sock");
+        let listener = UnixDatagram::bind(&path).expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let notifier = Notifier {
+            socket: Some(path),
+            watchdog: None,
+            failing: Arc::default(),
+        };
+        // systemd busy: its queue full, so the next sends are dropped.
+        while notifier.send("FILLER=1") {}
+        let clock = Clock::tokio();
+        let (board, view) =
+            crate::driver::board::channel(ElectionState::example("report", "web-1", clock.now()));
+        let task = tokio::spawn(report_states(
+            notifier,
+            vec![view],
+            "report".into(),
+            clock.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        board.send_replace(
+            0,
+            ElectionState::example("report", "web-1", clock.now()).in_tenure(
+                Role::Leader,
+                7,
+                clock.now(),
+            ),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // systemd reads again: what was dropped arrives, in order.
+        let mut told = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        let mut buf = [0u8; 512];
+        while std::time::Instant::now() < deadline
+            && !told.iter().any(|m: &String| m.starts_with("STATUS="))
+        {
+            match listener.recv(&mut buf) {
+                Ok(n) => {
+                    let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    if m != "FILLER=1" {
+                        told.push(m);
+                    }
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        task.abort();
+        assert_eq!(
+            told,
+            ["READY=1", "STATUS=leader of report (fencing token 7)"],
+            "READY=1 and the status that found the queue full are sent again"
         );
     }
 }
