@@ -372,6 +372,31 @@ fn a_session_left_unchanged_for_the_wait_is_ended_then_the_election_taken() {
     assert_takes_over(&mut core, held.rvn);
 }
 
+/// The session timed out, found by a follower with no session of its own
+/// (it held nothing): it asks for one, and as it opens ends the owner's
+/// session and takes the election, with the conditions the round read,
+/// without reading either again.
+#[test]
+fn a_timed_out_session_found_without_a_session_of_its_own_is_ended_and_taken_as_one_opens() {
+    let (mut core, held) = owner_died();
+    core.handle(&at(12_100), Input::Session(None));
+    answer(&mut core, 12_200, "s1", 5, None);
+    assert!(core.wants_session(), "a session to hold it through");
+    while let Some(action) = core.poll_action() {
+        assert!(!matches!(action, Action::Write { .. }), "{action:?}");
+    }
+    core.handle(&at(12_300), Input::Session(Some(own_session(12_250))));
+    let Some(Action::Write { op, condition, .. }) = core.poll_action() else {
+        panic!("the session is ended as this daemon's opens, nothing read first");
+    };
+    assert_eq!(
+        (op, condition),
+        (WriteOp::EndSession, Condition::RvnIs("s1".into()))
+    );
+    core.handle(&at(12_310), Input::Written(Ok(WriteOutcome::Applied)));
+    assert_takes_over(&mut core, held.rvn);
+}
+
 /// The session timed out, and another daemon ranks before this one for
 /// the election: the end and the take wait two retry intervals, then the
 /// election is read again; still held through the session, it is taken

@@ -24,6 +24,19 @@ pub(super) struct DeferredTake {
     pub(super) condition: Condition,
     /// The fencing token of the record read, if any.
     pub(super) previous: Option<u64>,
+    /// The end of the timed-out session the election was held through,
+    /// written first (on the `rvn` that was timed), as the round would
+    /// have: a dead daemon's elections go from the opening of this
+    /// daemon's session to their takes without another read.
+    pub(super) end_first: Option<Box<SessionEnd>>,
+}
+
+/// The end of another daemon's session that a take waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct SessionEnd {
+    election: Followed,
+    ended: Lease,
+    condition: Condition,
 }
 
 /// An election held through another daemon's session, followed by that
@@ -103,7 +116,33 @@ impl Core {
                 op,
                 condition,
                 previous,
+                end_first: None,
             }));
+        }
+    }
+
+    /// The same for an election held through a session that is over
+    /// (`verdict`): its take, after the session's end if it has to be
+    /// ended.
+    fn defer_session_take(&mut self, election: Followed, verdict: SessionVerdict) {
+        let end_first = match verdict {
+            SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
+                Some(Box::new(SessionEnd {
+                    election: election.clone(),
+                    ended,
+                    condition,
+                }))
+            }
+            SessionVerdict::End { .. } | SessionVerdict::Ended | SessionVerdict::TimedOut => None,
+            SessionVerdict::WaitUntil(_) | SessionVerdict::Unknown => return,
+        };
+        self.defer_take(
+            WriteOp::TakeOver,
+            Condition::RvnIs(election.rvn),
+            Some(election.fencing_token),
+        );
+        if let Some(take) = self.deferred_take.as_mut() {
+            take.end_first = end_first;
         }
     }
 
@@ -270,7 +309,16 @@ impl Core {
             {
                 return Some(self.wait_on_session(election, due, flow, unmoved));
             }
-            _ if !self.may_take() => return Some(Round::Wait(poll)),
+            // Without a session to hold it through, the take (and the
+            // session's end before it) is made as the session opens; but
+            // for a daemon that ranks before this one (below), which is
+            // given its moment first, read again after.
+            _ if !self.may_take() => {
+                if !(yields && !yielded) {
+                    self.defer_session_take(election, verdict);
+                }
+                return Some(Round::Wait(poll));
+            }
             // A daemon that ranks before this one takes the election
             // first; read again a moment later, it is taken here only if
             // that daemon did not.
@@ -279,18 +327,33 @@ impl Core {
                 return Some(Round::Wait(at + self.cfg.retry_interval * YIELD_FOR));
             }
             SessionVerdict::End { ended, condition } if !self.skips_session_end() => {
-                self.pending = Some(Box::new(Pending::EndSession { election }));
-                self.out.push_back(Action::Write {
-                    op: WriteOp::EndSession,
-                    lease: ended,
+                self.end_session(SessionEnd {
+                    election,
+                    ended,
                     condition,
-                    budget: self.cfg.renew_interval,
-                    deadline: None,
                 });
             }
             _ => self.take_election(election, tick),
         }
         None
+    }
+
+    /// End another daemon's timed-out session; the election is taken once
+    /// that is answered ([`Core::session_ended`]).
+    fn end_session(&mut self, end: SessionEnd) {
+        let SessionEnd {
+            election,
+            ended,
+            condition,
+        } = end;
+        self.pending = Some(Box::new(Pending::EndSession { election }));
+        self.out.push_back(Action::Write {
+            op: WriteOp::EndSession,
+            lease: ended,
+            condition,
+            budget: self.cfg.renew_interval,
+            deadline: None,
+        });
     }
 
     /// A live session of `election`'s holder is due at `due`. While the
@@ -408,7 +471,11 @@ impl Core {
             && self.can_hold()
         {
             self.session_wanted = false;
-            match self.deferred_take.take() {
+            match self.deferred_take.take().map(|t| *t) {
+                Some(DeferredTake {
+                    end_first: Some(end),
+                    ..
+                }) => self.end_session(*end),
                 Some(take) => {
                     let token = self.next_token(take.previous, tick);
                     let lease = self.new_lease(token, tick);
