@@ -314,7 +314,7 @@ impl Core {
             // for a daemon that ranks before this one (below), which is
             // given its moment first, read again after.
             _ if !self.may_take() => {
-                if !(yields && !yielded) {
+                if !yields || yielded {
                     self.defer_session_take(election, verdict);
                 }
                 return Some(Round::Wait(poll));
