@@ -484,10 +484,11 @@ impl Core {
         self.state.heartbeat = now;
         // While the owner's stream flows, until it counts as quiet; else
         // as the hints say.
-        let until = match self.session_watch.as_ref().and_then(|w| w.flow_until) {
-            Some(until) => Some(until),
-            None => self.hints.quiet_at(self.cfg.hint_quiet()),
-        };
+        let until = self
+            .session_watch
+            .as_ref()
+            .and_then(|w| w.flow_until)
+            .or_else(|| self.hints.quiet_at(self.cfg.hint_quiet()));
         if matches!(self.phase, Phase::Following { .. }) && self.pending.is_none() {
             self.state.hints_until = until;
         }

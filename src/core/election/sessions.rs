@@ -111,13 +111,18 @@ impl Core {
     /// Keep the acquisition a round could not make for want of a session
     /// (only while it waits for one), to make it as the session opens.
     pub(super) fn defer_take(&mut self, op: WriteOp, condition: Condition, previous: Option<u64>) {
+        self.defer(DeferredTake {
+            op,
+            condition,
+            previous,
+            end_first: None,
+        });
+    }
+
+    /// Keep `take` while the election waits for the session.
+    fn defer(&mut self, take: DeferredTake) {
         if self.session_wanted {
-            self.deferred_take = Some(Box::new(DeferredTake {
-                op,
-                condition,
-                previous,
-                end_first: None,
-            }));
+            self.deferred_take = Some(Box::new(take));
         }
     }
 
@@ -136,14 +141,12 @@ impl Core {
             SessionVerdict::End { .. } | SessionVerdict::Ended | SessionVerdict::TimedOut => None,
             SessionVerdict::WaitUntil(_) | SessionVerdict::Unknown => return,
         };
-        self.defer_take(
-            WriteOp::TakeOver,
-            Condition::RvnIs(election.rvn),
-            Some(election.fencing_token),
-        );
-        if let Some(take) = self.deferred_take.as_mut() {
-            take.end_first = end_first;
-        }
+        self.defer(DeferredTake {
+            op: WriteOp::TakeOver,
+            condition: Condition::RvnIs(election.rvn),
+            previous: Some(election.fencing_token),
+            end_first,
+        });
     }
 
     /// Whether this election wants the daemon's session now: it holds (or
