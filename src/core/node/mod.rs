@@ -40,7 +40,8 @@
 //! session's count of ended tenures; `session` the daemon's own session
 //! and what its streams tell of others; `readback` the read-back's
 //! schedule; `rank` which daemon takes a free election first; `tests`
-//! the node step by step.
+//! the node step by step; `stream_tests` the node and the streams of
+//! the sessions it follows through.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -59,6 +60,8 @@ mod rank;
 mod readback;
 mod route;
 mod session;
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;
 
@@ -554,11 +557,7 @@ impl Node {
                 at,
                 since,
             } => self.on_told(&key, &rvn, labels, at, since),
-            NodeInput::SessionStreamEnded { key } => {
-                if let Some(known) = self.known.get_mut(&key) {
-                    known.flow = None;
-                }
-            }
+            NodeInput::SessionStreamEnded { key } => self.on_stream_ended(&key),
             NodeInput::SessionRead { key, sent, record } => {
                 let now = self.now;
                 self.known_entry(&key).read(sent, &Arc::new(record), now);

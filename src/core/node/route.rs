@@ -273,10 +273,15 @@ impl Node {
 
     /// Read the session `key` for `id`, with any read of it on its way.
     fn read_session(&mut self, id: ElectionId, key: &str, budget: std::time::Duration) {
+        self.known_entry(key).waiting.push(id);
+        self.send_session_read(key, budget);
+    }
+
+    /// Send a read of the session `key`, unless one is on its way.
+    pub(super) fn send_session_read(&mut self, key: &str, budget: std::time::Duration) {
         let now = self.now;
         let stored = self.known_key(key);
         let known = self.known_entry(key);
-        known.waiting.push(id);
         if known.in_flight.is_none() {
             known.in_flight = Some(now);
             self.out.push_back(NodeAction::Read {

@@ -145,4 +145,21 @@ impl Node {
             known.parked.extend(still);
         }
     }
+
+    /// The owner's stream of the session `key` ended (or broke): the
+    /// session is read at once, one read whoever follows through it. A
+    /// daemon killed between a write of its session and the event telling
+    /// it leaves its followers knowing an older `rvn`; the newer one is
+    /// timed from when they first see it, so this read, not the next one
+    /// an election makes (up to its due later), is the one that starts
+    /// their wait. A stream that comes and goes costs at most one read
+    /// each time it ends (it is opened again after P or more).
+    pub(super) fn on_stream_ended(&mut self, key: &str) {
+        let stored = self.known_key(key);
+        let Some(known) = self.known.get_mut(&stored) else {
+            return;
+        };
+        known.flow = None;
+        self.send_session_read(key, self.timing.renew);
+    }
 }

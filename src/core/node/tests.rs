@@ -43,7 +43,7 @@ pub(super) fn node(n: u32, sessions: bool) -> Node {
     node
 }
 
-fn e(n: u32) -> ElectionId {
+pub(super) fn e(n: u32) -> ElectionId {
     ElectionId(n)
 }
 
@@ -297,9 +297,22 @@ fn a_release_asked_for_while_a_request_is_in_flight_waits_for_its_answer() {
     assert!(node.is_finished());
 }
 
+/// The read of [`THEIRS`] on its way answered at `ms`: written with
+/// `rvn` after `ended` of its tenures ended.
+pub(super) fn answer_their_session(node: &mut Node, ms: u64, rvn: &str, ended: u64) {
+    handle(
+        node,
+        ms,
+        read(
+            RequestId::SessionRecord(THEIRS.into()),
+            their_session(rvn, ended),
+        ),
+    );
+}
+
 /// A node of `n` elections following `b`'s through [`THEIRS`], its own
 /// session open; every election read once (the read answered at 10).
-fn following(n: u32) -> Node {
+pub(super) fn following(n: u32) -> Node {
     let mut node = node(n, true);
     let out = handle(&mut node, 0, NodeInput::Timeout);
     // Their first reads go out together (one alone), and the session of
@@ -353,193 +366,6 @@ fn one_read_of_another_daemons_session_answers_every_election_that_asked_while_i
     }
     let known = node.known_session(THEIRS).expect("known");
     assert_eq!(known.latest, Some(("s1".into(), t(20))));
-}
-
-/// [`following`] with the owner's stream flowing since 0, every election
-/// read again after the count was seen, left to the session alone: due
-/// at `due` (the session's rvn `s1`, told at 15).
-fn left_to_the_stream(n: u32) -> (Node, Instant) {
-    let mut node = following(n);
-    let told = |ms: u64, rvn: &str| NodeInput::SessionTold {
-        key: THEIRS.into(),
-        rvn: rvn.into(),
-        labels: Default::default(),
-        at: t(ms),
-        since: t(0),
-    };
-    handle(&mut node, 15, told(15, "s1"));
-    handle(
-        &mut node,
-        20,
-        read(
-            RequestId::SessionRecord(THEIRS.into()),
-            their_session("s1", 0),
-        ),
-    );
-    // Read again at P, all in one request (one alone): the count is now
-    // known.
-    let out = handle(&mut node, 1_020, NodeInput::Timeout);
-    let keys: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
-    let budget = timing().renew_interval;
-    let answer = if n == 1 {
-        let request = RequestId::Election(e(0));
-        let asked = NodeAction::Read {
-            request: request.clone(),
-            key: keys[0].clone(),
-            budget,
-            confirming: false,
-        };
-        assert_eq!(requests(&out), [asked]);
-        read(request, Record::Valid(theirs(&keys[0], 7)))
-    } else {
-        let request = RequestId::Reads(0);
-        let asked = NodeAction::ReadMany {
-            request: request.clone(),
-            keys: keys.clone(),
-            budget,
-        };
-        assert_eq!(requests(&out), [asked]);
-        let records = keys.iter().map(|k| Record::Valid(theirs(k, 7))).collect();
-        NodeInput::ReadMany {
-            request,
-            records: Ok(records),
-        }
-    };
-    let out = handle(&mut node, 1_030, answer);
-    // A round that read the election reads the session anew, one read
-    // for all.
-    assert_eq!(requests(&out).len(), 1);
-    handle(
-        &mut node,
-        1_040,
-        read(
-            RequestId::SessionRecord(THEIRS.into()),
-            their_session("s1", 0),
-        ),
-    );
-    let due = t(15) + Duration::from_millis(10_100);
-    for i in 0..n {
-        assert_eq!(node.core(e(i)).next_wake(), Some(due), "election {i}");
-    }
-    (node, due)
-}
-
-/// The owner's stream tells, at `ms`, of its session's write `rvn`.
-fn tell(node: &mut Node, ms: u64, rvn: &str) -> Vec<NodeAction> {
-    let told = NodeInput::SessionTold {
-        key: THEIRS.into(),
-        rvn: rvn.into(),
-        labels: Default::default(),
-        at: t(ms),
-        since: t(0),
-    };
-    handle(node, ms, told)
-}
-
-/// [`left_to_the_stream`], the owner renewing every R (told each time)
-/// until its writes' news spared two reads: at 20,115 ms the elections
-/// are due, the last read two waits old, and they wait for the next
-/// write to be told.
-fn parked(n: u32) -> Node {
-    let (mut node, due) = left_to_the_stream(n);
-    tell(&mut node, 5_015, "s2");
-    tell(&mut node, 10_015, "s3");
-    // Due; the read is one wait old, and the stream told of a later write
-    // since: that will do, and they wait for s3 to be due.
-    let out = handle(&mut node, 10_115, NodeInput::Timeout);
-    assert_eq!(due, t(10_115));
-    assert!(requests(&out).is_empty(), "{out:?}");
-    assert_eq!(node.next_wake(), Some(t(20_115)));
-    tell(&mut node, 15_015, "s4");
-    tell(&mut node, 20_015, "s5");
-    // Two waits old now: they wait for the next write to be told, a
-    // slack at most.
-    let out = handle(&mut node, 20_115, NodeInput::Timeout);
-    assert!(requests(&out).is_empty(), "{out:?}");
-    assert_eq!(node.next_wake(), Some(t(22_115)));
-    node
-}
-
-#[test]
-fn elections_left_to_the_stream_read_their_session_together_once_the_next_write_is_told() {
-    let mut node = parked(3);
-    let out = tell(&mut node, 21_000, "s6");
-    assert_eq!(
-        requests(&out),
-        vec![NodeAction::Read {
-            request: RequestId::SessionRecord(THEIRS.into()),
-            key: THEIRS.into(),
-            budget: Duration::from_secs(5),
-            confirming: false,
-        }],
-        "one read for the three"
-    );
-    handle(
-        &mut node,
-        21_010,
-        read(
-            RequestId::SessionRecord(THEIRS.into()),
-            their_session("s6", 0),
-        ),
-    );
-    // Timed from its event.
-    let next = t(21_000) + Duration::from_millis(10_100);
-    for i in 0..3 {
-        assert_eq!(node.core(e(i)).next_wake(), Some(next), "election {i}");
-    }
-}
-
-#[test]
-fn a_parked_election_reads_after_the_slack_when_the_stream_tells_nothing() {
-    let mut node = parked(2);
-    let out = handle(&mut node, 22_115, NodeInput::Timeout);
-    assert_eq!(requests(&out).len(), 1, "{out:?}");
-}
-
-#[test]
-fn a_count_the_node_cannot_account_for_has_the_election_read_again() {
-    let mut node = parked(1);
-    handle(&mut node, 22_115, NodeInput::Timeout);
-    // b released e0 and hid it from its stream; its session's count moved.
-    handle(
-        &mut node,
-        22_120,
-        read(
-            RequestId::SessionRecord(THEIRS.into()),
-            their_session("s6", 1),
-        ),
-    );
-    assert_eq!(node.core(e(0)).next_wake(), Some(t(23_120)));
-}
-
-#[test]
-fn a_count_whose_ends_are_named_has_only_the_elections_named_read_again() {
-    let mut node = parked(3);
-    handle(&mut node, 22_115, NodeInput::Timeout);
-    // b released e1 (told or not); its session names that end.
-    let mut session = their_session("s6", 1);
-    if let Record::Valid(s) = &mut session {
-        s.holder_meta = Some(HolderMeta {
-            labels: [(
-                crate::core::session::ENDED_LABEL.to_owned(),
-                "1:e1".to_owned(),
-            )]
-            .into(),
-            ..Default::default()
-        });
-    }
-    handle(
-        &mut node,
-        22_120,
-        read(RequestId::SessionRecord(THEIRS.into()), session),
-    );
-    assert_eq!(node.core(e(1)).next_wake(), Some(t(23_120)), "e1 read at P");
-    // e0 and e2 wait for the session, as before the count moved.
-    let later = t(22_120) + Duration::from_millis(5_000);
-    for i in [0, 2] {
-        let wake = node.core(e(i)).next_wake().expect("a wake");
-        assert!(wake > later, "election {i} wakes at {wake:?}");
-    }
 }
 
 #[test]
@@ -666,14 +492,7 @@ fn followers_polling_together_read_their_records_in_requests_of_a_hundred() {
     let mut node = following(150);
     // The first answer of the session after their first reads: each
     // polls its record again at P, all at once.
-    handle(
-        &mut node,
-        20,
-        read(
-            RequestId::SessionRecord(THEIRS.into()),
-            their_session("s1", 0),
-        ),
-    );
+    answer_their_session(&mut node, 20, "s1", 0);
     let out = handle(&mut node, 1_020, NodeInput::Timeout);
     let sizes: Vec<(RequestId, usize)> = requests(&out)
         .into_iter()
