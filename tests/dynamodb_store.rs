@@ -285,6 +285,111 @@ async fn failed_condition_carries_the_current_record_when_told() {
     }
 }
 
+/// Takes of many elections at once: one transaction on DynamoDB Local,
+/// one PutItem each on dynalite (which has no transactions, and says so);
+/// either way each write is answered by its own condition, and a write
+/// whose condition fails takes nothing from the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_writes_are_each_answered_by_their_own_condition() {
+    for emulator in [local().await, dynalite().await] {
+        let direct = new_store(emulator).await;
+        direct.create_table(false, WAIT).await.expect("create");
+        let (endpoint, _, transactions) = answer_losing_proxy(&emulator.endpoint).await;
+        let store = store_at(&endpoint, direct.table()).await;
+        let first: Vec<(Lease, Condition)> = ["a", "b", "c"]
+            .iter()
+            .map(|e| (lease(e, "x"), Condition::NotExists))
+            .collect();
+        assert_eq!(
+            store.write_many(&first, BUDGET).await,
+            vec![Ok(WriteOutcome::Applied); 3],
+            "{:?}",
+            emulator.kind
+        );
+        // a and c taken on the rvn each has; b on one it never had.
+        let takes = vec![
+            (lease("a", "y"), Condition::RvnIs(first[0].0.rvn.clone())),
+            (lease("b", "y"), Condition::RvnIs("stale".into())),
+            (lease("c", "y"), Condition::RvnIs(first[2].0.rvn.clone())),
+        ];
+        let outcomes = store.write_many(&takes, BUDGET).await;
+        assert_eq!(
+            outcomes[0],
+            Ok(WriteOutcome::Applied),
+            "{:?}",
+            emulator.kind
+        );
+        assert_eq!(
+            outcomes[2],
+            Ok(WriteOutcome::Applied),
+            "{:?}",
+            emulator.kind
+        );
+        match (emulator.kind, &outcomes[1]) {
+            (
+                emulators::Kind::DynamoDbLocal,
+                Ok(WriteOutcome::ConditionFailed {
+                    current: Some(current),
+                }),
+            ) => assert_eq!(*current, Record::Valid(first[1].0.clone())),
+            (emulators::Kind::Dynalite, Ok(WriteOutcome::ConditionFailed { current: None })) => {}
+            (kind, other) => panic!("{kind:?}: unexpected {other:?}"),
+        }
+        // DynamoDB Local: both as transactions (then a and c again, one
+        // PutItem each, after b's failed condition cancelled the second).
+        // dynalite: the first refused, the second not tried.
+        let expected = match emulator.kind {
+            emulators::Kind::DynamoDbLocal => 2,
+            _ => 1,
+        };
+        assert_eq!(
+            transactions.load(Ordering::SeqCst),
+            expected,
+            "{:?}",
+            emulator.kind
+        );
+        for (election, now) in [("a", &takes[0].0), ("b", &first[1].0), ("c", &takes[2].0)] {
+            assert_eq!(
+                store.read(election, BUDGET).await,
+                Ok(Record::Valid(now.clone())),
+                "{:?}: {election}",
+                emulator.kind
+            );
+        }
+    }
+}
+
+/// A transaction applied whose answer was lost is settled by reading the
+/// records back: every write applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_writes_with_a_lost_answer_are_settled_by_reading_back() {
+    let emulator = local().await;
+    let direct = new_store(emulator).await;
+    direct.create_table(false, WAIT).await.expect("create");
+    let (endpoint, lose_next_put, transactions) = answer_losing_proxy(&emulator.endpoint).await;
+    let store = store_at(&endpoint, direct.table()).await;
+    let writes: Vec<(Lease, Condition)> = ["a", "b"]
+        .iter()
+        .map(|e| (lease(e, "x"), Condition::NotExists))
+        .collect();
+    lose_next_put.store(true, Ordering::SeqCst);
+    assert_eq!(
+        store.write_many(&writes, BUDGET).await,
+        vec![Ok(WriteOutcome::Applied); 2]
+    );
+    assert!(
+        !lose_next_put.load(Ordering::SeqCst),
+        "the proxy did lose an answer"
+    );
+    assert_eq!(transactions.load(Ordering::SeqCst), 1, "one transaction");
+    for (lease, _) in &writes {
+        assert_eq!(
+            direct.read(&lease.election, BUDGET).await,
+            Ok(Record::Valid(lease.clone()))
+        );
+    }
+}
+
 // ------------------------------------------------------------ credentials
 
 fn client_with(
@@ -553,8 +658,9 @@ async fn server_errors_and_lost_answers_may_have_been_applied() {
 }
 
 /// A proxy in front of a real emulator that, when armed, forwards one
-/// PutItem, lets the server apply it, and hangs up instead of answering.
-async fn answer_losing_proxy(upstream: &str) -> (String, Arc<AtomicBool>) {
+/// PutItem (or TransactWriteItems), lets the server apply it, and hangs up
+/// instead of answering. It counts the TransactWriteItems it forwards.
+async fn answer_losing_proxy(upstream: &str) -> (String, Arc<AtomicBool>, Arc<AtomicU32>) {
     let upstream = upstream
         .strip_prefix("http://")
         .expect("emulator endpoints are http://")
@@ -565,17 +671,24 @@ async fn answer_losing_proxy(upstream: &str) -> (String, Arc<AtomicBool>) {
     let endpoint = format!("http://{}", listener.local_addr().expect("bound"));
     let armed = Arc::new(AtomicBool::new(false));
     let lose = armed.clone();
+    let transactions = Arc::new(AtomicU32::new(0));
+    let counted = transactions.clone();
     tokio::spawn(async move {
         while let Ok((mut client, _)) = listener.accept().await {
             let upstream = upstream.clone();
             let lose = lose.clone();
+            let counted = counted.clone();
             tokio::spawn(async move {
                 let Ok(mut server) = TcpStream::connect(&upstream).await else {
                     return;
                 };
                 while let Some(request) = read_http_message(&mut client).await {
-                    let is_put =
-                        String::from_utf8_lossy(&request).contains("DynamoDB_20120810.PutItem");
+                    let text = String::from_utf8_lossy(&request);
+                    let transaction = text.contains("DynamoDB_20120810.TransactWriteItems");
+                    if transaction {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let is_put = transaction || text.contains("DynamoDB_20120810.PutItem");
                     if server.write_all(&request).await.is_err() {
                         return;
                     }
@@ -592,7 +705,7 @@ async fn answer_losing_proxy(upstream: &str) -> (String, Arc<AtomicBool>) {
             });
         }
     });
-    (endpoint, armed)
+    (endpoint, armed, transactions)
 }
 
 /// An ambiguous write is resolved by a consistent read-back. The
@@ -603,7 +716,7 @@ async fn applied_write_with_lost_answer_is_resolved_by_read_back() {
     let emulator = dynalite().await;
     let direct = new_store(emulator).await;
     direct.create_table(false, WAIT).await.expect("create");
-    let (endpoint, lose_next_put) = answer_losing_proxy(&emulator.endpoint).await;
+    let (endpoint, lose_next_put, _) = answer_losing_proxy(&emulator.endpoint).await;
     let store = store_at(&endpoint, direct.table()).await;
 
     let first = lease("e", "a");

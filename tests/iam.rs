@@ -10,7 +10,12 @@
 //!
 //! moto authorises a DynamoDB call against the resource `*`, whatever table
 //! it names, so the policies are loaded with their `Resource` widened to
-//! `*`; their actions are the shipped ones.
+//! `*`; their actions are the shipped ones. And moto checks a
+//! `TransactWriteItems` as the action `dynamodb:TransactWriteItems`, where
+//! AWS checks each of its `Put`s as `dynamodb:PutItem` (there is no IAM
+//! action of that name): a policy that allows `dynamodb:PutItem` is given
+//! it too, as AWS would let the transaction through; a test takes it away
+//! to stand for a policy that denies transactions.
 
 use crate::common;
 
@@ -47,6 +52,9 @@ fn policy(file: &str, without: &[&str]) -> String {
         let actions = statement["Action"]
             .as_array_mut()
             .unwrap_or_else(|| panic!("{}: an Action that is not a list", path.display()));
+        if actions.iter().any(|a| a == "dynamodb:PutItem") {
+            actions.push("dynamodb:TransactWriteItems".into());
+        }
         actions.retain(|a| !without.iter().any(|w| a.as_str() == Some(w)));
     }
     doc.to_string()
@@ -336,4 +344,35 @@ fn a_policy_without_batch_get_item_is_named_in_the_log() {
             .any(|l| l.contains("not allowed to call") && !l.contains("dynamodb:BatchGetItem")),
         "{log}"
     );
+}
+
+/// A policy that lets no transaction through: the takes that would have
+/// gone together go one `PutItem` each, every election is led, and one log
+/// line says so (naming what to allow).
+#[test]
+fn takes_go_one_by_one_where_transactions_are_denied() {
+    let (setup, keys) = Setup::new(&[
+        ("creator", policy("leaderd-policy-with-create.json", &[])),
+        (
+            "apart",
+            policy("leaderd-policy.json", &["dynamodb:TransactWriteItems"]),
+        ),
+    ]);
+    setup.ok(&keys[0], &["table", "create"]);
+    let node = setup.run(
+        "apart",
+        &keys[1],
+        "one",
+        &["--election", "two", "--election", "three"],
+    );
+    for election in ["one", "two", "three"] {
+        wait_leads(&node, election);
+    }
+    let log = node.log();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused a transaction of many takes"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(refused[0].contains("dynamodb:PutItem"), "{}", refused[0]);
 }

@@ -1,6 +1,7 @@
 //! The one IO driver of a daemon's [`Node`]: it performs the node's store
 //! requests concurrently (a slow answer for one election never delays
-//! another), feeds their answers, the time, the hints of every election
+//! another; the takes one input asks for go together, up to 100 to a
+//! request, each with its own condition and answer), feeds their answers, the time, the hints of every election
 //! (one channel from every watch client), the app check's verdict, the
 //! store's changes and the commands back, and publishes each election's
 //! state and events (on one board each) and the daemon's session (on a
@@ -10,7 +11,8 @@
 //!
 //! The rooms: this file is the driver's loop and what it carries out;
 //! `board` where each election's state and last event are published;
-//! `handle` what the rest of the daemon holds of a running node (each
+//! `takes` the takes of one input sent together; `handle` what the rest
+//! of the daemon holds of a running node (each
 //! election's handle, the node's session and end, the sessions it knows
 //! for balance); `report` the metrics and logs of its requests and of
 //! what the node noted; `error_log` store errors logged once per change;
@@ -39,6 +41,7 @@ mod error_log;
 mod handle;
 mod report;
 mod session;
+mod takes;
 
 #[cfg(test)]
 mod engine_tests;
@@ -55,6 +58,7 @@ pub use session::SWEEP_EVERY;
 use board::{EventBoard, StateBoard};
 use report::{Metric, Report};
 use session::{SessionLog, Sweeper};
+use takes::Take;
 
 /// What the node is told by the rest of the daemon.
 pub enum Command {
@@ -94,6 +98,13 @@ enum Answer {
     Read(Result<Record, StoreError>),
     ReadMany(Result<Vec<Record>, StoreError>),
     Written(Result<WriteOutcome, StoreError>),
+}
+
+/// What a request's task comes back with: the answer of one request, or
+/// those of the takes it made together.
+enum Finished {
+    One(Box<Done>),
+    Many(Vec<Done>),
 }
 
 /// A request answered: what, how long it took, how it is counted, for
@@ -144,7 +155,11 @@ pub struct NodeDriver {
     out: Published,
     commands: mpsc::Receiver<Command>,
     /// The store requests on their way.
-    inflight: JoinSet<Done>,
+    inflight: JoinSet<Finished>,
+    /// Answers of takes made together, not yet handed to the node.
+    ready: VecDeque<Done>,
+    /// Takes the input being handled asked for.
+    takes: Vec<Take>,
     /// Campaign requests among them, and those waiting their turn.
     campaigns: usize,
     waiting: VecDeque<NodeAction>,
@@ -207,6 +222,8 @@ impl NodeDriver {
             },
             commands,
             inflight: JoinSet::new(),
+            ready: VecDeque::new(),
+            takes: Vec::new(),
             campaigns: 0,
             waiting: VecDeque::new(),
             answers: HashMap::new(),
@@ -286,6 +303,9 @@ impl NodeDriver {
     /// Wait for what comes next: an input for the node, or `None` when
     /// what came was handled here.
     async fn next_input(&mut self, orphaned: &mut bool) -> Option<NodeInput> {
+        if let Some(done) = self.ready.pop_front() {
+            return Some(self.answered(done));
+        }
         let wake = self.node.next_wake();
         let clock = self.context.clock.clone();
         let now = clock.now();
@@ -295,10 +315,17 @@ impl NodeDriver {
             .is_some_and(|s| s.record_key().is_some());
         let sweep = self.sweeper.as_mut().and_then(|s| s.due(open, now));
         tokio::select! {
-            Some(done) = self.inflight.join_next(), if !self.inflight.is_empty() => {
+            Some(finished) = self.inflight.join_next(), if !self.inflight.is_empty() => {
                 // A request's task only ends by answering (it is never
                 // aborted while the driver runs).
-                done.ok().map(|done| self.answered(done))
+                match finished.ok()? {
+                    Finished::One(done) => Some(self.answered(*done)),
+                    Finished::Many(done) => {
+                        self.ready.extend(done);
+                        let first = self.ready.pop_front()?;
+                        Some(self.answered(first))
+                    }
+                }
             }
             command = self.commands.recv(), if !*orphaned => match command {
                 Some(command) => self.command(command),
@@ -432,6 +459,11 @@ impl NodeDriver {
             .drain(..)
             .map(|id| (id.index(), node.state(id)));
         self.out.states.publish_all(changed);
+        // The takes of a batch's answers go out once all of them were
+        // handed over: together, not one by one.
+        if self.ready.is_empty() {
+            self.send_takes();
+        }
         if let Some(core) = self.node.session() {
             self.session_log
                 .changed(self.node.identity(), core, self.node.session_view());
@@ -487,7 +519,7 @@ impl NodeDriver {
             let sent = clock.now();
             let answer = Answer::ReadMany(store.read_many(&keys, budget).await);
             let took = clock.now() - sent;
-            Done {
+            Finished::One(Box::new(Done {
                 request,
                 answer,
                 took,
@@ -495,7 +527,7 @@ impl NodeDriver {
                 ending: None,
                 batch,
                 campaign,
-            }
+            }))
         });
     }
 
@@ -516,7 +548,7 @@ impl NodeDriver {
             let sent = clock.now();
             let answer = Answer::Read(store.read(&key, budget).await);
             let took = clock.now() - sent;
-            Done {
+            Finished::One(Box::new(Done {
                 request,
                 answer,
                 took,
@@ -524,7 +556,7 @@ impl NodeDriver {
                 ending: None,
                 batch: Vec::new(),
                 campaign,
-            }
+            }))
         });
     }
 
@@ -548,6 +580,17 @@ impl NodeDriver {
             ),
         };
         let campaign = is_campaign_write(&request, op);
+        if campaign {
+            self.takes.push(Take {
+                request,
+                metric,
+                lease,
+                condition,
+                budget,
+                deadline,
+            });
+            return;
+        }
         let store = self.context.store.clone();
         let clock = self.context.clock.clone();
         self.inflight.spawn(async move {
@@ -560,7 +603,7 @@ impl NodeDriver {
                     .unwrap_or(Err(StoreError::Timeout(budget))),
                 None => write.await,
             };
-            Done {
+            Finished::One(Box::new(Done {
                 request,
                 answer: Answer::Written(outcome),
                 took: clock.now() - sent,
@@ -568,7 +611,7 @@ impl NodeDriver {
                 ending,
                 batch: Vec::new(),
                 campaign,
-            }
+            }))
         });
     }
 

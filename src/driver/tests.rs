@@ -247,8 +247,25 @@ async fn a_daemon_of_many_free_elections_keeps_its_campaign_requests_within_the_
     store.set_fault(crate::lease::memory::Fault::Slow(Duration::from_millis(
         500,
     )));
-    let clock = Clock::tokio();
     let n = 3 * CAMPAIGN_REQUESTS;
+    let (led, running) = lead_free(&store, n, Duration::from_secs(20)).await;
+    assert_eq!(led, n, "every election is led in the end");
+    // The bound, and the session's own writes beside it, which never wait.
+    let most = store.most_at_once();
+    assert!(
+        (CAMPAIGN_REQUESTS..=CAMPAIGN_REQUESTS + 2).contains(&most),
+        "{most} requests in the store at once, for {n} elections"
+    );
+    assert!(
+        running.session.borrow().is_some(),
+        "the session stayed open"
+    );
+}
+
+/// A daemon `a` of `n` elections, all free on `store`, driven for `run`:
+/// how many it leads then, and its running node.
+async fn lead_free(store: &Arc<MemoryStore>, n: usize, run: Duration) -> (usize, Running) {
+    let clock = Clock::tokio();
     let timing = ElectionConfig::with_defaults("-", "a");
     let mut node = Node::new("a", &timing, clock.now(), true).with_session(timing, false);
     node.reserve(n);
@@ -263,22 +280,29 @@ async fn a_daemon_of_many_free_elections_keeps_its_campaign_requests_within_the_
     };
     let (driver, elections, mut running) = NodeDriver::new(node, context);
     driver.spawn(&mut running);
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    tokio::time::sleep(run).await;
     let led = elections
         .iter()
         .filter(|e| e.state.borrow().role == Role::Leader)
         .count();
-    assert_eq!(led, n, "every election is led in the end");
-    // The bound, and the session's own writes beside it, which never wait.
-    let most = store.most_at_once();
-    assert!(
-        (CAMPAIGN_REQUESTS..=CAMPAIGN_REQUESTS + 2).contains(&most),
-        "{most} requests in the store at once, for {n} elections"
+    (led, running)
+}
+
+/// The takes one input asks for go to the store together, a hundred at
+/// most to a request: 250 free elections are taken in three requests.
+#[tokio::test(start_paused = true)]
+async fn the_takes_an_input_asks_for_go_together_a_hundred_at_most() {
+    let store = Arc::new(MemoryStore::new());
+    let n = 250;
+    let (led, _running) = lead_free(&store, n, Duration::from_secs(5)).await;
+    assert_eq!(led, n, "every election is led");
+    let batches = store.batches();
+    assert_eq!(
+        batches.iter().sum::<usize>(),
+        n,
+        "one take each: {batches:?}"
     );
-    assert!(
-        running.session.borrow().is_some(),
-        "the session stayed open"
-    );
+    assert_eq!(batches, vec![100, 100, 50]);
 }
 
 #[tokio::test(start_paused = true)]

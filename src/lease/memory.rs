@@ -50,6 +50,8 @@ struct Inner {
     /// Requests waiting out [`Fault::Slow`] now, and at most so far.
     slowed: usize,
     most_slowed: usize,
+    /// The size of each [`LeaseStore::write_many`] asked for, in order.
+    batches: Vec<usize>,
 }
 
 impl MemoryStore {
@@ -121,6 +123,12 @@ impl MemoryStore {
             .sum()
     }
 
+    /// The size of each [`LeaseStore::write_many`] asked for so far, in
+    /// order (its writes are made one by one, as by default).
+    pub fn batches(&self) -> Vec<usize> {
+        self.lock().batches.clone()
+    }
+
     /// Number of (reads, writes) answered so far.
     pub fn counts(&self) -> (u64, u64) {
         let inner = self.lock();
@@ -162,6 +170,15 @@ impl MemoryStore {
 impl LeaseStore for MemoryStore {
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    async fn write_many(
+        &self,
+        writes: &[(Lease, Condition)],
+        budget: Duration,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        self.lock().batches.push(writes.len());
+        super::write_each(self, writes, budget).await
     }
 
     async fn read(&self, election: &str, budget: Duration) -> Result<Record, StoreError> {

@@ -177,6 +177,10 @@ pub type SessionJudge<'a> = dyn FnMut(&[Record]) -> Vec<StaleSession> + Send + '
 /// DynamoDB `BatchGetItem` reads at most 100 items).
 pub const READ_MANY_LIMIT: usize = 100;
 
+/// Writes in one [`LeaseStore::write_many`] at most: DynamoDB's limit of
+/// items in one transaction.
+pub const WRITE_MANY_LIMIT: usize = 100;
+
 /// A lease store. Every implementation gives the same semantics: reads are
 /// strongly consistent, writes are conditional ([`Condition::holds`]) and
 /// atomic.
@@ -205,6 +209,21 @@ pub trait LeaseStore: Send + Sync + 'static {
             records.push(self.read(election, budget).await?);
         }
         Ok(records)
+    }
+
+    /// Conditional writes of distinct records (at most
+    /// [`WRITE_MANY_LIMIT`]), each answered as [`LeaseStore::write`]
+    /// answers it, ambiguity resolved, within `budget` for all of them:
+    /// what a daemon takes many free elections with at once (a daemon that
+    /// held them died). By default one [`LeaseStore::write`] each, all at
+    /// once; a store that can make many in one request does so, and may
+    /// then apply all of them or none, never some.
+    async fn write_many(
+        &self,
+        writes: &[(Lease, Condition)],
+        budget: Duration,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        write_each(self, writes, budget).await
     }
 
     /// One conditional write of the whole record, within `budget`. Does not
@@ -314,26 +333,7 @@ pub trait LeaseStore: Send + Sync + 'static {
                 return Err(err);
             }
             match self.read(&lease.election, left).await {
-                Ok(Record::Valid(current)) if current.rvn == lease.rvn => {
-                    tracing::debug!(election = %lease.election, "ambiguous write resolved by read-back: applied");
-                    return Ok(WriteOutcome::Applied);
-                }
-                // A writer of a later format owns the record now, whatever
-                // became of ours: lost, never retried over it.
-                Ok(current @ Record::UnknownFormat(_)) => {
-                    return Ok(WriteOutcome::ConditionFailed {
-                        current: Some(current),
-                    });
-                }
-                // Not applied, and the condition still holds: nobody else
-                // wrote, so this is the original (retryable) error, not a
-                // lost lease.
-                Ok(current) if condition.holds(&current, None) => return Err(err),
-                Ok(current) => {
-                    return Ok(WriteOutcome::ConditionFailed {
-                        current: Some(current),
-                    });
-                }
+                Ok(current) => return settle(lease, condition, current, &err),
                 Err(_) => {
                     let pause =
                         Duration::from_millis(50).min(budget.saturating_sub(started.elapsed()));
@@ -388,6 +388,48 @@ pub trait LeaseStore: Send + Sync + 'static {
             holder: me.to_owned(),
         };
         self.write(released, &cond, budget).await
+    }
+}
+
+/// `writes` each by itself ([`LeaseStore::write`]), all at once, within
+/// `budget`.
+pub(crate) async fn write_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    writes: &[(Lease, Condition)],
+    budget: Duration,
+) -> Vec<Result<WriteOutcome, StoreError>> {
+    futures_util::future::join_all(
+        writes
+            .iter()
+            .map(|(lease, condition)| store.write(lease, condition, budget)),
+    )
+    .await
+}
+
+/// What an ambiguous write of `lease` under `condition`, which failed with
+/// `err`, came to, from `current`, the record read back after it.
+pub(crate) fn settle(
+    lease: &Lease,
+    condition: &Condition,
+    current: Record,
+    err: &StoreError,
+) -> Result<WriteOutcome, StoreError> {
+    match current {
+        Record::Valid(ref now) if now.rvn == lease.rvn => {
+            tracing::debug!(election = %lease.election, "ambiguous write resolved by read-back: applied");
+            Ok(WriteOutcome::Applied)
+        }
+        // A writer of a later format owns the record now, whatever became
+        // of ours: lost, never retried over it.
+        current @ Record::UnknownFormat(_) => Ok(WriteOutcome::ConditionFailed {
+            current: Some(current),
+        }),
+        // Not applied, and the condition still holds: nobody else wrote, so
+        // this is the original (retryable) error, not a lost lease.
+        current if condition.holds(&current, None) => Err(err.clone()),
+        current => Ok(WriteOutcome::ConditionFailed {
+            current: Some(current),
+        }),
     }
 }
 

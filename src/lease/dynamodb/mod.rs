@@ -8,11 +8,13 @@
 //!   (for `leaderd check`);
 //! - `errors`: time bounds, throttling retry, error classification;
 //! - `codec`: the record as attributes, malformed items, conditions;
+//! - `transact`: many takes in one transaction;
 //! - `tests`: the unit tests of the pieces that need no server.
 //!
 //! One item per election in a table keyed by `election` (S). Every read is a
 //! strongly consistent `GetItem`; every write is a `PutItem` of the whole
-//! record under a condition expression. The one `DeleteItem` removes
+//! record under a condition expression (takes of many elections at once
+//! go a hundred to a `TransactWriteItems`, each under its own condition). The one `DeleteItem` removes
 //! `leaderd check`'s scratch record, never an election's. Ambiguous writes are resolved by the
 //! provided [`LeaseStore::write`], which this module feeds by classifying SDK
 //! errors carefully: only a failure that may have reached the server is a
@@ -43,6 +45,7 @@ pub mod server_clock;
 mod table;
 #[cfg(test)]
 mod tests;
+mod transact;
 
 use codec::{condition_expression, lease_item, parse_item};
 use errors::{Action, bounded, classify, condition_failed, lease_settings, retry_throttled};
@@ -50,10 +53,11 @@ pub use region::NoRegion;
 pub use server_clock::{DatedAnswer, ServerClock};
 pub use table::{TableInfo, TtlStatus};
 use table::{key_schema_problem, table_status};
+use transact::Transactions;
 
 use super::{
     Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, StoreError, WriteOutcome, member_records,
-    scratch_only,
+    scratch_only, write_each,
 };
 
 /// The partition key of the lease table.
@@ -125,6 +129,8 @@ pub struct DynamoStore {
     table: String,
     /// One permit per request in flight (renewals aside).
     slots: Arc<Semaphore>,
+    /// Whether many writes go in one transaction.
+    transactions: Arc<Transactions>,
 }
 
 /// The HTTPS client for DynamoDB and for the credential providers that call
@@ -158,6 +164,7 @@ impl DynamoStore {
             client: Client::from_conf(builder.build()),
             table: cfg.table.clone(),
             slots: Arc::new(Semaphore::new(IN_FLIGHT)),
+            transactions: Arc::default(),
         }
     }
 
@@ -172,6 +179,7 @@ impl DynamoStore {
             client: Client::from_conf(config),
             table: table.into(),
             slots: Arc::new(Semaphore::new(IN_FLIGHT)),
+            transactions: Arc::default(),
         }
     }
 
@@ -496,6 +504,17 @@ impl LeaseStore for DynamoStore {
         let deadline = Instant::now() + budget;
         let _slot = self.slot(deadline, renews(lease, condition)).await?;
         Box::pin(self.put_now(lease, condition, deadline)).await
+    }
+
+    async fn write_many(
+        &self,
+        writes: &[(Lease, Condition)],
+        budget: Duration,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        if writes.len() < 2 || !self.transactions.allowed(Instant::now()) {
+            return write_each(self, writes, budget).await;
+        }
+        self.write_together(writes, budget).await
     }
 
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
