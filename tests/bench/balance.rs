@@ -692,6 +692,9 @@ pub struct TakeoverAll {
     pub elections: usize,
     /// Whether held through sessions.
     pub sessions: bool,
+    /// With sessions: from the leader's session renewal seen answered to
+    /// the kill, in milliseconds.
+    pub after_renewal_ms: Option<f64>,
     /// Seconds from the kill until the follower led its first election.
     pub began_s: f64,
     /// Seconds from the kill until it led every one.
@@ -724,6 +727,27 @@ pub fn takeover_all(
     if led(&second) != 0 {
         return Err(format!("{label}: the follower leads before the kill"));
     }
+    // With sessions, the kill comes right after the leader's session was
+    // renewed (its metrics count the renewal once answered): the worst
+    // case, the follower's wait for the due starting from that renewal.
+    let after_renewal_ms = if sessions {
+        let renewals = |i: &Instance| {
+            requests_by_op(i)
+                .get("#session renew_session")
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let before = renewals(&first);
+        let seen = poll(
+            R + Duration::from_secs(5),
+            Duration::from_millis(10),
+            || (renewals(&first) > before).then(mono_ns),
+        )
+        .ok_or_else(|| format!("{label}: the leader's session was not renewed"))?;
+        Some(ms_between(seen, mono_ns()))
+    } else {
+        None
+    };
     let killed_ns = mono_ns();
     first.kill9();
     let limit = Duration::from_secs(120) + Duration::from_millis(20 * n as u64);
@@ -756,6 +780,7 @@ pub fn takeover_all(
     Ok(TakeoverAll {
         elections: n,
         sessions,
+        after_renewal_ms,
         began_s: began_s.unwrap_or(all_led_s),
         all_led_s,
         follower_hwm_mib,
@@ -774,11 +799,22 @@ pub fn report_takeover_all(out: &mut String, run: &TakeoverAll) -> Check {
     } else {
         "–".to_owned()
     };
+    // With the kill placed after a renewal: the earliest the protocol
+    // allows the first take, and how long after it the last came.
+    let floor_s = run
+        .after_renewal_ms
+        .map(|ms| L.as_secs_f64() * (1.0 + D) - ms / 1e3);
     let _ = writeln!(
         out,
-        "## One instance leading all {} elections{}, `kill -9`\n\nOne leaderd (balance off) leads every election, a second follows for 10 s, then the first is killed with SIGKILL; times from the kill, on the follower's `leaderd_elections_led` polled every 100 ms. From its first election led to its last: elections led a second, and the CPU the follower and the store server used (cores: CPU seconds over those seconds).\n\n| led its first | led all {} | led a second after the first | follower's CPU | store server's CPU | follower's peak RSS (MiB) |\n|---:|---:|---:|---:|---:|---:|\n| {:.1} s | {:.1} s | {rate} | {:.1} s ({:.2} cores) | {:.1} s ({:.2} cores) | {:.1} |\n",
+        "## One instance leading all {} elections{}, `kill -9`\n\nOne leaderd (balance off) leads every election, a second follows for 10 s, then the first is killed with SIGKILL{}; times from the kill, on the follower's `leaderd_elections_led` polled every 100 ms. From its first election led to its last: elections led a second, and the CPU the follower and the store server used (cores: CPU seconds over those seconds).\n\n| led its first | led all {} | led a second after the first | follower's CPU | store server's CPU | follower's peak RSS (MiB) |\n|---:|---:|---:|---:|---:|---:|\n| {:.1} s | {:.1} s | {rate} | {:.1} s ({:.2} cores) | {:.1} s ({:.2} cores) | {:.1} |\n",
         run.elections,
         if run.sessions { ", with sessions" } else { "" },
+        match run.after_renewal_ms {
+            Some(ms) => format!(
+                " right after its session was renewed ({ms:.0} ms after the renewal's answer showed in its metrics: the worst case, the follower waiting L·(1+D) from that renewal)"
+            ),
+            None => String::new(),
+        },
         run.elections,
         run.began_s,
         run.all_led_s,
@@ -788,6 +824,14 @@ pub fn report_takeover_all(out: &mut String, run: &TakeoverAll) -> Check {
         run.server_cpu_s / taking.max(1e-3),
         run.follower_hwm_mib
     );
+    if let Some(floor) = floor_s {
+        let _ = writeln!(
+            out,
+            "Floor: no follower may take before the dead session's last `rvn` stayed unchanged for L·(1+D) on its clock, {floor:.1} s after this kill; the first take came {:.1} s after the floor, the last {:.1} s after it.\n",
+            run.began_s - floor,
+            run.all_led_s - floor
+        );
+    }
     (
         format!(
             "{} elections on one instance: all led again after its kill -9",

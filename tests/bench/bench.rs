@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,preempt,resign,cost,footprint,requests,startup,size,balance,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000 (the footprint's sizes; balance's, default 1000)]
+//! cargo run --release --example bench -- [--store dynamodb|postgres] [--quick] [--trials N] [--only crash,graceful,preempt,resign,cost,footprint,requests,startup,size,balance,takeover-all,http-load] [--http-load-elections N] [--hints on,off] [--sessions off,on] [--elections 1,100,1000 (the footprint's sizes; balance's, default 1000)]
 //! ```
 //!
 //! It runs the release `leaderd` binary (target/release/leaderd, or under
@@ -145,6 +145,8 @@ enum Scenario {
     Startup,
     Size,
     Balance,
+    /// Balance's second part alone: one instance leading all, `kill -9`.
+    TakeoverAll,
     HttpLoad,
 }
 
@@ -242,6 +244,7 @@ fn run(args: &Args) -> Result<bool, String> {
         Scenario::Requests,
         Scenario::Startup,
         Scenario::Balance,
+        Scenario::TakeoverAll,
         Scenario::HttpLoad,
     ]
     .into_iter()
@@ -438,7 +441,8 @@ fn run(args: &Args) -> Result<bool, String> {
                 .map(|starts| report_startup(&mut body, &starts));
             section("Start to leading", r);
         }
-        if selected(Scenario::Balance) {
+        let balance = selected(Scenario::Balance);
+        if balance || selected(Scenario::TakeoverAll) {
             // `--elections` names the sizes; the footprint's default list
             // is not this scenario's (1,000).
             let sizes = if args.elections.is_empty() {
@@ -452,11 +456,15 @@ fn run(args: &Args) -> Result<bool, String> {
             {
                 let sessions = sessions == Switch::On;
                 let mut checks = Vec::new();
-                eprintln!("bench: balance, {n} elections over 3 instances, sessions {sessions}");
-                let window = plan.cpu_window;
-                let r = balance::measure(&env, store.addr(), n, window, clock_ticks, sessions)
-                    .map(|run| checks.extend(balance::report(&mut body, &run, window)));
-                section("Balance", r);
+                if balance {
+                    eprintln!(
+                        "bench: balance, {n} elections over 3 instances, sessions {sessions}"
+                    );
+                    let window = plan.cpu_window;
+                    let r = balance::measure(&env, store.addr(), n, window, clock_ticks, sessions)
+                        .map(|run| checks.extend(balance::report(&mut body, &run, window)));
+                    section("Balance", r);
+                }
                 eprintln!("bench: one instance leading all {n}, kill -9, sessions {sessions}");
                 let server_cpu = || store.cpu_seconds(clock_ticks);
                 let r = balance::takeover_all(&env, store.addr(), n, sessions, &server_cpu)
