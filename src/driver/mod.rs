@@ -1,13 +1,13 @@
 //! The one IO driver of a daemon's [`Node`]: it performs the node's store
 //! requests concurrently (a slow answer for one election never delays
 //! another; the takes one input asks for go together, up to 100 to a
-//! request, each with its own condition and answer), feeds their answers, the time, the hints of every election
-//! (one channel from every watch client), the app check's verdict, the
-//! store's changes and the commands back, and publishes each election's
-//! state and events (on one board each) and the daemon's session (on a
-//! watch channel), which HTTP, the metrics, the job's supervision and
-//! balance follow. It decides
-//! nothing: an election is data in the node, not a task.
+//! request, each with its own condition and answer), feeds their
+//! answers, the time, the hints of every election (one channel from
+//! every watch client), the app check's verdict, the store's changes and
+//! the commands back, and publishes each election's state and events (on
+//! one board each) and the daemon's session (on a watch channel), which
+//! HTTP, the metrics, the job's supervision and balance follow. It
+//! decides nothing: an election is data in the node, not a task.
 //!
 //! The rooms: this file is the driver's loop and what it carries out;
 //! `board` where each election's state and last event are published;

@@ -14,10 +14,11 @@
 //! One item per election in a table keyed by `election` (S). Every read is a
 //! strongly consistent `GetItem`; every write is a `PutItem` of the whole
 //! record under a condition expression (takes of many elections at once
-//! go a hundred to a `TransactWriteItems`, each under its own condition). The one `DeleteItem` removes
-//! `leaderd check`'s scratch record, never an election's. Ambiguous writes are resolved by the
-//! provided [`LeaseStore::write`], which this module feeds by classifying SDK
-//! errors carefully: only a failure that may have reached the server is a
+//! go a hundred to a `TransactWriteItems`, each under its own
+//! condition). The one `DeleteItem` removes `leaderd check`'s scratch
+//! record, never an election's. Ambiguous writes are resolved by the
+//! provided [`LeaseStore::write`], which this module feeds by classifying
+//! SDK errors carefully: only a failure that may have reached the server is a
 //! `Timeout` or `Server` error.
 //!
 //! The SDK's own retries are off: a lease write must finish before the

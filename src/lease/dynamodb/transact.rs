@@ -47,7 +47,7 @@ pub(super) const TRANSACTIONS_OFF_FOR: Duration = Duration::from_secs(600);
 /// writes cost, and DynamoDB Local, which makes one transaction at a
 /// time, no slower than with more (measured: five in flight, 1,668 takes
 /// a second; one at a time from one client, about 1,300).
-const IN_FLIGHT: usize = 2;
+const TRANSACTIONS_IN_FLIGHT: usize = 2;
 
 /// What one transaction came to.
 enum Transacted {
@@ -69,7 +69,7 @@ enum Transacted {
 #[derive(Debug)]
 pub(super) struct Transactions {
     off_until: Mutex<Option<Instant>>,
-    /// One permit per transaction in flight (see [`IN_FLIGHT`]).
+    /// One permit per transaction in flight (see [`TRANSACTIONS_IN_FLIGHT`]).
     turns: Semaphore,
 }
 
@@ -77,7 +77,7 @@ impl Default for Transactions {
     fn default() -> Self {
         Transactions {
             off_until: Mutex::new(None),
-            turns: Semaphore::new(IN_FLIGHT),
+            turns: Semaphore::new(TRANSACTIONS_IN_FLIGHT),
         }
     }
 }
@@ -136,7 +136,7 @@ impl DynamoStore {
                 Err(e) => Transacted::Failed(e),
             },
             Err(_) => Transacted::Failed(StoreError::Transport(format!(
-                "not sent: {IN_FLIGHT} other transactions to table {} were in flight for the whole budget",
+                "not sent: {TRANSACTIONS_IN_FLIGHT} other transactions to table {} were in flight for the whole budget",
                 self.table
             ))),
         };
