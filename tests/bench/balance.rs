@@ -129,8 +129,17 @@ fn settle(
     limit: Duration,
 ) -> Result<f64, String> {
     let within = settled_within(n);
+    // The shares every 5 s on stderr: how the moves went.
+    let mut shown_ns = from_ns;
     poll(limit, Duration::from_millis(100), || {
         let shares: Vec<usize> = instances.iter().map(|i| led(i)).collect();
+        if mono_ns().saturating_sub(shown_ns) >= 5_000_000_000 {
+            shown_ns = mono_ns();
+            eprintln!(
+                "    {:.0} s: shares {shares:?}",
+                ms_between(from_ns, shown_ns) / 1e3
+            );
+        }
         (shares.iter().sum::<usize>() == n
             && each.is_none_or(|each| shares.iter().all(|s| s.abs_diff(each) <= within)))
         .then_some(())

@@ -14,12 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_credential_types::Credentials;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use leaderd::lease::dynamodb::{DynamoStore, https_client};
 use leaderd::lease::{Condition, Lease, LeaseStore, WriteOutcome};
 
 use crate::harness::cpu_seconds;
@@ -68,7 +65,7 @@ where
     Ok(own_cpu_seconds(clock_ticks)? - from)
 }
 
-fn lease(election: &str, rvn: &str) -> Lease {
+pub fn lease(election: &str, rvn: &str) -> Lease {
     Lease {
         election: election.to_owned(),
         holder: Some("bench".to_owned()),
@@ -120,16 +117,7 @@ async fn sdk_path(
     rounds: usize,
     clock_ticks: f64,
 ) -> Result<f64, String> {
-    // Static credentials: the benchmark gives the AWS variables to the
-    // leaderd processes it starts, not to itself.
-    let config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(format!("http://{store}"))
-        .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
-        .http_client(https_client())
-        .build();
-    let store = DynamoStore::from_client(&aws_sdk_dynamodb::Client::from_conf(config), table);
+    let store = crate::warm_up::store(store, table);
     let tag = format!("cost-{}", std::process::id());
     let names: Vec<String> = (0..BATCH).map(|i| format!("{tag}-{i:02}")).collect();
     let mut rvns: Vec<String> = Vec::with_capacity(BATCH);
