@@ -264,8 +264,14 @@ impl Renders {
     /// Renders of `app`'s answers.
     pub(super) fn new(app: &Shared) -> Renders {
         let (for_status, for_metrics) = (app.clone(), app.clone());
+        // The last answer's length: the next is made in a buffer of about
+        // that size from the start, not one doubled (and copied) as it
+        // fills, which holds the old and the new at once at each step.
+        // Before the first, a guess on the large side (an election takes
+        // about 330 bytes): room never written to is never resident.
+        let status_len = std::sync::atomic::AtomicUsize::new(app.elections.len() * 512 + 4096);
         Renders {
-            status: SharedRender::new(move || render_status(&for_status)),
+            status: SharedRender::new(move || render_status(&for_status, &status_len)),
             metrics: SharedRender::new(move || render_metrics(&for_metrics)),
         }
     }
@@ -294,8 +300,10 @@ pub(super) async fn status(Extension(renders): Extension<Renders>) -> Response {
     rendered(body, "/status", "status_failed", "application/json")
 }
 
-/// `/status` as it is now.
-fn render_status(app: &AppState) -> Rendered {
+/// `/status` as it is now; `last_len`: the length of the last one made,
+/// then of this one.
+fn render_status(app: &AppState, last_len: &std::sync::atomic::AtomicUsize) -> Rendered {
+    use std::sync::atomic::Ordering::Relaxed;
     let now = app.clock.now();
     let head = StatusHead {
         primary: &app.primary,
@@ -308,8 +316,12 @@ fn render_status(app: &AppState) -> Rendered {
             .as_ref()
             .map(|(rx, validity)| SessionBody::of(rx.borrow().as_ref(), *validity, now)),
     };
+    // Room for the last answer's length and a sixteenth more (the roles
+    // and leaders of an election vary in length a little).
+    let last = last_len.load(Relaxed);
+    let mut out = Vec::with_capacity(last + last / 16);
     // The head's object, left open for the elections.
-    let mut out = serde_json::to_vec(&head).map_err(|e| e.to_string())?;
+    serde_json::to_writer(&mut out, &head).map_err(|e| e.to_string())?;
     out.pop();
     out.extend_from_slice(br#","elections":{"#);
     let mut comma = false;
@@ -325,6 +337,7 @@ fn render_status(app: &AppState) -> Rendered {
         serde_json::to_writer(&mut out, &view).map_err(|e| e.to_string())?;
     }
     out.extend_from_slice(b"}}");
+    last_len.store(out.len(), Relaxed);
     Ok(Bytes::from(out))
 }
 
