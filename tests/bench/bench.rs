@@ -289,7 +289,18 @@ fn run(args: &Args) -> Result<bool, String> {
         env.create_table(&table_config)?;
         if let StoreServer::Dynamo(server) = &store {
             eprintln!("bench: warming DynamoDB Local up");
-            let warm = warm_up::run(server.addr, &env.table)?;
+            let warm_env = Env {
+                table: format!("{}_warm_up", env.table),
+                ..env.clone()
+            };
+            let warm_table = warm_env.write_config(
+                "warm-up-table.toml",
+                &format!("http://{}", server.addr),
+                &[],
+                &[],
+            )?;
+            warm_env.create_table(&warm_table)?;
+            let warm = warm_up::run(server.addr, &warm_env.table)?;
             eprintln!(
                 "bench: warm in {:.1} s: GetItem median {:.1} → {:.1} ms, PutItem {:.1} → {:.1} ms",
                 warm.seconds,

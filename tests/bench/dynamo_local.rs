@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
+use leaderd::lease::dynamodb::{DynamoStore, https_client};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
@@ -105,6 +108,20 @@ impl Drop for DynamoLocal {
             let _ = child.wait();
         }
     }
+}
+
+/// leaderd's DynamoDB store on `table` of the server at `addr`, with
+/// static credentials (the benchmark gives the AWS variables to the leaderd
+/// processes it starts, not to itself).
+pub fn store(addr: SocketAddr, table: &str) -> DynamoStore {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(format!("http://{addr}"))
+        .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
+        .http_client(https_client())
+        .build();
+    DynamoStore::from_client(&aws_sdk_dynamodb::Client::from_conf(config), table)
 }
 
 /// Makes the spawned process receive SIGKILL when the benchmark dies, so an

@@ -79,6 +79,7 @@ pub enum Store {
 }
 
 /// What every instance shares: the binary, the working directory, the table.
+#[derive(Clone)]
 pub struct Env {
     /// The store.
     pub store: Store,

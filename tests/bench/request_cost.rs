@@ -117,7 +117,7 @@ async fn sdk_path(
     rounds: usize,
     clock_ticks: f64,
 ) -> Result<f64, String> {
-    let store = crate::warm_up::store(store, table);
+    let store = crate::dynamo_local::store(store, table);
     let tag = format!("cost-{}", std::process::id());
     let names: Vec<String> = (0..BATCH).map(|i| format!("{tag}-{i:02}")).collect();
     let mut rvns: Vec<String> = Vec::with_capacity(BATCH);

@@ -10,12 +10,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use aws_credential_types::Credentials;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
-use leaderd::lease::dynamodb::{DynamoStore, https_client};
+use leaderd::lease::dynamodb::DynamoStore;
 use leaderd::lease::{Condition, LeaseStore, WRITE_MANY_LIMIT, WriteOutcome};
 
+use crate::dynamo_local::store;
 use crate::request_cost::lease;
+use crate::stats::Summary;
 
 /// Scratch records read and renewed together in each round.
 const RECORDS: usize = 20;
@@ -35,21 +35,8 @@ pub struct WarmUp {
     pub seconds: f64,
 }
 
-/// leaderd's DynamoDB store on `table` of the server at `addr`, with
-/// static credentials (the benchmark gives the AWS variables to the leaderd
-/// processes it starts, not to itself).
-pub fn store(addr: SocketAddr, table: &str) -> DynamoStore {
-    let config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(format!("http://{addr}"))
-        .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
-        .http_client(https_client())
-        .build();
-    DynamoStore::from_client(&aws_sdk_dynamodb::Client::from_conf(config), table)
-}
-
-/// Warms the server at `addr` up on scratch records of `table`.
+/// Warms the server at `addr` up on scratch records of `table` (a table
+/// of their own: the daemons of a run without sessions scan theirs).
 pub fn run(addr: SocketAddr, table: &str) -> Result<WarmUp, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -112,7 +99,8 @@ async fn rounds(store: &DynamoStore, from: usize, count: usize) -> Result<(f64, 
                 other => return Err(format!("warm-up write of {}: {other:?}", name(i))),
             }
         }
-        medians = (median(&mut reads), median(&mut puts));
+        let median = |values: &[f64]| Summary::of(values).map_or(0.0, |s| s.median);
+        medians = (median(&reads), median(&puts));
     }
     Ok(medians)
 }
@@ -134,9 +122,4 @@ async fn transactions(store: &DynamoStore) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
