@@ -91,17 +91,17 @@ pub fn judge_session(
 ) -> SessionVerdict {
     let (timed, lease_ms) = match record {
         Record::Valid(s) if s.holder.is_none() => return SessionVerdict::Ended,
-        Record::Valid(s) => (format!("{key}@{}", s.rvn), s.lease_ms),
-        Record::Absent => (format!("{key}@missing"), default_lease_ms),
+        Record::Valid(s) => ([key, "@", s.rvn.as_str()], s.lease_ms),
+        Record::Absent => ([key, "@missing", ""], default_lease_ms),
         Record::Malformed(m) => (
-            format!("{key}@malformed:{}", m.fingerprint),
+            [key, "@malformed:", m.fingerprint.as_str()],
             default_lease_ms,
         ),
         Record::UnknownFormat(_) => return SessionVerdict::Unknown,
     };
     // Only a live record's rvn can have been learned before.
     let learned = learned.filter(|_| matches!(record, Record::Valid(_)));
-    let due = timer.observe(&timed, lease_ms, at, learned);
+    let due = timer.observe_joined(&timed, lease_ms, at, learned);
     if due > at {
         return SessionVerdict::WaitUntil(due);
     }
@@ -605,7 +605,7 @@ impl SessionCore {
     }
 
     fn open(&mut self, tick: &Tick) {
-        let key = session_key(&self.cfg.identity, &tick.stamp.rvn);
+        let key = session_key(&self.cfg.identity, &tick.stamp.rvn());
         let lease_ms = u64::try_from(self.cfg.lease_duration.as_millis()).unwrap_or(u64::MAX);
         let lease = Lease::stamped_with(
             &key,

@@ -137,7 +137,7 @@ impl Slots {
             return Lease {
                 election: election.to_owned(),
                 holder: None,
-                rvn: stamp.rvn.clone(),
+                rvn: stamp.rvn(),
                 fencing_token: counter,
                 lease_ms: released_lease_ms,
                 acquired_at_ms: stamp.unix_ms,
@@ -158,7 +158,7 @@ impl Slots {
         let lease = Lease {
             election: election.to_owned(),
             holder: Some(newest.holder.clone()),
-            rvn: stamp.rvn.clone(),
+            rvn: stamp.rvn(),
             fencing_token: counter.max(newest.fencing_token),
             lease_ms,
             acquired_at_ms: newest.acquired_at_ms,
@@ -466,7 +466,7 @@ impl Want<'_> {
         SlotHolder {
             holder: self.me.to_owned(),
             fencing_token: token,
-            marker: self.stamp.rvn.clone(),
+            marker: self.stamp.rvn(),
             lease_ms: self.lease_ms,
             acquired_at_ms: self.stamp.unix_ms,
             renewed_at_ms: self.stamp.unix_ms,
@@ -578,7 +578,7 @@ pub fn renew(
 ) -> Result<(Lease, Condition), Refusal> {
     let (lease, mut slots, i) = held(record, limit, fencing_token, marker, holder)?;
     let entry = &mut slots.holders[i];
-    entry.marker = stamp.rvn.clone();
+    entry.marker = stamp.rvn();
     entry.lease_ms = lease_ms;
     entry.renewed_at_ms = stamp.unix_ms;
     let next = slots.record(&lease.election, lease.fencing_token, lease_ms, stamp);

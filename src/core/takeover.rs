@@ -30,6 +30,18 @@ struct Timed {
     lease_ms: u64,
 }
 
+/// Whether `key` is `parts` one after another.
+fn is_joined(key: &str, parts: &[&str]) -> bool {
+    let mut rest = key;
+    for part in parts {
+        match rest.strip_prefix(part) {
+            Some(after) => rest = after,
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
 /// Times the record version a taker last read (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TakeoverTimer {
@@ -68,11 +80,24 @@ impl TakeoverTimer {
         at: Instant,
         learned: Option<Instant>,
     ) -> Instant {
+        self.observe_joined(&[key], lease_ms, at, learned)
+    }
+
+    /// [`TakeoverTimer::observe`] of the key `parts` make one after
+    /// another, written out only when it is new (a follower of thousands
+    /// of elections times the same session version for each).
+    pub fn observe_joined(
+        &mut self,
+        parts: &[&str],
+        lease_ms: u64,
+        at: Instant,
+        learned: Option<Instant>,
+    ) -> Instant {
         match &mut self.timed {
-            Some(t) if t.key == key => t.lease_ms = lease_ms,
+            Some(t) if is_joined(&t.key, parts) => t.lease_ms = lease_ms,
             _ => {
                 self.timed = Some(Timed {
-                    key: key.to_owned(),
+                    key: parts.concat(),
                     since: learned.map_or(at, |l| l.min(at)),
                     lease_ms,
                 });
@@ -130,5 +155,32 @@ mod tests {
         );
         timer.forget();
         assert_eq!(timer.due(), None);
+    }
+
+    #[test]
+    fn a_key_in_parts_is_the_key_they_make() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(1));
+        let mut timer = TakeoverTimer::new(0.0);
+        assert_eq!(timer.observe("s@r1", 10_000, t0, None), t0 + 10_000 * MS);
+        // The same key, in parts: still timed from its first sight.
+        let later = t0 + 4_000 * MS;
+        let due = timer.observe_joined(&["s", "@", "r1"], 10_000, later, None);
+        assert_eq!(due, t0 + 10_000 * MS);
+        assert_eq!(
+            timer.observe_joined(&["s@", "r1", ""], 10_000, later, None),
+            due
+        );
+        // A key that only begins like it, or is shorter, is another.
+        let other = timer.observe_joined(&["s", "@", "r10"], 10_000, later, None);
+        assert_eq!(other, later + 10_000 * MS);
+        assert_eq!(
+            timer.observe("s@r1", 10_000, later, None),
+            later + 10_000 * MS
+        );
+        assert_eq!(
+            timer.observe_joined(&["s@r"], 10_000, later, None),
+            later + 10_000 * MS
+        );
+        assert_eq!(timer.since(), Some(later));
     }
 }

@@ -120,10 +120,7 @@ pub async fn open_to_read(spec: &StoreSpec) -> Result<Arc<dyn LeaseStore>, Strin
 impl Stamp {
     /// A fresh random `rvn`, at the wall clock's time now.
     pub fn now() -> Stamp {
-        Stamp {
-            rvn: new_rvn(),
-            unix_ms: crate::clock::unix_ms(),
-        }
+        Stamp::new(new_rvn(), crate::clock::unix_ms())
     }
 }
 

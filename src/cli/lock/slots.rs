@@ -198,7 +198,7 @@ impl SlotWaiter {
                 }
                 Round::Taken(LockToken {
                     fencing_token: lease.fencing_token,
-                    rvn: stamp.rvn,
+                    rvn: stamp.rvn(),
                     holder: self.identity.clone(),
                 })
             }
@@ -352,7 +352,7 @@ async fn change(
             WriteOutcome::Applied => {
                 return Ok(LockToken {
                     fencing_token: token.fencing_token,
-                    rvn: stamp.rvn,
+                    rvn: stamp.rvn(),
                     holder: token.holder.clone(),
                 });
             }

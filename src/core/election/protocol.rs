@@ -32,10 +32,7 @@ impl Tick {
     pub(crate) fn at_ms(ms: u64) -> Tick {
         Tick {
             now: Instant::from_since_origin(Duration::from_millis(ms)),
-            stamp: Stamp {
-                rvn: format!("v{ms}"),
-                unix_ms: 1_700_000_000_000 + ms,
-            },
+            stamp: Stamp::new(format!("v{ms}"), 1_700_000_000_000 + ms),
             jitter: 0.0,
         }
     }

@@ -374,10 +374,7 @@ impl NodeModel {
         Moment {
             tick: Tick {
                 now: self.local(n, w.t),
-                stamp: Stamp {
-                    rvn: format!("r{}", w.rvns),
-                    unix_ms: EPOCH_MS + w.t,
-                },
+                stamp: Stamp::new(format!("r{}", w.rvns), EPOCH_MS + w.t),
                 jitter: 0.0,
             },
             may_campaign: w.daemons[n].gate,
@@ -388,7 +385,7 @@ impl NodeModel {
     /// for.
     fn feed(&self, w: &mut World, n: usize, input: NodeInput) {
         let moment = self.moment(w, n);
-        let base = moment.tick.stamp.rvn.clone();
+        let base = moment.tick.stamp.rvn();
         let led: Vec<bool> = (0..self.bounds.elections)
             .map(|e| Self::leads(w, n, e))
             .collect();

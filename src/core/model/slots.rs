@@ -135,10 +135,7 @@ impl SlotWorld {
     /// The stamp of the next write. Counted (`rvns`) only once a write is
     /// sent, so that a read that writes nothing leaves the world as it was.
     fn stamp(&self) -> Stamp {
-        Stamp {
-            rvn: format!("r{}", self.rvns + 1),
-            unix_ms: 1_000_000 + self.t,
-        }
+        Stamp::new(format!("r{}", self.rvns + 1), 1_000_000 + self.t)
     }
 
     /// Client `c` reads the record and sends the write the rules allow,
@@ -159,7 +156,7 @@ impl SlotWorld {
                 Client::Taking {
                     token: lease.fencing_token,
                     write: Write { lease, condition },
-                    marker: stamp.rvn,
+                    marker: stamp.rvn(),
                     sent: now,
                 }
             }

@@ -114,10 +114,7 @@ mod tests {
             10_000,
             1,
             meta,
-            &crate::core::record::Stamp {
-                rvn: "s".into(),
-                unix_ms: 1,
-            },
+            &crate::core::record::Stamp::new("s", 1),
         ))
     }
 

@@ -23,7 +23,7 @@
 //! session is a write conditional on the `rvn` it timed; an answer that
 //! is a moment old can only make a follower wait longer, or end nothing.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +51,7 @@ pub(super) struct Known {
     pub(super) waiting: Vec<ElectionId>,
     /// The elections waiting for the next write the stream tells (see
     /// the module docs).
-    pub(super) parked: Vec<ElectionId>,
+    pub(super) parked: BTreeSet<ElectionId>,
     /// The last store answer: when its read was sent, and the record.
     pub(super) last: Option<(Instant, Arc<Record>)>,
     /// `rvn`s with the instant this daemon first learned each.
@@ -98,7 +98,7 @@ impl Known {
         Known {
             in_flight: None,
             waiting: Vec::new(),
-            parked: Vec::new(),
+            parked: BTreeSet::new(),
             last: None,
             learned: VecDeque::new(),
             flow: None,

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use crate::core::election::{Core, ElectionConfig, ElectionState, Input, Tick};
 use crate::core::hints::Hint;
-use crate::core::record::{Record, Stamp};
+use crate::core::record::Record;
 use crate::core::session::{SessionCore, SessionInput, SessionView};
 use crate::core::time::Instant;
 
@@ -705,10 +705,7 @@ impl Node {
         }
         Tick {
             now: self.now,
-            stamp: Stamp {
-                rvn: format!("{}.{k}", base.stamp.rvn),
-                unix_ms: base.stamp.unix_ms,
-            },
+            stamp: base.stamp.nth(k),
             // Spread over [0, 1) by the golden ratio: elections that failed
             // together retry apart.
             jitter: (base.jitter + f64::from(k) * 0.618_033_988_75).fract(),

@@ -255,7 +255,7 @@ impl Node {
                 return;
             }
             if known.flows(now) {
-                known.parked.push(id);
+                known.parked.insert(id);
                 self.slots[id.index()].parked = Some((due, due + slack));
                 return;
             }
@@ -302,7 +302,7 @@ impl Node {
         if let Some((key, _)) = &self.slots[id.index()].asking {
             let stored = self.known_key(key);
             if let Some(known) = self.known.get_mut(&stored) {
-                known.parked.retain(|p| *p != id);
+                known.parked.remove(&id);
             }
         }
         self.proceed(id, due);

@@ -57,10 +57,14 @@ impl Node {
             self.view_seq += 1;
             self.out.push_back(NodeAction::PublishSession);
             // At once to what holds a tenure through it or waits for it;
-            // to the others before anything else they are told.
+            // to the others before anything else they are told. (Room made
+            // for them at once: thousands at each of the session's writes.)
+            let told =
+                |core: &crate::core::election::Core| core.holds_tenure() || core.wants_session();
+            let many = self.slots.iter().filter(|s| told(&s.core)).count();
+            self.queue.reserve(many);
             for i in 0..self.slots.len() {
-                let core = &self.slots[i].core;
-                if core.holds_tenure() || core.wants_session() {
+                if told(&self.slots[i].core) {
                     self.slots[i].view_seq = self.view_seq;
                     self.queue
                         .push_back((ElectionId(i as u32), Input::Session(view.clone())));
@@ -129,20 +133,21 @@ impl Node {
         };
         known.told(rvn, labels, at, since, quiet);
         // Elections parked for a write at or after their due: this one.
-        let parked = std::mem::take(&mut known.parked);
-        let mut still = Vec::new();
-        for id in parked {
-            match self.slots[id.index()].parked {
-                Some((due, _)) if due <= at => {
-                    self.slots[id.index()].parked = None;
-                    self.proceed(id, due);
-                }
-                Some(_) => still.push(id),
-                None => {}
-            }
+        // (The others stay parked, where they are.)
+        let slots = &self.slots;
+        let ready: Vec<ElectionId> = known
+            .parked
+            .iter()
+            .copied()
+            .filter(|id| slots[id.index()].parked.is_none_or(|(due, _)| due <= at))
+            .collect();
+        for id in &ready {
+            known.parked.remove(id);
         }
-        if let Some(known) = self.known.get_mut(&stored) {
-            known.parked.extend(still);
+        for id in ready {
+            if let Some((due, _)) = self.slots[id.index()].parked.take() {
+                self.proceed(id, due);
+            }
         }
     }
 

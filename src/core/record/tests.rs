@@ -98,10 +98,7 @@ fn a_record_held_through_a_session_is_format_2_and_never_stale_by_itself() {
     // A store's TTL must never delete it while its session lives.
     assert_eq!(held.expires_at_s, HELD_THROUGH_SESSION_EXPIRES_AT_S);
     // Released, it is its own record again.
-    let stamp = Stamp {
-        rvn: "r2".into(),
-        unix_ms: 1_700_000_000_000,
-    };
+    let stamp = Stamp::new("r2", 1_700_000_000_000);
     let released = held.handed_to_with(None, &stamp);
     assert_eq!(
         (released.session.as_deref(), released.format()),

@@ -8,10 +8,7 @@ fn t(ms: u64) -> Instant {
 }
 
 fn stamp(rvn: &str, unix_ms: u64) -> Stamp {
-    Stamp {
-        rvn: rvn.into(),
-        unix_ms,
-    }
+    Stamp::new(rvn, unix_ms)
 }
 
 /// A taker's write, and the record it leaves once applied.
