@@ -37,9 +37,10 @@ impl Stamp {
     }
 
     /// The `k`-th stamp drawn from this one (`k` > 0): the same moment,
-    /// its `rvn` with `.k` after it (in place of a suffix of its own). Made without writing the `rvn` out:
-    /// a daemon of thousands of elections draws one for each election an
-    /// input reaches, and few of them write.
+    /// its `rvn` with `.k` after it (in place of a suffix of its own).
+    /// Made without writing the `rvn` out: a daemon of thousands of
+    /// elections draws one for each election an input reaches, and few of
+    /// them write.
     pub fn nth(&self, k: u32) -> Stamp {
         Stamp {
             base: Arc::clone(&self.base),
