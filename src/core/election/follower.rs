@@ -331,13 +331,26 @@ impl Core {
                 };
                 self.enter_lead(term, tick);
             }
-            Ok(WriteOutcome::ConditionFailed { .. }) => {
+            Ok(WriteOutcome::ConditionFailed { current }) => {
                 self.note(Note::Acquire {
                     op,
                     outcome: Ok(false),
                 });
                 self.takeover.forget();
-                self.end_round(Round::Lost, tick);
+                match current {
+                    // The store showed the record the take lost to: the
+                    // next round's read, as if sent with the take (it was
+                    // seen after that), instead of one more request.
+                    Some(record) => {
+                        self.session_watch = None;
+                        self.last_read_sent = sent;
+                        self.last_read = self.now;
+                        if let Some(round) = self.consider(record, tick) {
+                            self.end_round(round, tick);
+                        }
+                    }
+                    None => self.end_round(Round::Lost, tick),
+                }
             }
             Err(error) => {
                 self.note(Note::Acquire {

@@ -654,3 +654,36 @@ fn a_reader_that_does_not_know_sessions_never_takes_a_held_election() {
         }
     }
 }
+
+#[test]
+fn a_take_that_loses_takes_the_record_it_lost_to_as_its_next_read() {
+    // The election released, read, and taken: b's take came first.
+    let released = election().handed_to_with(None, &raw(0).stamp);
+    let lose = |current: Option<Record>| {
+        let mut core = sessions_core();
+        core.handle(&raw(0), Input::Session(Some(own_session_raw(0))));
+        core.handle(&raw(0), Input::Timeout);
+        assert_eq!(read_kind(&mut core), Kind::Election);
+        core.handle(&raw(5), Input::Read(Ok(Record::Valid(released.clone()))));
+        assert_takes_over(&mut core, released.rvn.clone());
+        let lost = WriteOutcome::ConditionFailed { current };
+        core.handle(&raw(9), Input::Written(Ok(lost)));
+        core
+    };
+    // The store showed b's record: b's session is what is read next, and
+    // the election is not read again.
+    let mut core = lose(Some(Record::Valid(election())));
+    assert_eq!(read_kind(&mut core), Kind::Session(None));
+    assert_eq!(
+        core.last_read_sent(),
+        raw(5).now,
+        "as if read with the take"
+    );
+    assert_eq!(core.state().leader.as_deref(), Some("b"));
+    // A store that shows nothing (some emulators): a round reads it, at
+    // once.
+    let mut core = lose(None);
+    assert_eq!(core.next_wake(), Some(raw(9).now));
+    core.handle(&raw(9), Input::Timeout);
+    assert_eq!(read_kind(&mut core), Kind::Election);
+}
