@@ -388,6 +388,7 @@ impl Core {
             successor,
             then,
             again,
+            sent: self.now,
         }));
         self.out.push_back(Action::Write {
             op: WriteOp::Release,
@@ -409,6 +410,7 @@ impl Core {
                 successor,
                 then,
                 again,
+                sent,
             }) => match res {
                 Ok(WriteOutcome::ConditionFailed { current }) if !again => match current {
                     Some(record) => {
@@ -426,7 +428,7 @@ impl Core {
                         });
                     }
                 },
-                res => self.released(res, &term, &lease, successor, then),
+                res => self.released(tick, res, &lease, successor, then, sent),
             },
             other => self.pending = other.map(Box::new),
         }
@@ -446,25 +448,29 @@ impl Core {
         match self.still_ours(current.as_ref(), &term) {
             Some(rvn) => self.write_release(tick, term, rvn, successor, then, true),
             None => self.released(
+                tick,
                 Ok(WriteOutcome::ConditionFailed { current: None }),
-                &term,
                 &term.lease,
                 successor,
                 then,
+                self.now,
             ),
         }
     }
 
-    /// The release's last write ended with `res` (`lease`: what it wrote).
+    /// The release's last write, sent at `sent`, ended with `res`
+    /// (`lease`: what it wrote, of the tenure's fencing token).
     pub(super) fn released(
         &mut self,
+        tick: &Tick,
         res: Result<WriteOutcome, StoreError>,
-        term: &Term,
         lease: &Lease,
         successor: Option<String>,
         then: AfterRelease,
+        sent: Instant,
     ) {
-        let token = term.lease.fencing_token;
+        let token = lease.fencing_token;
+        let applied = matches!(res, Ok(WriteOutcome::Applied));
         match res {
             Ok(WriteOutcome::Applied) => {
                 self.note(Note::Released {
@@ -500,6 +506,18 @@ impl Core {
                 self.phase = Phase::SittingOut {
                     until: self.now + d,
                 };
+            }
+            // The store took the record we wrote: the first round's read,
+            // as if sent with the release (it was seen after that),
+            // instead of one more request.
+            AfterRelease::Follow if applied => {
+                self.session_watch = None;
+                self.last_read_sent = sent;
+                self.last_read = self.now;
+                self.phase = Phase::Following { poll_at: self.now };
+                if let Some(round) = self.consider(Record::Valid(lease.clone()), tick) {
+                    self.end_round(round, tick);
+                }
             }
             AfterRelease::Follow => self.start_round(),
         }

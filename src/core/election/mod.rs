@@ -129,6 +129,7 @@ enum Pending {
         successor: Option<String>,
         then: AfterRelease,
         again: bool,
+        sent: Instant,
     },
     /// Reading back after a release of `term` whose condition failed.
     ReleaseConflict {

@@ -687,3 +687,47 @@ fn a_take_that_loses_takes_the_record_it_lost_to_as_its_next_read() {
     core.handle(&raw(9), Input::Timeout);
     assert_eq!(read_kind(&mut core), Kind::Election);
 }
+
+#[test]
+fn a_handover_that_follows_takes_the_record_it_wrote_as_its_first_read() {
+    let hand_over = |answer: Result<WriteOutcome, crate::core::store_error::StoreError>| {
+        let (mut core, _) = leader();
+        let then = super::AfterRelease::Follow;
+        let successor = Some("b".to_owned());
+        core.handle(&raw(100), Input::Release { then, successor });
+        let written = loop {
+            match core.poll_action() {
+                Some(Action::Write { op, lease, .. }) => {
+                    assert_eq!(op, WriteOp::Release);
+                    break lease;
+                }
+                Some(_) => {}
+                None => panic!("no release written"),
+            }
+        };
+        core.handle(&raw(130), Input::Written(answer));
+        (core, written)
+    };
+    // Applied: the store holds what was written; nothing is read, and
+    // the record, handed to b, is waited on as if read with the release.
+    let (mut core, written) = hand_over(Ok(WriteOutcome::Applied));
+    while let Some(action) = core.poll_action() {
+        assert!(
+            !matches!(action, Action::Read { .. } | Action::Write { .. }),
+            "{action:?}"
+        );
+    }
+    assert_eq!(written.successor.as_deref(), Some("b"));
+    assert_eq!(core.state().role, Role::Follower);
+    assert_eq!(
+        core.last_read_sent(),
+        raw(100).now,
+        "as if read with the release"
+    );
+    let poll = raw(130).now + ElectionConfig::with_defaults("e", "me").retry_interval;
+    assert_eq!(core.next_wake(), Some(poll));
+    // Not known to have applied: the record is read at once.
+    let timeout = crate::core::store_error::StoreError::Timeout(Duration::from_secs(5));
+    let (mut core, _) = hand_over(Err(timeout));
+    assert_eq!(read_kind(&mut core), Kind::Election);
+}

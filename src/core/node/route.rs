@@ -134,10 +134,11 @@ impl Node {
                 if op == WriteOp::EndSession && self.rides_on_an_end(id, &lease, &condition) {
                     return;
                 }
-                // A take that loses shows the record it lost to, which the
-                // election takes as its next round's read: its count is
-                // judged from here, as from a read sent now.
-                if matches!(op, WriteOp::Create | WriteOp::TakeOver) {
+                // A take that loses shows the record it lost to, and a
+                // release the record it wrote, which the election takes as
+                // its next round's read: its count is judged from here, as
+                // from a read sent now.
+                if matches!(op, WriteOp::Create | WriteOp::TakeOver | WriteOp::Release) {
                     self.slots[id.index()].count.read_sent();
                 }
                 NodeAction::Write {
