@@ -100,16 +100,22 @@ fn check_exclusive(daemons: &[&Daemon], n: usize) {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_joining_daemon_gets_its_share_and_a_crashed_ones_share_is_split() {
+/// alpha leads `n` elections alone, then bravo and charlie start.
+async fn two_join_alpha(n: usize) -> (Daemon, Daemon, Daemon) {
     let store = MemoryStore::new();
-    let n = 30;
     let names = names(n);
     let a = Daemon::start(&store, "alpha", &names);
     tokio::time::sleep(3 * S).await;
     assert_eq!(a.led(), n, "alone, alpha leads everything");
     let b = Daemon::start(&store, "bravo", &names);
-    let mut c = Daemon::start(&store, "charlie", &names);
+    let c = Daemon::start(&store, "charlie", &names);
+    (a, b, c)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joining_daemon_gets_its_share_and_a_crashed_ones_share_is_split() {
+    let n = 30;
+    let (a, b, mut c) = two_join_alpha(n).await;
     // Sampled every 100 ms: never two leaders of one election.
     for _ in 0..600 {
         tokio::time::sleep(S / 10).await;
@@ -136,14 +142,8 @@ async fn a_joining_daemon_gets_its_share_and_a_crashed_ones_share_is_split() {
 /// over less than the receivers lacked, round after round (53 s).
 #[tokio::test(start_paused = true)]
 async fn joiners_get_their_share_in_the_rounds_the_moves_take() {
-    let store = MemoryStore::new();
     let n = 600;
-    let names = names(n);
-    let a = Daemon::start(&store, "alpha", &names);
-    tokio::time::sleep(3 * S).await;
-    assert_eq!(a.led(), n);
-    let b = Daemon::start(&store, "bravo", &names);
-    let c = Daemon::start(&store, "charlie", &names);
+    let (a, b, c) = two_join_alpha(n).await;
     let start = tokio::time::Instant::now();
     while [a.led(), b.led(), c.led()] != [200; 3] {
         assert!(
