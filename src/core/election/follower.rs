@@ -43,6 +43,18 @@ impl Core {
         self.takeover.due().filter(|d| self.last_read < *d)
     }
 
+    /// Take `record`, which the store showed in answer to a write of ours
+    /// sent at `sent`, as a round's read (it was seen after that): one
+    /// request fewer.
+    pub(super) fn read_with_a_write(&mut self, record: Record, sent: Instant, tick: &Tick) {
+        self.session_watch = None;
+        self.last_read_sent = sent;
+        self.last_read = self.now;
+        if let Some(round) = self.consider(record, tick) {
+            self.end_round(round, tick);
+        }
+    }
+
     /// Start a round: read the record.
     pub(super) fn start_round(&mut self) {
         self.session_watch = None;
@@ -341,14 +353,7 @@ impl Core {
                     // The store showed the record the take lost to: the
                     // next round's read, as if sent with the take (it was
                     // seen after that), instead of one more request.
-                    Some(record) => {
-                        self.session_watch = None;
-                        self.last_read_sent = sent;
-                        self.last_read = self.now;
-                        if let Some(round) = self.consider(record, tick) {
-                            self.end_round(round, tick);
-                        }
-                    }
+                    Some(record) => self.read_with_a_write(record, sent, tick),
                     None => self.end_round(Round::Lost, tick),
                 }
             }

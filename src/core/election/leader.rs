@@ -511,13 +511,8 @@ impl Core {
             // as if sent with the release (it was seen after that),
             // instead of one more request.
             AfterRelease::Follow if applied => {
-                self.session_watch = None;
-                self.last_read_sent = sent;
-                self.last_read = self.now;
                 self.phase = Phase::Following { poll_at: self.now };
-                if let Some(round) = self.consider(Record::Valid(lease.clone()), tick) {
-                    self.end_round(round, tick);
-                }
+                self.read_with_a_write(Record::Valid(lease.clone()), sent, tick);
             }
             AfterRelease::Follow => self.start_round(),
         }
