@@ -496,8 +496,11 @@ fn resign_one(
         let extra: BTreeMap<String, f64> = moved
             .into_iter()
             .filter_map(|(op, n)| {
+                // Requests come whole; the floor is a rate: what lies
+                // beyond it is counted in whole requests.
                 let floor = members[k].ops_per_min.get(&op).copied().unwrap_or(0.0) * minutes;
-                (n - floor >= 0.5).then_some((op, n - floor))
+                let beyond = (n - floor).round();
+                (beyond >= 1.0).then_some((op, beyond))
             })
             .collect();
         eprintln!(
@@ -726,6 +729,9 @@ pub struct TakeoverAll {
     /// PostgreSQL's processes).
     pub follower_cpu_s: f64,
     pub server_cpu_s: f64,
+    /// The follower's store requests by record and operation from its
+    /// first election led to its last.
+    pub taking_requests: BTreeMap<String, f64>,
 }
 
 /// One instance (balance off) leads all `n`; a second follows for 10 s;
@@ -778,11 +784,13 @@ pub fn takeover_all(
     };
     let mut began_s = None;
     let mut began_cpu = (0.0, 0.0);
+    let mut began_requests = BTreeMap::new();
     poll(limit, Duration::from_millis(100), || {
         let now = led(&second);
         if now > 0 && began_s.is_none() {
             began_s = Some(ms_between(killed_ns, mono_ns()) / 1e3);
             began_cpu = cpu(server_cpu);
+            began_requests = requests_by_op(&second);
         }
         (now == n).then_some(())
     })
@@ -794,6 +802,7 @@ pub fn takeover_all(
     })?;
     let all_led_s = ms_between(killed_ns, mono_ns()) / 1e3;
     let (follower_cpu, store_cpu) = cpu(server_cpu);
+    let taking_requests = difference(&requests_by_op(&second), &began_requests, 1.0);
     eprintln!("  follower led all {n} {all_led_s:.1} s after kill -9");
     let follower_hwm_mib = status_kib(second.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
     second.stop(Duration::from_secs(60));
@@ -806,6 +815,7 @@ pub fn takeover_all(
         follower_hwm_mib,
         follower_cpu_s: follower_cpu - began_cpu.0,
         server_cpu_s: store_cpu - began_cpu.1,
+        taking_requests,
     })
 }
 
@@ -852,6 +862,11 @@ pub fn report_takeover_all(out: &mut String, run: &TakeoverAll) -> Check {
             run.all_led_s - floor
         );
     }
+    let _ = writeln!(
+        out,
+        "The follower's store requests from its first election led to its last, by record and operation (each take counted once per election, also when a hundred went in one request; a read of many records counted once a request): {}.\n",
+        by_op(&run.taking_requests)
+    );
     (
         format!(
             "{} elections on one instance: all led again after its kill -9",
