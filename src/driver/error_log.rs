@@ -1,12 +1,22 @@
 //! Store errors as the engine logs them: once per change (reads and writes
-//! apart), with a count, and once more when requests work again.
+//! apart), with a count, and once more when requests work again; an error
+//! many elections meet at once (the store down, under ten thousand of
+//! them) once for them all ([`Crowd`]), and so the releases that fail at
+//! shutdown ([`ReleaseLog`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::clock::Instant;
+
+/// How long a kind of error may go unmet by any election before the next
+/// election to meet it logs it again, as a new trouble.
+pub(super) const CROWD_QUIET: Duration = Duration::from_secs(60);
 
 /// Which kind of store request failed: reads and writes are told apart so
 /// that a read that works between two writes that fail does not count as
 /// the end of the writes' trouble.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum RequestKind {
     Read,
     Write,
@@ -42,6 +52,9 @@ pub(super) struct ErrorLog {
 pub(super) struct Streak {
     /// The error's text: the same text is the same error.
     pub(super) error: String,
+    /// The error's class (`StoreError::metric_label`): what [`Crowd`]
+    /// groups elections by.
+    pub(super) class: &'static str,
     /// Failures in a row with this text.
     pub(super) count: u64,
     /// When the streak (of any error) began.
@@ -58,7 +71,13 @@ impl ErrorLog {
 
     /// Counts a failure; `Some(previous)` when it is worth a log line: a new
     /// error (`previous` is how often the one before it came, 0 if none).
-    pub(super) fn failed(&mut self, kind: RequestKind, error: String, now: Instant) -> Option<u64> {
+    pub(super) fn failed(
+        &mut self,
+        kind: RequestKind,
+        error: String,
+        class: &'static str,
+        now: Instant,
+    ) -> Option<u64> {
         let streak = self.streak(kind);
         match streak {
             Some(s) if s.error == error => {
@@ -68,12 +87,14 @@ impl ErrorLog {
             Some(s) => {
                 let previous = s.count;
                 s.error = error;
+                s.class = class;
                 s.count = 1;
                 Some(previous)
             }
             None => {
                 *streak = Some(Streak {
                     error,
+                    class,
                     count: 1,
                     since: now,
                 });
@@ -85,5 +106,209 @@ impl ErrorLog {
     /// A request of this kind succeeded: the streak that ended, if any.
     pub(super) fn succeeded(&mut self, kind: RequestKind) -> Option<Streak> {
         self.streak(kind).take()
+    }
+}
+
+/// The elections in a streak of one kind of error, daemon-wide (by kind of
+/// request and class of error): the first to meet it logs it, the others
+/// are counted, and the last to work again logs the end for them all. Ten
+/// thousand elections that find the store down make two lines, not twenty
+/// thousand. A kind no election met for [`CROWD_QUIET`] is logged anew by
+/// the next to meet it (an election whose streak never ended, because it
+/// made no such request since, does not silence it for ever).
+#[derive(Debug, Default)]
+pub(super) struct Crowd {
+    tallies: HashMap<(RequestKind, &'static str), Tally>,
+}
+
+/// One kind of error's elections.
+#[derive(Debug)]
+pub(super) struct Tally {
+    /// Elections in a streak of it now.
+    pub(super) now: u64,
+    /// Elections that joined since it was last logged.
+    pub(super) joined: u64,
+    /// When an election last met it.
+    last: Instant,
+}
+
+impl Crowd {
+    /// An election met an error of `class` on a request of `kind` (its
+    /// streak began or went on): whether this is worth a log line (no
+    /// election had met it within [`CROWD_QUIET`]). `joins`: the election
+    /// was not in a streak of this class before.
+    pub(super) fn met(
+        &mut self,
+        kind: RequestKind,
+        class: &'static str,
+        joins: bool,
+        now: Instant,
+    ) -> bool {
+        let tally = self.tallies.entry((kind, class)).or_insert(Tally {
+            now: 0,
+            joined: 0,
+            last: now,
+        });
+        let fresh = tally.joined == 0 || now.saturating_since(tally.last) > CROWD_QUIET;
+        if fresh {
+            tally.joined = 0;
+        }
+        if joins {
+            tally.now += 1;
+            tally.joined += 1;
+        }
+        tally.last = now;
+        fresh && joins
+    }
+
+    /// Elections in a streak of `class` on requests of `kind` now.
+    pub(super) fn size(&self, kind: RequestKind, class: &'static str) -> u64 {
+        self.tallies.get(&(kind, class)).map_or(0, |t| t.now)
+    }
+
+    /// An election's streak of `class` on requests of `kind` ended (it
+    /// works again, or meets another class now): the tally when it was the
+    /// last in it, or when the error had gone unmet for [`CROWD_QUIET`]
+    /// (worth a log line), else `None`.
+    pub(super) fn left(
+        &mut self,
+        kind: RequestKind,
+        class: &'static str,
+        now: Instant,
+    ) -> Option<Tally> {
+        let key = (kind, class);
+        let tally = self.tallies.get_mut(&key)?;
+        tally.now = tally.now.saturating_sub(1);
+        let quiet = now.saturating_since(tally.last) > CROWD_QUIET;
+        if tally.now == 0 {
+            return self.tallies.remove(&key);
+        }
+        quiet.then(|| Tally {
+            now: tally.now,
+            joined: std::mem::take(&mut tally.joined).max(1),
+            last: tally.last,
+        })
+    }
+}
+
+/// The releases that failed in a row alike (one class of error): the first
+/// is logged with its election, the others counted and logged together
+/// once the streak ends: a release that works, an error of another class,
+/// or the node's end. At shutdown under ten thousand elections a store
+/// that cannot keep up fails thousands of releases in the last second.
+#[derive(Debug, Default)]
+pub(super) struct ReleaseLog {
+    streak: Option<(&'static str, u64)>,
+}
+
+/// What [`ReleaseLog`] makes of a release.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ReleaseLine {
+    /// Log this failure, after the summary of the streak it ended (the
+    /// failures not logged of it, and their class), if any.
+    Failure(Option<(&'static str, u64)>),
+    /// Counted; nothing to log.
+    Counted,
+}
+
+impl ReleaseLog {
+    /// A release failed with an error of `class`.
+    pub(super) fn failed(&mut self, class: &'static str) -> ReleaseLine {
+        match &mut self.streak {
+            Some((c, n)) if *c == class => {
+                *n += 1;
+                ReleaseLine::Counted
+            }
+            streak => {
+                let ended = streak.replace((class, 0));
+                ReleaseLine::Failure(ended.filter(|(_, n)| *n > 0))
+            }
+        }
+    }
+
+    /// A release worked, or the node ended: the failures of the streak
+    /// that ended not yet logged (class, count), if any.
+    pub(super) fn ended(&mut self) -> Option<(&'static str, u64)> {
+        self.streak.take().filter(|(_, n)| *n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crowd_logs_its_first_election_and_its_last() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(100));
+        let mut crowd = Crowd::default();
+        let kind = RequestKind::Read;
+        assert!(crowd.met(kind, "transport", true, t0));
+        for _ in 1..10_000 {
+            assert!(!crowd.met(kind, "transport", true, t0));
+        }
+        // Repeats of a streak are not joins.
+        assert!(!crowd.met(kind, "transport", false, t0));
+        // Another class is another trouble.
+        assert!(crowd.met(kind, "timeout", true, t0));
+        // Writes are apart from reads.
+        assert!(crowd.met(RequestKind::Write, "transport", true, t0));
+        for _ in 1..10_000 {
+            assert!(crowd.left(kind, "transport", t0).is_none());
+        }
+        let last = crowd.left(kind, "transport", t0).expect("the last logs");
+        assert_eq!(last.joined, 10_000);
+        // Gone with its last election: the next meeting is logged.
+        assert!(crowd.met(kind, "transport", true, t0));
+    }
+
+    #[test]
+    fn a_crowd_unmet_for_a_while_is_logged_anew() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(100));
+        let later = t0 + CROWD_QUIET + Duration::from_secs(1);
+        let mut crowd = Crowd::default();
+        let kind = RequestKind::Write;
+        assert!(crowd.met(kind, "timeout", true, t0));
+        // One election stays in its streak (it made no write since) ...
+        assert!(!crowd.met(kind, "timeout", true, t0));
+        assert!(crowd.left(kind, "timeout", t0).is_none());
+        // ... and does not silence the same error a while later.
+        assert!(crowd.met(kind, "timeout", true, later));
+        assert!(!crowd.met(kind, "timeout", true, later));
+        // Nor the end of a streak met again since: the last logs it.
+        assert!(crowd.left(kind, "timeout", later).is_none());
+        assert!(crowd.left(kind, "timeout", later).is_none());
+        assert!(crowd.left(kind, "timeout", later).is_some());
+    }
+
+    #[test]
+    fn a_crowd_whose_stale_member_stays_still_logs_an_end() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(100));
+        let later = t0 + CROWD_QUIET + Duration::from_secs(1);
+        let mut crowd = Crowd::default();
+        let kind = RequestKind::Read;
+        assert!(crowd.met(kind, "transport", true, t0));
+        assert!(!crowd.met(kind, "transport", true, t0));
+        // The other never reads again; this one works again a while later.
+        let end = crowd.left(kind, "transport", later).expect("quiet: logged");
+        assert_eq!(end.now, 1);
+    }
+
+    #[test]
+    fn releases_failing_alike_are_logged_once_and_summed_at_the_end() {
+        let mut log = ReleaseLog::default();
+        assert_eq!(log.failed("timeout"), ReleaseLine::Failure(None));
+        for _ in 0..4_999 {
+            assert_eq!(log.failed("timeout"), ReleaseLine::Counted);
+        }
+        assert_eq!(
+            log.failed("transport"),
+            ReleaseLine::Failure(Some(("timeout", 4_999)))
+        );
+        assert_eq!(log.failed("transport"), ReleaseLine::Counted);
+        assert_eq!(log.ended(), Some(("transport", 1)));
+        assert_eq!(log.ended(), None);
+        // One failure alone has nothing to sum.
+        assert_eq!(log.failed("timeout"), ReleaseLine::Failure(None));
+        assert_eq!(log.ended(), None);
     }
 }

@@ -15,11 +15,13 @@
 //! of the daemon holds of a running node (each
 //! election's handle, the node's session and end, the sessions it knows
 //! for balance); `report` the metrics and logs of its requests and of
-//! what the node noted; `error_log` store errors logged once per change;
+//! what the node noted; `error_log` store errors logged once per change
+//! (once for the many elections that meet one together);
 //! `session` the session's changes logged and the sweep of sessions that
 //! are over; `tests` nodes run through it over the in-memory store;
 //! `engine_tests` and `hint_tests` one election run through it (by
-//! `lone`), step by step and with hints.
+//! `lone`), step by step and with hints; `log_tests` what a thousand
+//! elections that meet one trouble log.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -47,6 +49,8 @@ mod takes;
 mod engine_tests;
 #[cfg(test)]
 mod hint_tests;
+#[cfg(test)]
+mod log_tests;
 #[cfg(test)]
 mod lone;
 #[cfg(test)]
@@ -298,6 +302,7 @@ impl NodeDriver {
                 self.feed(input);
             }
         }
+        self.report.releases_failed_before();
     }
 
     /// Wait for what comes next: an input for the node, or `None` when

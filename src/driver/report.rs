@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error_log::{ErrorLog, RequestKind};
+use super::error_log::{Crowd, ErrorLog, ReleaseLine, ReleaseLog, RequestKind};
 use crate::clock::Instant;
 use crate::core::election::{ElectionConfig, Note};
 use crate::core::node::ElectionId;
@@ -49,6 +49,10 @@ pub(super) struct Report {
     every: Duration,
     /// Store errors of the elections that have a streak of them.
     errors: HashMap<ElectionId, ErrorLog>,
+    /// The same, daemon-wide: logged by the first election to meet one.
+    crowd: Crowd,
+    /// The releases that failed in a row alike.
+    releases: ReleaseLog,
     /// The daemon's session's store errors.
     session: ErrorLog,
     /// The read-back's store errors.
@@ -63,6 +67,8 @@ impl Report {
             identity,
             every,
             errors: HashMap::new(),
+            crowd: Crowd::default(),
+            releases: ReleaseLog::default(),
             session: ErrorLog::default(),
             check: ErrorLog::default(),
         }
@@ -129,7 +135,17 @@ impl Report {
         };
         if let Some(streak) = log.succeeded(kind) {
             let failing = now - streak.since;
-            tracing::info!(election = %cfg.name, identity = %cfg.identity, failures = streak.count, failing_ms = failing.as_millis() as u64, "store {} work again", kind.plural());
+            match self.crowd.left(kind, streak.class, now) {
+                Some(all) if all.now == 0 => {
+                    tracing::info!(election = %cfg.name, identity = %cfg.identity, failures = streak.count, failing_ms = failing.as_millis() as u64, elections = all.joined, "store {} work again (for every election that met the error)", kind.plural())
+                }
+                Some(all) => {
+                    tracing::info!(election = %cfg.name, identity = %cfg.identity, failures = streak.count, failing_ms = failing.as_millis() as u64, elections_still_failing = all.now, "store {} work again", kind.plural())
+                }
+                None => {
+                    tracing::debug!(election = %cfg.name, failures = streak.count, "store {} work again", kind.plural())
+                }
+            }
         }
         if log.reads.is_none() && log.writes.is_none() {
             self.errors.remove(&id);
@@ -142,7 +158,10 @@ impl Report {
         let id = &self.identity;
         match outcome {
             Outcome::Failed(e) => {
-                if let Some(previous) = self.session.failed(kind, e.to_string(), now) {
+                if let Some(previous) =
+                    self.session
+                        .failed(kind, e.to_string(), e.metric_label(), now)
+                {
                     tracing::warn!(identity = %id, op, previous_failures = previous, "session store {} fail: {e}", kind.plural());
                 }
             }
@@ -159,7 +178,10 @@ impl Report {
         let id = &self.identity;
         match outcome {
             Outcome::Failed(e) => {
-                if let Some(previous) = self.check.failed(RequestKind::Read, e.to_string(), now) {
+                if let Some(previous) =
+                    self.check
+                        .failed(RequestKind::Read, e.to_string(), e.metric_label(), now)
+                {
                     tracing::warn!(identity = %id, previous_failures = previous, "cannot check the records held through the session (tried again in {:?}): {e}", self.every);
                 }
             }
@@ -180,15 +202,25 @@ impl Report {
         now: Instant,
     ) {
         let kind = RequestKind::of(op);
+        let class = e.metric_label();
         let log = self.errors.entry(id).or_default();
-        match log.failed(kind, e.to_string(), now) {
-            Some(0) => {
-                tracing::warn!(election = %cfg.name, identity = %cfg.identity, op, error = %e, class = e.metric_label(), "store request failed (logged again only when the error changes)")
+        let before = log.streak(kind).as_ref().map(|s| s.class);
+        let changed = log.failed(kind, e.to_string(), class, now);
+        if let Some(old) = before.filter(|old| *old != class) {
+            // Still failing: the end of the old class is not logged.
+            let _ = self.crowd.left(kind, old, now);
+        }
+        let fresh = self.crowd.met(kind, class, before != Some(class), now);
+        match changed {
+            Some(0) if fresh => {
+                tracing::warn!(election = %cfg.name, identity = %cfg.identity, op, error = %e, class, "store request failed (logged again only when the error changes; other elections that meet it are counted, not logged)")
             }
-            Some(previous) => {
-                tracing::warn!(election = %cfg.name, identity = %cfg.identity, op, error = %e, class = e.metric_label(), previous_error_repeats = previous, "store request failed with another error")
+            Some(previous)
+                if fresh || before == Some(class) && self.crowd.size(kind, class) == 1 =>
+            {
+                tracing::warn!(election = %cfg.name, identity = %cfg.identity, op, error = %e, class, previous_error_repeats = previous, "store request failed with another error")
             }
-            None => {
+            _ => {
                 tracing::debug!(election = %cfg.name, op, error = %e, "store request failed again")
             }
         }
@@ -266,7 +298,7 @@ impl Report {
     }
 
     /// The notes of a tenure's end and of records, logged.
-    fn tenure_note(&self, cfg: &ElectionConfig, note: Note) {
+    fn tenure_note(&mut self, cfg: &ElectionConfig, note: Note) {
         let (name, me) = (cfg.name.as_str(), cfg.identity.as_str());
         match note {
             Note::TenureEnded(token) => {
@@ -276,14 +308,23 @@ impl Report {
                 fencing_token,
                 successor,
             } => {
+                self.releases_failed_before();
                 tracing::info!(election = %name, identity = %me, fencing_token, successor = successor.as_deref().unwrap_or("(anyone)"), "released the lease")
             }
             Note::NothingToRelease(token) => {
                 tracing::warn!(election = %name, identity = %me, fencing_token = token, "nothing to release: someone else wrote the lease record since our last write")
             }
-            Note::ReleaseFailed(e) => {
-                tracing::warn!(election = %name, identity = %me, error = %e, "release failed; the lease will expire on its own")
-            }
+            Note::ReleaseFailed(e) => match self.releases.failed(e.metric_label()) {
+                ReleaseLine::Failure(ended) => {
+                    if let Some((class, count)) = ended {
+                        log_releases_failed(class, count);
+                    }
+                    tracing::warn!(election = %name, identity = %me, error = %e, "release failed; the lease will expire on its own (further releases that fail alike are counted, and logged together)")
+                }
+                ReleaseLine::Counted => {
+                    tracing::debug!(election = %name, error = %e, "release failed")
+                }
+            },
             Note::SittingOut(d) => {
                 tracing::info!(election = %name, identity = %me, sit_out = %text::duration(d), "sitting out before campaigning again")
             }
@@ -291,6 +332,14 @@ impl Report {
                 tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
             }
             note => self.record_note(name, note),
+        }
+    }
+
+    /// The releases that failed alike before one that worked, or before
+    /// the node's end: logged together.
+    pub(super) fn releases_failed_before(&mut self) {
+        if let Some((class, count)) = self.releases.ended() {
+            log_releases_failed(class, count);
         }
     }
 
@@ -312,6 +361,15 @@ impl Report {
             other => tracing::debug!(election = %name, note = ?other, "node"),
         }
     }
+}
+
+/// `count` releases failed alike (`class`) after the one logged.
+fn log_releases_failed(class: &str, count: u64) {
+    tracing::warn!(
+        failed = count,
+        class,
+        "{count} more releases failed with {class} errors (each lease expires on its own, or at once where the session it was held through ends)"
+    );
 }
 
 /// A noted outcome as the observer takes it.
