@@ -2,7 +2,7 @@
 //! apart), with a count, and once more when requests work again; an error
 //! many elections meet at once (the store down, under ten thousand of
 //! them) once for them all ([`Crowd`]), and so the releases that fail at
-//! shutdown ([`ReleaseLog`]).
+//! shutdown ([`ReleaseLog`]) and the leases one moment loses ([`Burst`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -191,51 +191,113 @@ impl Crowd {
     }
 }
 
-/// The releases that failed in a row alike (one class of error): the first
-/// is logged with its election, the others counted and logged together
-/// once the streak ends: a release that works, an error of another class,
-/// or the node's end. At shutdown under ten thousand elections a store
-/// that cannot keep up fails thousands of releases in the last second.
+/// The releases that failed, by class of error: the first of a class is
+/// logged with its election, the next ones within [`CROWD_QUIET`] of the
+/// one before are counted, and logged together when a failure of the class
+/// comes after a quiet while, or at the node's end. At shutdown under ten
+/// thousand elections a store that cannot keep up fails thousands of
+/// releases within the last second, between releases that work.
 #[derive(Debug, Default)]
 pub(super) struct ReleaseLog {
-    streak: Option<(&'static str, u64)>,
+    /// Per class: failures not logged yet, and when the last came.
+    classes: Vec<(&'static str, u64, Instant)>,
 }
 
-/// What [`ReleaseLog`] makes of a release.
+/// What [`ReleaseLog`] makes of a failed release.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum ReleaseLine {
-    /// Log this failure, after the summary of the streak it ended (the
-    /// failures not logged of it, and their class), if any.
-    Failure(Option<(&'static str, u64)>),
+    /// Log this failure, after the count of the failures of its class not
+    /// logged before it, if any.
+    Failure(Option<u64>),
     /// Counted; nothing to log.
     Counted,
 }
 
 impl ReleaseLog {
-    /// A release failed with an error of `class`.
-    pub(super) fn failed(&mut self, class: &'static str) -> ReleaseLine {
-        match &mut self.streak {
-            Some((c, n)) if *c == class => {
+    /// A release failed with an error of `class`, at `now`.
+    pub(super) fn failed(&mut self, class: &'static str, now: Instant) -> ReleaseLine {
+        match self.classes.iter_mut().find(|(c, _, _)| *c == class) {
+            Some((_, n, last)) if now.saturating_since(*last) <= CROWD_QUIET => {
                 *n += 1;
+                *last = now;
                 ReleaseLine::Counted
             }
-            streak => {
-                let ended = streak.replace((class, 0));
-                ReleaseLine::Failure(ended.filter(|(_, n)| *n > 0))
+            Some((_, n, last)) => {
+                *last = now;
+                ReleaseLine::Failure(Some(std::mem::take(n)).filter(|n| *n > 0))
+            }
+            None => {
+                self.classes.push((class, 0, now));
+                ReleaseLine::Failure(None)
             }
         }
     }
 
-    /// A release worked, or the node ended: the failures of the streak
-    /// that ended not yet logged (class, count), if any.
-    pub(super) fn ended(&mut self) -> Option<(&'static str, u64)> {
-        self.streak.take().filter(|(_, n)| *n > 0)
+    /// The node ended: the failures not logged yet, by class.
+    pub(super) fn ended(&mut self) -> Vec<(&'static str, u64)> {
+        std::mem::take(&mut self.classes)
+            .into_iter()
+            .filter(|(_, n, _)| *n > 0)
+            .map(|(c, n, _)| (c, n))
+            .collect()
+    }
+}
+
+/// Lines a single cause makes many elections log at once (a session that
+/// lapsed stops every election held through it): the first
+/// [`BURST_LOGGED`] of each kind by themselves, the rest counted and summed
+/// once the input that caused them was handled.
+pub(super) const BURST_LOGGED: u64 = 3;
+
+/// The lines of the input being handled, by kind (see [`BURST_LOGGED`]).
+#[derive(Debug, Default)]
+pub(super) struct Burst {
+    counts: Vec<(&'static str, u64)>,
+}
+
+impl Burst {
+    /// One more line of `kind`: whether it is logged by itself.
+    pub(super) fn one(&mut self, kind: &'static str) -> bool {
+        let n = match self.counts.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                self.counts.push((kind, 1));
+                1
+            }
+        };
+        n <= BURST_LOGGED
+    }
+
+    /// The input was handled: the lines of each kind not logged by
+    /// themselves, if any.
+    pub(super) fn end(&mut self) -> Vec<(&'static str, u64)> {
+        std::mem::take(&mut self.counts)
+            .into_iter()
+            .filter(|(_, n)| *n > BURST_LOGGED)
+            .map(|(k, n)| (k, n - BURST_LOGGED))
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_logs_a_few_of_each_kind_and_sums_the_rest() {
+        let mut burst = Burst::default();
+        for n in 1..=1_000 {
+            assert_eq!(burst.one("session"), n <= BURST_LOGGED);
+        }
+        assert!(burst.one("written"));
+        assert_eq!(burst.end(), vec![("session", 1_000 - BURST_LOGGED)]);
+        // Each input is a burst of its own.
+        assert!(burst.one("session"));
+        assert_eq!(burst.end(), vec![]);
+    }
 
     #[test]
     fn a_crowd_logs_its_first_election_and_its_last() {
@@ -295,20 +357,32 @@ mod tests {
 
     #[test]
     fn releases_failing_alike_are_logged_once_and_summed_at_the_end() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(100));
         let mut log = ReleaseLog::default();
-        assert_eq!(log.failed("timeout"), ReleaseLine::Failure(None));
+        assert_eq!(log.failed("timeout", t0), ReleaseLine::Failure(None));
         for _ in 0..4_999 {
-            assert_eq!(log.failed("timeout"), ReleaseLine::Counted);
+            assert_eq!(log.failed("timeout", t0), ReleaseLine::Counted);
         }
+        // Another class is logged by itself, without ending the first.
+        assert_eq!(log.failed("transport", t0), ReleaseLine::Failure(None));
+        assert_eq!(log.failed("transport", t0), ReleaseLine::Counted);
+        assert_eq!(log.failed("timeout", t0), ReleaseLine::Counted);
+        assert_eq!(log.ended(), vec![("timeout", 5_000), ("transport", 1)]);
+        assert_eq!(log.ended(), vec![]);
+    }
+
+    #[test]
+    fn a_release_failing_after_a_quiet_while_is_logged_with_the_count_before() {
+        let t0 = Instant::from_since_origin(Duration::from_secs(100));
+        let later = t0 + CROWD_QUIET + Duration::from_secs(1);
+        let mut log = ReleaseLog::default();
+        assert_eq!(log.failed("timeout", t0), ReleaseLine::Failure(None));
+        assert_eq!(log.failed("timeout", t0), ReleaseLine::Counted);
+        assert_eq!(log.failed("timeout", later), ReleaseLine::Failure(Some(1)));
         assert_eq!(
-            log.failed("transport"),
-            ReleaseLine::Failure(Some(("timeout", 4_999)))
+            log.failed("timeout", later + CROWD_QUIET * 2),
+            ReleaseLine::Failure(None)
         );
-        assert_eq!(log.failed("transport"), ReleaseLine::Counted);
-        assert_eq!(log.ended(), Some(("transport", 1)));
-        assert_eq!(log.ended(), None);
-        // One failure alone has nothing to sum.
-        assert_eq!(log.failed("timeout"), ReleaseLine::Failure(None));
-        assert_eq!(log.ended(), None);
+        assert_eq!(log.ended(), vec![]);
     }
 }

@@ -150,3 +150,30 @@ async fn a_store_down_under_a_thousand_followers_is_logged_once() {
         "{again} lines of their end:\n{all}"
     );
 }
+
+/// A session that lapses stops every election held through it at once:
+/// a few losses are logged with their elections, the rest summed.
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_session_logs_a_few_losses_and_the_sum() {
+    let store = Arc::new(MemoryStore::new());
+    let (held, _a) = start("a", &store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(led(&held), MANY as usize, "a leads every election");
+    let log = Captured::default();
+    let _guard = log.install();
+    store.set_fault(Fault::Unreachable);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(led(&held), 0, "every election stopped");
+    let all = log.text();
+    let each = usize::try_from(super::error_log::BURST_LOGGED).unwrap_or(usize::MAX);
+    assert_eq!(
+        log.count(&["WARN", "lease lost: stopping the child"]),
+        each,
+        "{all}"
+    );
+    let summed = format!(
+        "lease lost by {} more elections at the same moment",
+        MANY as usize - each
+    );
+    assert_eq!(log.count(&["WARN", &summed]), 1, "{all}");
+}

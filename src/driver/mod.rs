@@ -473,6 +473,10 @@ impl NodeDriver {
             self.session_log
                 .changed(self.node.identity(), core, self.node.session_view());
         }
+        // The answers of one request are one moment, as one input is.
+        if self.ready.is_empty() {
+            self.report.input_handled();
+        }
     }
 
     fn carry_out(&mut self, action: NodeAction) {

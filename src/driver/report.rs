@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error_log::{Crowd, ErrorLog, ReleaseLine, ReleaseLog, RequestKind};
+use super::error_log::{Burst, Crowd, ErrorLog, ReleaseLine, ReleaseLog, RequestKind};
 use crate::clock::Instant;
 use crate::core::election::{ElectionConfig, Note};
 use crate::core::node::ElectionId;
@@ -53,6 +53,8 @@ pub(super) struct Report {
     crowd: Crowd,
     /// The releases that failed in a row alike.
     releases: ReleaseLog,
+    /// The leases lost in the input being handled, by cause.
+    losses: Burst,
     /// The daemon's session's store errors.
     session: ErrorLog,
     /// The read-back's store errors.
@@ -69,6 +71,7 @@ impl Report {
             errors: HashMap::new(),
             crowd: Crowd::default(),
             releases: ReleaseLog::default(),
+            losses: Burst::default(),
             session: ErrorLog::default(),
             check: ErrorLog::default(),
         }
@@ -269,36 +272,50 @@ impl Report {
                 tracing::warn!(election = %name, identity = %me, fencing_token = token, "the lease store's data was replaced under us; renewing at once to learn whether we still lead")
             }
             note @ (Note::LeaseLost { .. } | Note::SessionLost(_)) => self.lost(cfg, note),
-            note => self.tenure_note(cfg, note),
+            note => self.tenure_note(cfg, note, now),
         }
     }
 
-    /// A tenure ended because its lease was lost.
-    fn lost(&self, cfg: &ElectionConfig, note: Note) {
+    /// A tenure ended because its lease was lost: logged with its election
+    /// for the first few of an input, summed for the rest (see [`Burst`]).
+    fn lost(&mut self, cfg: &ElectionConfig, note: Note) {
         let (name, me) = (cfg.name.as_str(), cfg.identity.as_str());
         self.observer.lease_lost(name);
-        match note {
+        let cause = match &note {
             Note::LeaseLost {
-                fencing_token,
-                written_by: None,
-            } => {
-                tracing::warn!(election = %name, identity = %me, fencing_token, cause = "no successful renew before validity - kill_grace", "lease lost: stopping the child")
-            }
+                written_by: None, ..
+            } => CAUSE_NOT_RENEWED,
+            Note::LeaseLost { .. } => CAUSE_WRITTEN,
+            _ => CAUSE_SESSION,
+        };
+        if !self.losses.one(cause) {
+            tracing::debug!(election = %name, cause, "lease lost");
+            return;
+        }
+        match note {
             Note::LeaseLost {
                 fencing_token,
                 written_by: Some(by),
             } => {
-                tracing::warn!(election = %name, identity = %me, fencing_token, cause = "someone else wrote the lease record", written_by = %by, "lease lost: stopping the child")
+                tracing::warn!(election = %name, identity = %me, fencing_token, cause, written_by = %by, "lease lost: stopping the child")
             }
-            Note::SessionLost(token) => {
-                tracing::warn!(election = %name, identity = %me, fencing_token = token, cause = "the session it was held through is gone (ended by another instance, deleted, or not renewed in time)", "lease lost: stopping the child")
+            Note::LeaseLost { fencing_token, .. } | Note::SessionLost(fencing_token) => {
+                tracing::warn!(election = %name, identity = %me, fencing_token, cause, "lease lost: stopping the child")
             }
             _ => {}
         }
     }
 
+    /// The input that was being handled is over: the leases it lost that
+    /// were not logged each, summed by cause.
+    pub(super) fn input_handled(&mut self) {
+        for (cause, count) in self.losses.end() {
+            tracing::warn!(identity = %self.identity, lost = count, cause, "lease lost by {count} more elections at the same moment (each counted in leaderd_leases_lost_total, each shown in /status)");
+        }
+    }
+
     /// The notes of a tenure's end and of records, logged.
-    fn tenure_note(&mut self, cfg: &ElectionConfig, note: Note) {
+    fn tenure_note(&mut self, cfg: &ElectionConfig, note: Note, now: Instant) {
         let (name, me) = (cfg.name.as_str(), cfg.identity.as_str());
         match note {
             Note::TenureEnded(token) => {
@@ -308,18 +325,17 @@ impl Report {
                 fencing_token,
                 successor,
             } => {
-                self.releases_failed_before();
                 tracing::info!(election = %name, identity = %me, fencing_token, successor = successor.as_deref().unwrap_or("(anyone)"), "released the lease")
             }
             Note::NothingToRelease(token) => {
                 tracing::warn!(election = %name, identity = %me, fencing_token = token, "nothing to release: someone else wrote the lease record since our last write")
             }
-            Note::ReleaseFailed(e) => match self.releases.failed(e.metric_label()) {
-                ReleaseLine::Failure(ended) => {
-                    if let Some((class, count)) = ended {
-                        log_releases_failed(class, count);
+            Note::ReleaseFailed(e) => match self.releases.failed(e.metric_label(), now) {
+                ReleaseLine::Failure(before) => {
+                    if let Some(count) = before {
+                        log_releases_failed(e.metric_label(), count);
                     }
-                    tracing::warn!(election = %name, identity = %me, error = %e, "release failed; the lease will expire on its own (further releases that fail alike are counted, and logged together)")
+                    tracing::warn!(election = %name, identity = %me, error = %e, class = e.metric_label(), "release failed; the lease will expire on its own (more releases failing with this class of error within a minute of each other are counted, and logged together)")
                 }
                 ReleaseLine::Counted => {
                     tracing::debug!(election = %name, error = %e, "release failed")
@@ -335,10 +351,10 @@ impl Report {
         }
     }
 
-    /// The releases that failed alike before one that worked, or before
-    /// the node's end: logged together.
+    /// The node ended: the releases that failed and were not logged each,
+    /// logged together by class.
     pub(super) fn releases_failed_before(&mut self) {
-        if let Some((class, count)) = self.releases.ended() {
+        for (class, count) in self.releases.ended() {
             log_releases_failed(class, count);
         }
     }
@@ -371,6 +387,11 @@ fn log_releases_failed(class: &str, count: u64) {
         "{count} more releases failed with {class} errors (each lease expires on its own, or at once where the session it was held through ends)"
     );
 }
+
+/// Why a lease was lost, as the log says it.
+const CAUSE_NOT_RENEWED: &str = "no successful renew before validity - kill_grace";
+const CAUSE_WRITTEN: &str = "someone else wrote the lease record";
+const CAUSE_SESSION: &str = "the session it was held through is gone (ended by another instance, deleted, or not renewed in time)";
 
 /// A noted outcome as the observer takes it.
 fn as_outcome(res: &Result<bool, StoreError>) -> Outcome<'_> {
