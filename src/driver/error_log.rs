@@ -1,8 +1,10 @@
 //! Store errors as the engine logs them: once per change (reads and writes
 //! apart), with a count, and once more when requests work again; an error
 //! many elections meet at once (the store down, under ten thousand of
-//! them) once for them all ([`Crowd`]), and so the releases that fail at
-//! shutdown ([`ReleaseLog`]) and the leases one moment loses ([`Burst`]).
+//! them) once for them all ([`Crowd`]); so the warnings many elections
+//! give for one cause within seconds ([`Tallies`]: the releases that fail
+//! at shutdown, a lying stream) and the leases one moment loses
+//! ([`Burst`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -191,54 +193,56 @@ impl Crowd {
     }
 }
 
-/// The releases that failed, by class of error: the first of a class is
-/// logged with its election, the next ones within [`CROWD_QUIET`] of the
-/// one before are counted, and logged together when a failure of the class
-/// comes after a quiet while, or at the node's end. At shutdown under ten
-/// thousand elections a store that cannot keep up fails thousands of
-/// releases within the last second, between releases that work.
+/// How long a [`Tallies`] line must go unrepeated before its count is
+/// logged, and the next of its kind is logged by itself again.
+pub(super) const TALLY_QUIET: Duration = Duration::from_secs(5);
+
+/// Warnings many elections give for one cause over a few seconds (at
+/// shutdown under ten thousand elections, a store that cannot keep up
+/// fails thousands of releases between releases that work; a leader's
+/// stream found lying is distrusted by each election it leads, read by
+/// read): by kind and key (the error's class, the stream's address), the
+/// first is logged with its election, the next are counted, and the count
+/// is logged once none came for [`TALLY_QUIET`], or at the node's end.
 #[derive(Debug, Default)]
-pub(super) struct ReleaseLog {
-    /// Per class: failures not logged yet, and when the last came.
-    classes: Vec<(&'static str, u64, Instant)>,
+pub(super) struct Tallies {
+    /// Kind, key, lines not logged, when the last came.
+    open: Vec<(&'static str, String, u64, Instant)>,
 }
 
-/// What [`ReleaseLog`] makes of a failed release.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum ReleaseLine {
-    /// Log this failure, after the count of the failures of its class not
-    /// logged before it, if any.
-    Failure(Option<u64>),
-    /// Counted; nothing to log.
-    Counted,
-}
-
-impl ReleaseLog {
-    /// A release failed with an error of `class`, at `now`.
-    pub(super) fn failed(&mut self, class: &'static str, now: Instant) -> ReleaseLine {
-        match self.classes.iter_mut().find(|(c, _, _)| *c == class) {
-            Some((_, n, last)) if now.saturating_since(*last) <= CROWD_QUIET => {
+impl Tallies {
+    /// A line of `kind` for `key` at `now`: whether it is logged by itself
+    /// (the first since the last quiet spell).
+    pub(super) fn seen(&mut self, kind: &'static str, key: &str, now: Instant) -> bool {
+        match self.open.iter_mut().find(|(k, key_, _, last)| {
+            *k == kind && key_ == key && now.saturating_since(*last) <= TALLY_QUIET
+        }) {
+            Some((_, _, n, last)) => {
                 *n += 1;
                 *last = now;
-                ReleaseLine::Counted
-            }
-            Some((_, n, last)) => {
-                *last = now;
-                ReleaseLine::Failure(Some(std::mem::take(n)).filter(|n| *n > 0))
+                false
             }
             None => {
-                self.classes.push((class, 0, now));
-                ReleaseLine::Failure(None)
+                self.open
+                    .retain(|(k, key_, n, _)| *k != kind || key_ != key || *n > 0);
+                self.open.push((kind, key.to_owned(), 0, now));
+                true
             }
         }
     }
 
-    /// The node ended: the failures not logged yet, by class.
-    pub(super) fn ended(&mut self) -> Vec<(&'static str, u64)> {
-        std::mem::take(&mut self.classes)
+    /// The counts due at `now` (quiet for [`TALLY_QUIET`]; `None`: all, at
+    /// the node's end), by kind and key; lines of none counted are
+    /// dropped with them.
+    pub(super) fn due(&mut self, now: Option<Instant>) -> Vec<(&'static str, String, u64)> {
+        let quiet = |last: Instant| now.is_none_or(|now| now.saturating_since(last) > TALLY_QUIET);
+        let (due, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.open)
             .into_iter()
-            .filter(|(_, n, _)| *n > 0)
-            .map(|(c, n, _)| (c, n))
+            .partition(|(_, _, _, last)| quiet(*last));
+        self.open = open;
+        due.into_iter()
+            .filter(|(_, _, n, _)| *n > 0)
+            .map(|(k, key, n, _)| (k, key, n))
             .collect()
     }
 }
@@ -356,33 +360,31 @@ mod tests {
     }
 
     #[test]
-    fn releases_failing_alike_are_logged_once_and_summed_at_the_end() {
+    fn lines_alike_are_logged_once_and_counted_until_a_quiet_spell() {
         let t0 = Instant::from_since_origin(Duration::from_secs(100));
-        let mut log = ReleaseLog::default();
-        assert_eq!(log.failed("timeout", t0), ReleaseLine::Failure(None));
-        for _ in 0..4_999 {
-            assert_eq!(log.failed("timeout", t0), ReleaseLine::Counted);
+        let mut tallies = Tallies::default();
+        assert!(tallies.seen("release", "timeout", t0));
+        for n in 0..4_999u64 {
+            let at = t0 + Duration::from_millis(n);
+            assert!(!tallies.seen("release", "timeout", at));
         }
-        // Another class is logged by itself, without ending the first.
-        assert_eq!(log.failed("transport", t0), ReleaseLine::Failure(None));
-        assert_eq!(log.failed("transport", t0), ReleaseLine::Counted);
-        assert_eq!(log.failed("timeout", t0), ReleaseLine::Counted);
-        assert_eq!(log.ended(), vec![("timeout", 5_000), ("transport", 1)]);
-        assert_eq!(log.ended(), vec![]);
-    }
-
-    #[test]
-    fn a_release_failing_after_a_quiet_while_is_logged_with_the_count_before() {
-        let t0 = Instant::from_since_origin(Duration::from_secs(100));
-        let later = t0 + CROWD_QUIET + Duration::from_secs(1);
-        let mut log = ReleaseLog::default();
-        assert_eq!(log.failed("timeout", t0), ReleaseLine::Failure(None));
-        assert_eq!(log.failed("timeout", t0), ReleaseLine::Counted);
-        assert_eq!(log.failed("timeout", later), ReleaseLine::Failure(Some(1)));
+        // Another key, or kind, is logged by itself.
+        assert!(tallies.seen("release", "transport", t0));
+        assert!(tallies.seen("stream", "timeout", t0));
+        let busy = t0 + Duration::from_secs(4);
+        assert_eq!(tallies.due(Some(busy)), vec![]);
+        let quiet = t0 + Duration::from_millis(4_999) + TALLY_QUIET + Duration::from_millis(1);
         assert_eq!(
-            log.failed("timeout", later + CROWD_QUIET * 2),
-            ReleaseLine::Failure(None)
+            tallies.due(Some(quiet)),
+            vec![("release", "timeout".to_owned(), 4_999)]
         );
-        assert_eq!(log.ended(), vec![]);
+        // After its count, the next is logged by itself again.
+        assert!(tallies.seen("release", "timeout", quiet));
+        assert!(!tallies.seen("release", "timeout", quiet));
+        assert_eq!(
+            tallies.due(None),
+            vec![("release", "timeout".to_owned(), 1)]
+        );
+        assert_eq!(tallies.due(None), vec![]);
     }
 }

@@ -302,7 +302,7 @@ impl NodeDriver {
                 self.feed(input);
             }
         }
-        self.report.releases_failed_before();
+        self.report.tallies_due(None);
     }
 
     /// Wait for what comes next: an input for the node, or `None` when
@@ -477,6 +477,7 @@ impl NodeDriver {
         if self.ready.is_empty() {
             self.report.input_handled();
         }
+        self.report.tallies_due(Some(moment.tick.now));
     }
 
     fn carry_out(&mut self, action: NodeAction) {

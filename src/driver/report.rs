@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error_log::{Burst, Crowd, ErrorLog, ReleaseLine, ReleaseLog, RequestKind};
+use super::error_log::{Burst, Crowd, ErrorLog, RequestKind, Tallies};
 use crate::clock::Instant;
 use crate::core::election::{ElectionConfig, Note};
 use crate::core::node::ElectionId;
@@ -51,8 +51,9 @@ pub(super) struct Report {
     errors: HashMap<ElectionId, ErrorLog>,
     /// The same, daemon-wide: logged by the first election to meet one.
     crowd: Crowd,
-    /// The releases that failed in a row alike.
-    releases: ReleaseLog,
+    /// Warnings many elections give for one cause: releases that fail,
+    /// streams distrusted.
+    tallies: Tallies,
     /// The leases lost in the input being handled, by cause.
     losses: Burst,
     /// The daemon's session's store errors.
@@ -70,7 +71,7 @@ impl Report {
             every,
             errors: HashMap::new(),
             crowd: Crowd::default(),
-            releases: ReleaseLog::default(),
+            tallies: Tallies::default(),
             losses: Burst::default(),
             session: ErrorLog::default(),
             check: ErrorLog::default(),
@@ -330,32 +331,40 @@ impl Report {
             Note::NothingToRelease(token) => {
                 tracing::warn!(election = %name, identity = %me, fencing_token = token, "nothing to release: someone else wrote the lease record since our last write")
             }
-            Note::ReleaseFailed(e) => match self.releases.failed(e.metric_label(), now) {
-                ReleaseLine::Failure(before) => {
-                    if let Some(count) = before {
-                        log_releases_failed(e.metric_label(), count);
-                    }
-                    tracing::warn!(election = %name, identity = %me, error = %e, class = e.metric_label(), "release failed; the lease will expire on its own (more releases failing with this class of error within a minute of each other are counted, and logged together)")
-                }
-                ReleaseLine::Counted => {
+            Note::ReleaseFailed(e) => {
+                if self.tallies.seen(RELEASE_FAILED, e.metric_label(), now) {
+                    tracing::warn!(election = %name, identity = %me, error = %e, class = e.metric_label(), "release failed; the lease will expire on its own (more releases that fail with this class of error within seconds are counted, and logged together)")
+                } else {
                     tracing::debug!(election = %name, error = %e, "release failed")
                 }
-            },
+            }
             Note::SittingOut(d) => {
                 tracing::info!(election = %name, identity = %me, sit_out = %text::duration(d), "sitting out before campaigning again")
             }
             Note::StreamDistrusted { holder, address } => {
-                tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure")
+                let key = address.as_deref().unwrap_or("(none)");
+                if self.tallies.seen(STREAM_DISTRUSTED, key, now) {
+                    tracing::warn!(election = %name, holder = ?holder, address = ?address, "the leader's watch stream does not match the lease store; polling the store instead for this tenure (more elections that distrust a stream from this address within seconds are counted, and logged together)")
+                } else {
+                    tracing::debug!(election = %name, address = ?address, "stream distrusted")
+                }
             }
             note => self.record_note(name, note),
         }
     }
 
-    /// The node ended: the releases that failed and were not logged each,
-    /// logged together by class.
-    pub(super) fn releases_failed_before(&mut self) {
-        for (class, count) in self.releases.ended() {
-            log_releases_failed(class, count);
+    /// The counts of the warnings many elections gave that are due at
+    /// `now` (`None`: all, the node ended), logged.
+    pub(super) fn tallies_due(&mut self, now: Option<Instant>) {
+        for (kind, key, count) in self.tallies.due(now) {
+            match kind {
+                RELEASE_FAILED => {
+                    tracing::warn!(failed = count, class = %key, "{count} more releases failed with {key} errors (each lease expires on its own, or at once where the session it was held through ends)")
+                }
+                _ => {
+                    tracing::warn!(elections = count, address = %key, "{count} more elections found the watch stream from {key} not matching the lease store; each polls the store instead for this tenure")
+                }
+            }
         }
     }
 
@@ -379,14 +388,9 @@ impl Report {
     }
 }
 
-/// `count` releases failed alike (`class`) after the one logged.
-fn log_releases_failed(class: &str, count: u64) {
-    tracing::warn!(
-        failed = count,
-        class,
-        "{count} more releases failed with {class} errors (each lease expires on its own, or at once where the session it was held through ends)"
-    );
-}
+/// The kinds of [`Tallies`] lines.
+const RELEASE_FAILED: &str = "release_failed";
+const STREAM_DISTRUSTED: &str = "stream_distrusted";
 
 /// Why a lease was lost, as the log says it.
 const CAUSE_NOT_RENEWED: &str = "no successful renew before validity - kill_grace";
