@@ -46,14 +46,8 @@ impl Captured {
 
     /// Lines that contain every one of `parts`.
     fn count(&self, parts: &[&str]) -> usize {
-        let text = String::from_utf8_lossy(
-            &self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-        .into_owned();
-        text.lines()
+        self.text()
+            .lines()
             .filter(|l| parts.iter().all(|p| l.contains(p)))
             .count()
     }
@@ -91,6 +85,14 @@ fn start(identity: &str, store: &Arc<MemoryStore>) -> (Vec<ElectionHandle>, Runn
     (elections, running)
 }
 
+/// "a" started over `store` and leading every election.
+async fn a_leads_all(store: &Arc<MemoryStore>) -> (Vec<ElectionHandle>, Running) {
+    let (elections, running) = start("a", store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(led(&elections), MANY as usize, "a leads every election");
+    (elections, running)
+}
+
 fn led(elections: &[ElectionHandle]) -> usize {
     elections
         .iter()
@@ -103,9 +105,7 @@ fn led(elections: &[ElectionHandle]) -> usize {
 #[tokio::test(start_paused = true)]
 async fn releases_failing_alike_at_shutdown_are_logged_once_and_summed() {
     let store = Arc::new(MemoryStore::new());
-    let (elections, running) = start("a", &store);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(led(&elections), MANY as usize, "a leads every election");
+    let (_elections, running) = a_leads_all(&store).await;
     let log = Captured::default();
     let _guard = log.install();
     store.set_fault(Fault::Unreachable);
@@ -126,9 +126,7 @@ async fn releases_failing_alike_at_shutdown_are_logged_once_and_summed() {
 #[tokio::test(start_paused = true)]
 async fn a_store_down_under_a_thousand_followers_is_logged_once() {
     let store = Arc::new(MemoryStore::new());
-    let (held, _a) = start("a", &store);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(led(&held), MANY as usize, "a leads every election");
+    let (_held, _a) = a_leads_all(&store).await;
     let (followed, _b) = start("b", &store);
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert_eq!(led(&followed), 0, "b follows");
@@ -156,9 +154,7 @@ async fn a_store_down_under_a_thousand_followers_is_logged_once() {
 #[tokio::test(start_paused = true)]
 async fn a_lapsed_session_logs_a_few_losses_and_the_sum() {
     let store = Arc::new(MemoryStore::new());
-    let (held, _a) = start("a", &store);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(led(&held), MANY as usize, "a leads every election");
+    let (held, _a) = a_leads_all(&store).await;
     let log = Captured::default();
     let _guard = log.install();
     store.set_fault(Fault::Unreachable);
