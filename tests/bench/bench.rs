@@ -35,6 +35,7 @@ mod proxy;
 mod request_cost;
 mod scenarios;
 mod stats;
+mod store_pace;
 mod warm_up;
 
 use std::collections::BTreeMap;
@@ -498,11 +499,30 @@ fn run(args: &Args) -> Result<bool, String> {
                         .map(|run| checks.extend(balance::report(&mut body, &run, window)));
                     section("Balance", r);
                 }
-                eprintln!("bench: one instance leading all {n}, kill -9, sessions {sessions}");
                 let server_cpu = || store.cpu_seconds(clock_ticks);
+                let pace = match &store {
+                    StoreServer::Dynamo(server) => {
+                        eprintln!("bench: the store alone, {n} takes");
+                        let table = format!("{}_warm_up", env.table);
+                        Some(store_pace::measure(
+                            server.addr,
+                            &table,
+                            n,
+                            &[2, 8],
+                            &server_cpu,
+                        ))
+                    }
+                    StoreServer::Postgres(_) => None,
+                };
+                eprintln!("bench: one instance leading all {n}, kill -9, sessions {sessions}");
                 let r = balance::takeover_all(&env, store.addr(), n, sessions, &server_cpu)
                     .map(|run| checks.push(balance::report_takeover_all(&mut body, &run)));
                 section("One instance leading all, kill -9", r);
+                match pace {
+                    Some(Ok(passes)) => store_pace::report(&mut body, &passes),
+                    Some(Err(e)) => section("The store alone", Err::<(), _>(e)),
+                    None => {}
+                }
                 for (figure, target, measured, pass) in checks {
                     verdicts.push(Verdict {
                         figure,
