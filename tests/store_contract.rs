@@ -710,6 +710,137 @@ mod contract {
         assert_eq!(many[0], many[130]);
     }
 
+    /// Many writes at once (how a daemon takes a dead one's elections):
+    /// each is answered by its own condition, one that fails takes
+    /// nothing from the others, a malformed record is not taken by `rvn`
+    /// alone, and a create among takeovers is made too.
+    pub async fn many_writes_each_by_its_own_condition(b: &dyn Backend) {
+        let store = b.store().await;
+        let name = |what: &str| common::unique_name(&format!("many-{what}"));
+        let (a, stale, c, broken, absent, fresh) = (
+            name("a"),
+            name("stale"),
+            name("c"),
+            name("broken"),
+            name("absent"),
+            name("fresh"),
+        );
+        let mut held = Vec::new();
+        for election in [&a, &stale, &c] {
+            let l = lease(election, "h", 3);
+            assert_applied(store.create(&l, BUDGET).await, "create");
+            held.push(l);
+        }
+        b.put_raw(&broken, &spoiled("fencing_token", Some(bad_number(b, "x"))))
+            .await;
+        let taken = |l: &Lease| with_meta(lease(&l.election, "t", 4));
+        let writes = vec![
+            (taken(&held[0]), Condition::RvnIs(held[0].rvn.clone())),
+            (taken(&held[1]), Condition::RvnIs("stale".into())),
+            (lease(&fresh, "t", 1), Condition::NotExists),
+            (taken(&held[2]), Condition::RvnIs(held[2].rvn.clone())),
+            (lease(&broken, "t", 1), Condition::RvnIs("raw-rvn-1".into())),
+            (lease(&absent, "t", 1), Condition::RvnIs("never".into())),
+        ];
+        let outcomes = store.write_many(&writes, BUDGET).await;
+        assert_eq!(outcomes.len(), writes.len());
+        let mut outcomes = outcomes.into_iter();
+        let mut next = || outcomes.next().expect("one answer per write");
+        assert_applied(next(), "take of a");
+        match next() {
+            Ok(WriteOutcome::ConditionFailed { current }) => {
+                if let Some(current) = current {
+                    assert_eq!(current, Record::Valid(held[1].clone()));
+                }
+            }
+            other => panic!("take on a stale rvn: expected ConditionFailed, got {other:?}"),
+        }
+        assert_applied(next(), "create among takes");
+        assert_applied(next(), "take of c");
+        assert_condition_failed(next(), "take of a malformed record by its rvn");
+        assert_condition_failed(next(), "take of an absent record");
+        assert_eq!(read(&store, &a).await, Record::Valid(writes[0].0.clone()));
+        assert_eq!(read(&store, &stale).await, Record::Valid(held[1].clone()));
+        assert_eq!(
+            read(&store, &fresh).await,
+            Record::Valid(writes[2].0.clone())
+        );
+        assert_eq!(read(&store, &c).await, Record::Valid(writes[3].0.clone()));
+        expect_malformed(read(&store, &broken).await);
+        assert!(matches!(read(&store, &absent).await, Record::Absent));
+    }
+
+    /// Two daemons take the same hundred elections at once, each in
+    /// batches of its own order: every election is taken by one of them,
+    /// each answer says which, and neither meets an error (no batch
+    /// waits on another for ever).
+    pub async fn many_writes_race_for_one_winner_each(b: &dyn Backend) {
+        let setup = b.store().await;
+        let names: Vec<String> = (0..100)
+            .map(|i| common::unique_name(&format!("race-many-{i}")))
+            .collect();
+        let mut first = Vec::new();
+        for name in &names {
+            let l = lease(name, "dead", 1);
+            assert_applied(setup.create(&l, BUDGET).await, "create");
+            first.push(l);
+        }
+        let takes = |holder: &str, reversed: bool| {
+            let mut writes: Vec<(Lease, Condition)> = first
+                .iter()
+                .map(|l| {
+                    (
+                        lease(&l.election, holder, 2),
+                        Condition::RvnIs(l.rvn.clone()),
+                    )
+                })
+                .collect();
+            if reversed {
+                writes.reverse();
+            }
+            writes
+        };
+        let (x, y) = (takes("x", false), takes("y", true));
+        let (sx, sy) = (b.store().await, b.store().await);
+        let (ax, ay) = tokio::join!(
+            async {
+                let mut answers = Vec::new();
+                for chunk in x.chunks(25) {
+                    answers.extend(sx.write_many(chunk, BUDGET).await);
+                }
+                answers
+            },
+            async {
+                let mut answers = Vec::new();
+                for chunk in y.chunks(25) {
+                    answers.extend(sy.write_many(chunk, BUDGET).await);
+                }
+                answers
+            }
+        );
+        let won = |writes: &[(Lease, Condition)],
+                   answers: Vec<Result<WriteOutcome, StoreError>>| {
+            writes
+                .iter()
+                .zip(answers)
+                .map(|((l, _), answer)| match answer {
+                    Ok(WriteOutcome::Applied) => (l.election.clone(), true),
+                    Ok(WriteOutcome::ConditionFailed { .. }) => (l.election.clone(), false),
+                    Err(e) => panic!("take of {}: {e}", l.election),
+                })
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        let (wx, wy) = (won(&x, ax), won(&y, ay));
+        for name in &names {
+            let holder = expect_valid(read(&setup, name).await).holder;
+            match (wx[name], wy[name]) {
+                (true, false) => assert_eq!(holder.as_deref(), Some("x"), "{name}"),
+                (false, true) => assert_eq!(holder.as_deref(), Some("y"), "{name}"),
+                both => panic!("{name}: x and y applied {both:?}"),
+            }
+        }
+    }
+
     /// An item of a format this build does not know reads as such (holder
     /// and token as far as they read), and no write replaces it, whatever
     /// its condition: not even `Unchanged` with its own raw rvn. Nor is it
@@ -884,6 +1015,16 @@ macro_rules! contract_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn read_many_reads_each_in_order() {
                 contract::read_many_reads_each_in_order(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn many_writes_each_by_its_own_condition() {
+                contract::many_writes_each_by_its_own_condition(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn many_writes_race_for_one_winner_each() {
+                contract::many_writes_race_for_one_winner_each(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -403,6 +403,34 @@ pub(crate) async fn write_each<S: LeaseStore + ?Sized>(
     .await
 }
 
+/// Writes made together that failed with `error` after they may have been
+/// applied: read their records (again, 50 ms apart, until a read answers
+/// or `deadline` passes) and answer each as [`LeaseStore::write`]'s
+/// read-back answers one.
+pub(crate) async fn settle_many<S: LeaseStore + ?Sized>(
+    store: &S,
+    writes: &[(Lease, Condition)],
+    error: StoreError,
+    deadline: tokio::time::Instant,
+) -> Vec<Result<WriteOutcome, StoreError>> {
+    let keys: Vec<String> = writes.iter().map(|(l, _)| l.election.clone()).collect();
+    let records = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return writes.iter().map(|_| Err(error.clone())).collect();
+        }
+        match store.read_many(&keys, left).await {
+            Ok(records) => break records,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50).min(left)).await,
+        }
+    };
+    writes
+        .iter()
+        .zip(records)
+        .map(|((lease, condition), current)| settle(lease, condition, current, &error))
+        .collect()
+}
+
 /// What an ambiguous write of `lease` under `condition`, which failed with
 /// `err`, came to, from `current`, the record read back after it.
 pub(crate) fn settle(

@@ -151,7 +151,8 @@ impl FaultProxy {
     /// (`sslmode=disable`): it also reads the statements the clients send
     /// and counts each under the name of the DynamoDB call it stands for
     /// in leaderd's store (a one-record `SELECT` is `GetItem`, a
-    /// conditional write `PutItem`, `= ANY` `BatchGetItem`, a `SELECT` of
+    /// conditional write `PutItem`, many writes in one statement
+    /// `TransactWriteItems`, `= ANY` `BatchGetItem`, a `SELECT` of
     /// many `Scan`, a `DELETE` `DeleteItem`; anything else `-`), so that
     /// what counts DynamoDB requests counts these alike. It counts nothing
     /// else (no `connections`, no `chunks`).
@@ -527,6 +528,8 @@ fn dynamodb_name(sql: &str) -> &'static str {
     let sql = sql.trim_start();
     if sql.starts_with("WITH cur AS") {
         "PutItem"
+    } else if sql.starts_with("WITH i AS") {
+        "TransactWriteItems"
     } else if sql.starts_with("DELETE") {
         "DeleteItem"
     } else if !sql.starts_with("SELECT t.election") {

@@ -33,9 +33,7 @@ use tokio::time::Instant;
 use super::DynamoStore;
 use super::codec::{condition_expression, lease_item, parse_item};
 use super::errors::{Action, bounded, classify, retry_throttled};
-use crate::lease::{
-    Condition, Lease, LeaseStore, StoreError, WriteOutcome, new_rvn, settle, write_each,
-};
+use crate::lease::{Condition, Lease, StoreError, WriteOutcome, new_rvn, settle_many, write_each};
 
 /// How long batches go one write at a time after the store refused a
 /// transaction as a request: a policy may be fixed meanwhile.
@@ -148,7 +146,7 @@ impl DynamoStore {
             }
             Transacted::Failed(e) => writes.iter().map(|_| Err(e.clone())).collect(),
             Transacted::Cancelled(reasons) => self.after_cancel(writes, &reasons, deadline).await,
-            Transacted::Unknown(e) => self.read_back(writes, e, deadline).await,
+            Transacted::Unknown(e) => settle_many(self, writes, e, deadline).await,
             Transacted::Refused(e) => {
                 self.transactions.refused(&e, Instant::now());
                 self.one_by_one(writes, deadline).await
@@ -265,36 +263,6 @@ impl DynamoStore {
         answers
             .into_iter()
             .map(|a| a.unwrap_or_else(|| Err(StoreError::Other("no answer".into()))))
-            .collect()
-    }
-
-    /// The transaction failed with `error` after it may have been applied:
-    /// read the records (again until one read answers, by `deadline`) and
-    /// answer each write as [`LeaseStore::write`]'s read-back would.
-    async fn read_back(
-        &self,
-        writes: &[(Lease, Condition)],
-        error: StoreError,
-        deadline: Instant,
-    ) -> Vec<Result<WriteOutcome, StoreError>> {
-        let keys: Vec<String> = writes.iter().map(|(l, _)| l.election.clone()).collect();
-        let records = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return writes.iter().map(|_| Err(error.clone())).collect();
-            }
-            match self.read_many(&keys, left).await {
-                Ok(records) => break records,
-                Err(_) => {
-                    let pause = Duration::from_millis(50).min(left);
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        };
-        writes
-            .iter()
-            .zip(records)
-            .map(|((lease, condition), current)| settle(lease, condition, current, &error))
             .collect()
     }
 }

@@ -107,6 +107,10 @@ pub struct Statements {
     pub delete_stale: String,
     /// Delete the row `$1` if its `rvn` is `$2`.
     pub delete_check: String,
+    /// Write many rows, each if it still has its `rvn`: the columns as
+    /// arrays (`$1` to `$12`), `$13` the `rvn` each must have; one answer
+    /// row per write, in their order (see [`ManyValues`]).
+    pub update_many_rvn_is: String,
 }
 
 impl Statements {
@@ -178,6 +182,7 @@ impl Statements {
                 valid("t")
             ),
             delete_check: format!("DELETE FROM {table} AS t WHERE t.election = $1 AND t.rvn = $2"),
+            update_many_rvn_is: update_many(table),
         }
     }
 
@@ -202,6 +207,133 @@ impl Statements {
                 ));
             }
         })
+    }
+}
+
+/// The statement of many takeovers: the writes are the rows of `i` (the
+/// arrays unnested, numbered in their order); `cur` locks the rows they
+/// name, in the order of their keys, so that two such statements over
+/// the same rows never wait for each other in a circle; `w` writes each
+/// row whose condition holds on `cur`; the answer is one row per write, in
+/// the writes' order, as a single write answers.
+fn update_many(table: &str) -> String {
+    let array = |i: usize| {
+        let ty = if PARAM_TYPES[i] == Type::INT8 {
+            "int8"
+        } else {
+            "text"
+        };
+        format!("${}::{ty}[]", i + 1)
+    };
+    let arrays = (0..=COLUMNS.len())
+        .map(array)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let set = COLUMNS[1..]
+        .iter()
+        .map(|c| match *c {
+            "holder_meta" => format!("{c} = i.{c}::jsonb"),
+            _ => format!("{c} = i.{c}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "WITH i AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS i({}, expect, n)), \
+         cur AS (SELECT * FROM {table} AS t WHERE t.election = ANY($1::text[]) \
+         ORDER BY t.election FOR UPDATE), \
+         w AS (UPDATE {table} AS t SET {set} FROM i JOIN cur ON cur.election = i.election \
+         WHERE t.election = i.election AND ({} AND cur.rvn = i.expect) RETURNING t.election) \
+         SELECT EXISTS (SELECT 1 FROM w WHERE w.election = i.election), {} \
+         FROM i LEFT JOIN cur ON cur.election = i.election ORDER BY i.n",
+        COLUMNS.join(", "),
+        valid("cur"),
+        returned("cur")
+    )
+}
+
+/// The type of each parameter of a write, in [`COLUMNS`] order, then the
+/// condition's `rvn`.
+const PARAM_TYPES: [Type; 13] = [
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+];
+
+/// Many writes' values as the arrays of [`Statements::update_many_rvn_is`]:
+/// one array per column, the writes in order.
+pub struct ManyValues {
+    election: Vec<String>,
+    holder: Vec<Option<String>>,
+    rvn: Vec<String>,
+    numbers: [Vec<i64>; 5],
+    holder_meta: Vec<Option<String>>,
+    successor: Vec<Option<String>>,
+    format: Vec<i64>,
+    session: Vec<Option<String>>,
+    expect: Vec<String>,
+}
+
+impl ManyValues {
+    /// The leases of `writes`, each with the `rvn` its condition requires.
+    pub fn of<'a>(
+        writes: impl Iterator<Item = (&'a Lease, &'a str)>,
+    ) -> Result<ManyValues, StoreError> {
+        let mut many = ManyValues {
+            election: Vec::new(),
+            holder: Vec::new(),
+            rvn: Vec::new(),
+            numbers: Default::default(),
+            holder_meta: Vec::new(),
+            successor: Vec::new(),
+            format: Vec::new(),
+            session: Vec::new(),
+            expect: Vec::new(),
+        };
+        for (lease, expect) in writes {
+            let one = Values::of(lease)?;
+            many.election.push(one.election);
+            many.holder.push(one.holder);
+            many.rvn.push(one.rvn);
+            for (column, n) in many.numbers.iter_mut().zip(one.numbers) {
+                column.push(n);
+            }
+            many.holder_meta.push(one.holder_meta);
+            many.successor.push(one.successor);
+            many.format.push(one.format);
+            many.session.push(one.session);
+            many.expect.push(expect.to_owned());
+        }
+        Ok(many)
+    }
+
+    /// The parameters `$1` to `$13`, each with its type.
+    pub fn params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+            (&self.election, Type::TEXT_ARRAY),
+            (&self.holder, Type::TEXT_ARRAY),
+            (&self.rvn, Type::TEXT_ARRAY),
+        ];
+        params.extend(
+            self.numbers
+                .iter()
+                .map(|n| (n as &(dyn ToSql + Sync), Type::INT8_ARRAY)),
+        );
+        params.push((&self.holder_meta, Type::TEXT_ARRAY));
+        params.push((&self.successor, Type::TEXT_ARRAY));
+        params.push((&self.format, Type::INT8_ARRAY));
+        params.push((&self.session, Type::TEXT_ARRAY));
+        params.push((&self.expect, Type::TEXT_ARRAY));
+        params
     }
 }
 

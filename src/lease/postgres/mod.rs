@@ -6,7 +6,10 @@
 //! the row (`SELECT … FOR UPDATE`, which waits for a write in progress and
 //! then holds the latest committed version), then inserts (no row) or
 //! updates (the condition holds on the locked row). No one can write
-//! between the test and the write, so two writers can never both win. A read is a plain `SELECT` on the primary,
+//! between the test and the write, so two writers can never both win.
+//! Takeovers that come together go up to a hundred in one statement of
+//! the same three parts, each row under its own condition
+//! ([`PostgresStore::take_many`]). A read is a plain `SELECT` on the primary,
 //! which sees every committed write. The rules of the conditions are
 //! [`Condition::holds`]'s, written in SQL in `codec`.
 //!
@@ -41,12 +44,12 @@ mod tests;
 mod tls;
 
 use client::{LaneKind, Pool};
-use codec::{Statements, Stored, Values, Written};
+use codec::{ManyValues, Statements, Stored, Values, Written};
 pub use spec::{PostgresSpec, SslMode, Target, parse_url, quoted_table};
 
 use super::{
     Condition, Lease, LeaseStore, MEMBER_PREFIX, Record, SESSION_PREFIX, SessionJudge, StoreError,
-    WriteOutcome, is_session_key, member_records, scratch_only,
+    WriteOutcome, is_session_key, member_records, scratch_only, settle_many, write_each,
 };
 
 /// How long opening a store waits for its first connection.
@@ -235,6 +238,64 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// `writes` (distinct records, each under `RvnIs`) in one statement:
+    /// planned once for all of them, each row written only if its own
+    /// condition holds (so nothing is taken that a write of its own would
+    /// not have taken), each answered as a single write answers. The
+    /// statement commits as one: a failure that may have come after the
+    /// commit is settled by reading the records back, as for one write.
+    async fn take_many(
+        &self,
+        writes: &[(Lease, Condition)],
+        budget: Duration,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        let deadline = Instant::now() + budget;
+        let each_err = |e: StoreError| writes.iter().map(|_| Err(e.clone())).collect();
+        let expected = writes.iter().map(|(lease, condition)| match condition {
+            Condition::RvnIs(rvn) => Ok((lease, rvn.as_str())),
+            _ => Err(StoreError::Other(
+                "a takeover of many under another condition than RvnIs".into(),
+            )),
+        });
+        let values = match expected
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|pairs| ManyValues::of(pairs.into_iter()))
+        {
+            Ok(values) => values,
+            Err(e) => return each_err(e),
+        };
+        let sql = &self.inner.sql.update_many_rvn_is;
+        let answered = self
+            .inner
+            .pool
+            .run(LaneKind::Other, budget, |conn| async move {
+                let rows = conn.client.query_typed(sql, &values.params()).await?;
+                rows.iter()
+                    .map(Written::from_row)
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await;
+        match answered {
+            Ok(written) if written.len() == writes.len() => written
+                .into_iter()
+                .zip(writes)
+                .map(|(w, (_, condition))| Ok(w.outcome(condition)))
+                .collect(),
+            Ok(written) => {
+                let e = StoreError::Server(format!(
+                    "the statement of {} takeovers answered {} rows",
+                    writes.len(),
+                    written.len()
+                ));
+                settle_many(self, writes, e, deadline).await
+            }
+            Err(e) if e.maybe_applied() => settle_many(self, writes, e, deadline).await,
+            Err(e) => each_err(e),
+        }
+    }
+}
+
 /// Whether writing `lease` under `condition` renews it: the holder the
 /// condition names keeps it (a release or a handover writes no holder).
 fn renews(lease: &Lease, condition: &Condition) -> bool {
@@ -304,6 +365,47 @@ impl LeaseStore for PostgresStore {
             })
             .await?;
         Ok(written.outcome(condition))
+    }
+
+    /// Takeovers (`RvnIs`) of distinct records go in one statement, see
+    /// [`PostgresStore::take_many`]; any other write goes by itself, as
+    /// [`LeaseStore::write`] makes it, at the same time.
+    async fn write_many(
+        &self,
+        writes: &[(Lease, Condition)],
+        budget: Duration,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        let (together, alone): (Vec<usize>, Vec<usize>) =
+            (0..writes.len()).partition(|&i| matches!(writes[i].1, Condition::RvnIs(_)));
+        let distinct = together
+            .iter()
+            .map(|&i| writes[i].0.election.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            == together.len();
+        if together.len() < 2 || !distinct {
+            return write_each(self, writes, budget).await;
+        }
+        let pick = |indices: &[usize]| -> Vec<(Lease, Condition)> {
+            indices.iter().map(|&i| writes[i].clone()).collect()
+        };
+        let (taken, each) = futures_util::future::join(
+            self.take_many(&pick(&together), budget),
+            write_each(self, &pick(&alone), budget),
+        )
+        .await;
+        let mut answers: Vec<Option<Result<WriteOutcome, StoreError>>> = vec![None; writes.len()];
+        for (i, answer) in together
+            .into_iter()
+            .zip(taken)
+            .chain(alone.into_iter().zip(each))
+        {
+            answers[i] = Some(answer);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(StoreError::Other("no answer".into()))))
+            .collect()
     }
 
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
