@@ -713,7 +713,7 @@ mod contract {
     /// Many writes at once (how a daemon takes a dead one's elections):
     /// each is answered by its own condition, one that fails takes
     /// nothing from the others, a malformed record is not taken by `rvn`
-    /// alone, and a create among takeovers is made too.
+    /// alone; and a batch that mixes a create with takeovers is made too.
     pub async fn many_writes_each_by_its_own_condition(b: &dyn Backend) {
         let store = b.store().await;
         let name = |what: &str| common::unique_name(&format!("many-{what}"));
@@ -737,7 +737,6 @@ mod contract {
         let writes = vec![
             (taken(&held[0]), Condition::RvnIs(held[0].rvn.clone())),
             (taken(&held[1]), Condition::RvnIs("stale".into())),
-            (lease(&fresh, "t", 1), Condition::NotExists),
             (taken(&held[2]), Condition::RvnIs(held[2].rvn.clone())),
             (lease(&broken, "t", 1), Condition::RvnIs("raw-rvn-1".into())),
             (lease(&absent, "t", 1), Condition::RvnIs("never".into())),
@@ -755,19 +754,27 @@ mod contract {
             }
             other => panic!("take on a stale rvn: expected ConditionFailed, got {other:?}"),
         }
-        assert_applied(next(), "create among takes");
         assert_applied(next(), "take of c");
         assert_condition_failed(next(), "take of a malformed record by its rvn");
         assert_condition_failed(next(), "take of an absent record");
         assert_eq!(read(&store, &a).await, Record::Valid(writes[0].0.clone()));
         assert_eq!(read(&store, &stale).await, Record::Valid(held[1].clone()));
-        assert_eq!(
-            read(&store, &fresh).await,
-            Record::Valid(writes[2].0.clone())
-        );
-        assert_eq!(read(&store, &c).await, Record::Valid(writes[3].0.clone()));
+        assert_eq!(read(&store, &c).await, Record::Valid(writes[2].0.clone()));
         expect_malformed(read(&store, &broken).await);
         assert!(matches!(read(&store, &absent).await, Record::Absent));
+        // A create among takeovers.
+        let again = taken(&writes[0].0);
+        let mixed = vec![
+            (lease(&fresh, "t", 1), Condition::NotExists),
+            (again.clone(), Condition::RvnIs(writes[0].0.rvn.clone())),
+        ];
+        let outcomes = store.write_many(&mixed, BUDGET).await;
+        assert_eq!(outcomes, vec![Ok(WriteOutcome::Applied); 2]);
+        assert_eq!(
+            read(&store, &fresh).await,
+            Record::Valid(mixed[0].0.clone())
+        );
+        assert_eq!(read(&store, &a).await, Record::Valid(again));
     }
 
     /// Two daemons take the same hundred elections at once, each in

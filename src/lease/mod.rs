@@ -407,8 +407,8 @@ pub(crate) async fn write_each<S: LeaseStore + ?Sized>(
 /// applied: read their records (again, 50 ms apart, until a read answers
 /// or `deadline` passes) and answer each as [`LeaseStore::write`]'s
 /// read-back answers one.
-pub(crate) async fn settle_many<S: LeaseStore + ?Sized>(
-    store: &S,
+pub(crate) async fn settle_many(
+    store: &dyn LeaseStore,
     writes: &[(Lease, Condition)],
     error: StoreError,
     deadline: tokio::time::Instant,

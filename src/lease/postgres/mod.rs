@@ -367,45 +367,26 @@ impl LeaseStore for PostgresStore {
         Ok(written.outcome(condition))
     }
 
-    /// Takeovers (`RvnIs`) of distinct records go in one statement, see
-    /// [`PostgresStore::take_many`]; any other write goes by itself, as
-    /// [`LeaseStore::write`] makes it, at the same time.
+    /// Takeovers (`RvnIs`) of distinct records, as a dead daemon's
+    /// elections are taken, go in one statement (see
+    /// [`PostgresStore::take_many`]); a batch with any other condition goes
+    /// one write each, as [`LeaseStore::write`] makes it.
     async fn write_many(
         &self,
         writes: &[(Lease, Condition)],
         budget: Duration,
     ) -> Vec<Result<WriteOutcome, StoreError>> {
-        let (together, alone): (Vec<usize>, Vec<usize>) =
-            (0..writes.len()).partition(|&i| matches!(writes[i].1, Condition::RvnIs(_)));
-        let distinct = together
-            .iter()
-            .map(|&i| writes[i].0.election.as_str())
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-            == together.len();
-        if together.len() < 2 || !distinct {
-            return write_each(self, writes, budget).await;
+        let mut keys: Vec<&str> = writes.iter().map(|(l, _)| l.election.as_str()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let takeovers = writes.len() >= 2
+            && keys.len() == writes.len()
+            && writes.iter().all(|(_, c)| matches!(c, Condition::RvnIs(_)));
+        if takeovers {
+            self.take_many(writes, budget).await
+        } else {
+            write_each(self, writes, budget).await
         }
-        let pick = |indices: &[usize]| -> Vec<(Lease, Condition)> {
-            indices.iter().map(|&i| writes[i].clone()).collect()
-        };
-        let (taken, each) = futures_util::future::join(
-            self.take_many(&pick(&together), budget),
-            write_each(self, &pick(&alone), budget),
-        )
-        .await;
-        let mut answers: Vec<Option<Result<WriteOutcome, StoreError>>> = vec![None; writes.len()];
-        for (i, answer) in together
-            .into_iter()
-            .zip(taken)
-            .chain(alone.into_iter().zip(each))
-        {
-            answers[i] = Some(answer);
-        }
-        answers
-            .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(StoreError::Other("no answer".into()))))
-            .collect()
     }
 
     async fn scan(&self, budget: Duration) -> Result<Vec<Record>, StoreError> {
