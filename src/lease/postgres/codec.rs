@@ -217,16 +217,23 @@ impl Statements {
 /// row whose condition holds on `cur`; the answer is one row per write, in
 /// the writes' order, as a single write answers.
 fn update_many(table: &str) -> String {
-    let array = |i: usize| {
-        let ty = if PARAM_TYPES[i] == Type::INT8 {
-            "int8"
-        } else {
-            "text"
-        };
-        format!("${}::{ty}[]", i + 1)
-    };
-    let arrays = (0..=COLUMNS.len())
-        .map(array)
+    // The numbers are bigint columns; the rest, and `expect`, text.
+    let numbers = [
+        "fencing_token",
+        "lease_ms",
+        "acquired_at",
+        "renewed_at",
+        "expires_at",
+        "format",
+    ];
+    let arrays = COLUMNS
+        .iter()
+        .chain(&["expect"])
+        .enumerate()
+        .map(|(i, c)| {
+            let ty = if numbers.contains(c) { "int8" } else { "text" };
+            format!("${}::{ty}[]", i + 1)
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let set = COLUMNS[1..]
@@ -251,35 +258,10 @@ fn update_many(table: &str) -> String {
     )
 }
 
-/// The type of each parameter of a write, in [`COLUMNS`] order, then the
-/// condition's `rvn`.
-const PARAM_TYPES: [Type; 13] = [
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-];
-
 /// Many writes' values as the arrays of [`Statements::update_many_rvn_is`]:
-/// one array per column, the writes in order.
+/// one array per column, the writes in order, and the `rvn` each requires.
 pub struct ManyValues {
-    election: Vec<String>,
-    holder: Vec<Option<String>>,
-    rvn: Vec<String>,
-    numbers: [Vec<i64>; 5],
-    holder_meta: Vec<Option<String>>,
-    successor: Vec<Option<String>>,
-    format: Vec<i64>,
-    session: Vec<Option<String>>,
+    columns: Columns<Vec<String>, Vec<Option<String>>, Vec<i64>>,
     expect: Vec<String>,
 }
 
@@ -289,28 +271,22 @@ impl ManyValues {
         writes: impl Iterator<Item = (&'a Lease, &'a str)>,
     ) -> Result<ManyValues, StoreError> {
         let mut many = ManyValues {
-            election: Vec::new(),
-            holder: Vec::new(),
-            rvn: Vec::new(),
-            numbers: Default::default(),
-            holder_meta: Vec::new(),
-            successor: Vec::new(),
-            format: Vec::new(),
-            session: Vec::new(),
+            columns: Columns::default(),
             expect: Vec::new(),
         };
+        let c = &mut many.columns;
         for (lease, expect) in writes {
-            let one = Values::of(lease)?;
-            many.election.push(one.election);
-            many.holder.push(one.holder);
-            many.rvn.push(one.rvn);
-            for (column, n) in many.numbers.iter_mut().zip(one.numbers) {
+            let one = Values::of(lease)?.columns;
+            c.election.push(one.election);
+            c.holder.push(one.holder);
+            c.rvn.push(one.rvn);
+            for (column, n) in c.numbers.iter_mut().zip(one.numbers) {
                 column.push(n);
             }
-            many.holder_meta.push(one.holder_meta);
-            many.successor.push(one.successor);
-            many.format.push(one.format);
-            many.session.push(one.session);
+            c.holder_meta.push(one.holder_meta);
+            c.successor.push(one.successor);
+            c.format.push(one.format);
+            c.session.push(one.session);
             many.expect.push(expect.to_owned());
         }
         Ok(many)
@@ -318,35 +294,50 @@ impl ManyValues {
 
     /// The parameters `$1` to `$13`, each with its type.
     pub fn params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-            (&self.election, Type::TEXT_ARRAY),
-            (&self.holder, Type::TEXT_ARRAY),
-            (&self.rvn, Type::TEXT_ARRAY),
-        ];
-        params.extend(
-            self.numbers
-                .iter()
-                .map(|n| (n as &(dyn ToSql + Sync), Type::INT8_ARRAY)),
-        );
-        params.push((&self.holder_meta, Type::TEXT_ARRAY));
-        params.push((&self.successor, Type::TEXT_ARRAY));
-        params.push((&self.format, Type::INT8_ARRAY));
-        params.push((&self.session, Type::TEXT_ARRAY));
+        let mut params = self.columns.params(Type::TEXT_ARRAY, Type::INT8_ARRAY);
         params.push((&self.expect, Type::TEXT_ARRAY));
+        params
+    }
+}
+
+/// A write's columns in [`COLUMNS`] order: `S` a value that is never
+/// null, `O` one that may be, `N` a number; one lease's values, or many
+/// leases' as arrays.
+#[derive(Default)]
+struct Columns<S, O, N> {
+    election: S,
+    holder: O,
+    rvn: S,
+    numbers: [N; 5],
+    holder_meta: O,
+    successor: O,
+    format: N,
+    session: O,
+}
+
+type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+impl<S: ToSql + Sync, O: ToSql + Sync, N: ToSql + Sync> Columns<S, O, N> {
+    /// The parameters `$1` to `$12`, text columns typed `text`, numbers
+    /// `int` (the statement is sent unprepared, typed by these).
+    fn params(&self, text: Type, int: Type) -> Vec<Param<'_>> {
+        let mut params: Vec<Param<'_>> = vec![
+            (&self.election, text.clone()),
+            (&self.holder, text.clone()),
+            (&self.rvn, text.clone()),
+        ];
+        params.extend(self.numbers.iter().map(|n| (n as _, int.clone())));
+        params.push((&self.holder_meta, text.clone()));
+        params.push((&self.successor, text.clone()));
+        params.push((&self.format, int));
+        params.push((&self.session, text));
         params
     }
 }
 
 /// A lease's values as statement parameters, in [`COLUMNS`] order.
 pub struct Values {
-    election: String,
-    holder: Option<String>,
-    rvn: String,
-    numbers: [i64; 5],
-    holder_meta: Option<String>,
-    successor: Option<String>,
-    format: i64,
-    session: Option<String>,
+    columns: Columns<String, Option<String>, i64>,
 }
 
 impl Values {
@@ -366,7 +357,7 @@ impl Values {
             .map(serde_json::to_string)
             .transpose()
             .map_err(|e| StoreError::Other(format!("cannot encode holder_meta: {e}")))?;
-        Ok(Values {
+        let columns = Columns {
             election: lease.election.clone(),
             holder: lease.holder.clone(),
             rvn: lease.rvn.clone(),
@@ -381,30 +372,15 @@ impl Values {
             successor: lease.successor.clone(),
             format: int("format", lease.format())?,
             session: lease.session.clone(),
-        })
+        };
+        Ok(Values { columns })
     }
 
     /// The parameters `$1` to `$12`, then `extra` (`$13`, …), each with its
-    /// type (the statement is sent unprepared, typed by these).
-    pub fn params<'a>(
-        &'a self,
-        extra: &'a [Option<String>],
-    ) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-            (&self.election, Type::TEXT),
-            (&self.holder, Type::TEXT),
-            (&self.rvn, Type::TEXT),
-        ];
-        params.extend(
-            self.numbers
-                .iter()
-                .map(|n| (n as &(dyn ToSql + Sync), Type::INT8)),
-        );
-        params.push((&self.holder_meta, Type::TEXT));
-        params.push((&self.successor, Type::TEXT));
-        params.push((&self.format, Type::INT8));
-        params.push((&self.session, Type::TEXT));
-        params.extend(extra.iter().map(|v| (v as &(dyn ToSql + Sync), Type::TEXT)));
+    /// type.
+    pub fn params<'a>(&'a self, extra: &'a [Option<String>]) -> Vec<Param<'a>> {
+        let mut params = self.columns.params(Type::TEXT, Type::INT8);
+        params.extend(extra.iter().map(|v| (v as _, Type::TEXT)));
         params
     }
 }
