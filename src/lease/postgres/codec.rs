@@ -15,6 +15,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::schema::TYPES;
 use crate::lease::{
     Condition, HolderMeta, KNOWN_FORMATS, Lease, Malformed, Record, RvnGuard, StoreError,
     UnknownFormat, WriteOutcome,
@@ -217,22 +218,17 @@ impl Statements {
 /// row whose condition holds on `cur`; the answer is one row per write, in
 /// the writes' order, as a single write answers.
 fn update_many(table: &str) -> String {
-    // The numbers are bigint columns; the rest, and `expect`, text.
-    let numbers = [
-        "fencing_token",
-        "lease_ms",
-        "acquired_at",
-        "renewed_at",
-        "expires_at",
-        "format",
-    ];
+    // The table's bigint columns as int8 arrays; the rest, and `expect`,
+    // as text (`holder_meta` is cast to jsonb where it is set).
     let arrays = COLUMNS
         .iter()
         .chain(&["expect"])
         .enumerate()
         .map(|(i, c)| {
-            let ty = if numbers.contains(c) { "int8" } else { "text" };
-            format!("${}::{ty}[]", i + 1)
+            let bigint = TYPES
+                .iter()
+                .any(|(column, ty)| column == c && *ty == "bigint");
+            format!("${}::{}[]", i + 1, if bigint { "int8" } else { "text" })
         })
         .collect::<Vec<_>>()
         .join(", ");

@@ -12,7 +12,7 @@ use crate::lease::StoreError;
 /// Each column's type as `format_type` names it. The key is compared byte
 /// by byte (`COLLATE "C"`), so that the ranges that find member and
 /// session records are the same on every database, whatever its locale.
-const TYPES: [(&str, &str); 12] = [
+pub(super) const TYPES: [(&str, &str); 12] = [
     ("election", "text"),
     ("holder", "text"),
     ("rvn", "text"),
